@@ -1,0 +1,195 @@
+#include "core/plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace summon::core {
+namespace {
+
+constexpr int64_t kTensorAlignment = 64;
+
+// The nearest holder of shard position `position` for a copy: the copy's own
+// rank, else the lowest rank on the copy's node, else the lowest rank.
+int SourceRank(const ShardGroups& groups, int position,
+               const SessionCopy& copy) {
+  const int world = groups.topology.world_size();
+  int best = -1;
+  int best_score = 3;
+  for (int rank = 0; rank < world; ++rank) {
+    if (groups.PositionOf(rank) != position) continue;
+    int score = 2;
+    if (rank == copy.rank) {
+      score = 0;
+    } else if (groups.topology.NodeOf(rank) == copy.node) {
+      score = 1;
+    }
+    if (score < best_score) {
+      best = rank;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+// The copy a rank takes its writeback slice from: its own, its node's, or the
+// first one (the home copy under rank0_only).
+int SourceCopy(const std::vector<SessionCopy>& copies, int rank, int node) {
+  int by_node = -1;
+  for (size_t c = 0; c < copies.size(); ++c) {
+    if (copies[c].rank == rank) return static_cast<int>(c);
+    if (by_node < 0 && copies[c].node == node) by_node = static_cast<int>(c);
+  }
+  return by_node >= 0 ? by_node : 0;
+}
+
+}  // namespace
+
+int SessionBufferLayout::Find(absl::string_view fqn) const {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].fqn == fqn) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+SessionBufferLayout LayoutSessionBuffer(const ModelSpec& model,
+                                        const Scope& scope) {
+  SessionBufferLayout buffer;
+  int64_t offset = 0;
+  for (const ScopedParam& scoped : scope.params) {
+    const FlatParamEntry& param = model.Param(scoped.location);
+    offset = (offset + kTensorAlignment - 1) / kTensorAlignment *
+             kTensorAlignment;
+    SessionTensor tensor{param.fqn,   scoped.location, param.shape,
+                         param.dtype, param.numel,     offset};
+    offset += tensor.bytes();
+    buffer.tensors.push_back(std::move(tensor));
+  }
+  buffer.total_bytes = offset;
+  return buffer;
+}
+
+absl::StatusOr<GatherPlan> PlanGather(const ModelSpec& model,
+                                      const SessionBufferLayout& buffer,
+                                      Placement placement, int home_rank) {
+  const ShardGroups& groups = model.groups;
+  const Topology& topology = groups.topology;
+  GatherPlan plan;
+  switch (placement) {
+    case Placement::kEveryRank:
+      for (int rank = 0; rank < topology.world_size(); ++rank) {
+        plan.copies.push_back({topology.NodeOf(rank), rank});
+      }
+      break;
+    case Placement::kPerNode:
+      for (int node = 0; node < topology.nodes; ++node) {
+        plan.copies.push_back({node, -1});
+      }
+      break;
+    case Placement::kHomeRank:
+      if (home_rank < 0 || home_rank >= topology.world_size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("home rank ", home_rank, " is outside the world of ",
+                         topology.world_size(), " ranks"));
+      }
+      plan.copies.push_back({topology.NodeOf(home_rank), home_rank});
+      break;
+  }
+  for (size_t c = 0; c < plan.copies.size(); ++c) {
+    for (const SessionTensor& tensor : buffer.tensors) {
+      const FlatParamLayout& layout = model.units[tensor.location.unit].layout;
+      const int64_t element_size = static_cast<int64_t>(ElementSize(tensor.dtype));
+      for (int position = 0; position < groups.group_size; ++position) {
+        const ShardSlice slice = layout.SliceOf(tensor.location.param, position);
+        if (!slice.in_shard) continue;
+        plan.transfers.push_back(Transfer{
+            SourceRank(groups, position, plan.copies[c]),
+            tensor.location.unit,
+            slice.offset_in_shard * element_size,
+            static_cast<int>(c),
+            tensor.buffer_offset + slice.intra_start * element_size,
+            slice.numel_in_shard * element_size,
+        });
+      }
+    }
+  }
+  return plan;
+}
+
+WritebackPlan PlanWriteback(const ModelSpec& model,
+                            const SessionBufferLayout& buffer,
+                            const GatherPlan& gather) {
+  const ShardGroups& groups = model.groups;
+  WritebackPlan plan;
+  for (int rank = 0; rank < groups.topology.world_size(); ++rank) {
+    const int position = groups.PositionOf(rank);
+    const int copy =
+        SourceCopy(gather.copies, rank, groups.topology.NodeOf(rank));
+    for (const SessionTensor& tensor : buffer.tensors) {
+      const FlatParamLayout& layout = model.units[tensor.location.unit].layout;
+      const ShardSlice slice = layout.SliceOf(tensor.location.param, position);
+      if (!slice.in_shard) continue;
+      const int64_t element_size = static_cast<int64_t>(ElementSize(tensor.dtype));
+      plan.transfers.push_back(Transfer{
+          rank,
+          tensor.location.unit,
+          slice.offset_in_shard * element_size,
+          copy,
+          tensor.buffer_offset + slice.intra_start * element_size,
+          slice.numel_in_shard * element_size,
+      });
+    }
+  }
+  std::sort(plan.transfers.begin(), plan.transfers.end(),
+            [](const Transfer& a, const Transfer& b) {
+              return std::tie(a.rank, a.unit, a.shard_offset) <
+                     std::tie(b.rank, b.unit, b.shard_offset);
+            });
+  return plan;
+}
+
+std::vector<int64_t> CopyBytesPerNode(const ModelSpec& model,
+                                      const SessionBufferLayout& buffer,
+                                      const GatherPlan& gather) {
+  std::vector<int64_t> bytes(model.groups.topology.nodes, 0);
+  for (const SessionCopy& copy : gather.copies) {
+    bytes[copy.node] += buffer.total_bytes;
+  }
+  return bytes;
+}
+
+int64_t CrossNodeBytes(const ModelSpec& model,
+                       const std::vector<SessionCopy>& copies,
+                       const std::vector<Transfer>& transfers) {
+  int64_t total = 0;
+  for (const Transfer& transfer : transfers) {
+    if (model.groups.topology.NodeOf(transfer.rank) !=
+        copies[transfer.copy].node) {
+      total += transfer.bytes;
+    }
+  }
+  return total;
+}
+
+void ExecuteGather(const std::vector<Transfer>& transfers,
+                   const ShardAddress& shard, const CopyAddress& copy) {
+  for (const Transfer& transfer : transfers) {
+    std::memcpy(copy(transfer.copy) + transfer.buffer_offset,
+                shard(transfer.rank, transfer.unit) + transfer.shard_offset,
+                static_cast<size_t>(transfer.bytes));
+  }
+}
+
+void ExecuteWriteback(const std::vector<Transfer>& transfers,
+                      const ShardAddress& shard, const CopyAddress& copy) {
+  for (const Transfer& transfer : transfers) {
+    std::memcpy(shard(transfer.rank, transfer.unit) + transfer.shard_offset,
+                copy(transfer.copy) + transfer.buffer_offset,
+                static_cast<size_t>(transfer.bytes));
+  }
+}
+
+}  // namespace summon::core

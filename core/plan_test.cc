@@ -1,0 +1,290 @@
+#include "core/plan.h"
+
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+
+namespace summon::core {
+namespace {
+
+constexpr uint8_t kPaddingMarker = 42;  // FSDP's padding marker value.
+
+ModelSpec ParseOrDie(const std::string& json, const Topology& topology,
+                     std::optional<Strategy> strategy = std::nullopt) {
+  absl::StatusOr<ModelSpec> model = ParseModelLayout(json, topology, strategy);
+  EXPECT_TRUE(model.ok()) << model.status() << "\n" << json;
+  return model.value_or(ModelSpec());
+}
+
+// Reference 1.3's two-Linear unit (25|3|5|3|35|1|7|1 = 80, c = 40, W = 2).
+constexpr char kTwoLinear[] = R"({"units": [{"fqn": "", "params": [
+  {"fqn": "lin1.weight", "shape": [5, 5], "dtype": "float32"},
+  {"fqn": "lin1.bias", "shape": [5], "dtype": "float32"},
+  {"fqn": "lin2.weight", "shape": [7, 5], "dtype": "float32"},
+  {"fqn": "lin2.bias", "shape": [7], "dtype": "float32"}]}]})";
+
+TEST(PlanTest, ExplicitParamGathersOnlyItsRanges) {
+  ModelSpec model = ParseOrDie(kTwoLinear, Topology{1, 2});
+  Scope scope = ResolveScope(model, {"", true, {"lin2.weight"}}).value();
+  SessionBufferLayout buffer = LayoutSessionBuffer(model, scope);
+  ASSERT_EQ(buffer.tensors.size(), 1u);
+  EXPECT_EQ(buffer.total_bytes, 35 * 4);
+  GatherPlan plan = PlanGather(model, buffer, Placement::kHomeRank, 0).value();
+  ASSERT_EQ(plan.copies.size(), 1u);
+  ASSERT_EQ(plan.transfers.size(), 2u);
+  // Rank 0 holds lin2.weight[0..3] at flat 36..39 = shard bytes 144..159.
+  EXPECT_EQ(plan.transfers[0].rank, 0);
+  EXPECT_EQ(plan.transfers[0].shard_offset, 144);
+  EXPECT_EQ(plan.transfers[0].buffer_offset, 0);
+  EXPECT_EQ(plan.transfers[0].bytes, 16);
+  // Rank 1 holds lin2.weight[4..34] at the start of its shard.
+  EXPECT_EQ(plan.transfers[1].rank, 1);
+  EXPECT_EQ(plan.transfers[1].shard_offset, 0);
+  EXPECT_EQ(plan.transfers[1].buffer_offset, 16);
+  EXPECT_EQ(plan.transfers[1].bytes, 31 * 4);
+  WritebackPlan writeback = PlanWriteback(model, buffer, plan);
+  ASSERT_EQ(writeback.transfers.size(), 2u);
+  EXPECT_EQ(writeback.transfers[0].rank, 0);
+  EXPECT_EQ(writeback.transfers[0].shard_offset, 144);
+  EXPECT_EQ(writeback.transfers[1].rank, 1);
+  EXPECT_EQ(writeback.transfers[1].bytes, 124);
+}
+
+TEST(PlanTest, HybridShardGathersWithinEachNode) {
+  ModelSpec model =
+      ParseOrDie(kTwoLinear, Topology{2, 2}, Strategy::kHybridShard);
+  Scope scope = ResolveScope(model, {"", true, {}}).value();
+  SessionBufferLayout buffer = LayoutSessionBuffer(model, scope);
+  GatherPlan plan = PlanGather(model, buffer, Placement::kPerNode, 0).value();
+  EXPECT_EQ(plan.copies.size(), 2u);
+  EXPECT_EQ(CrossNodeBytes(model, plan.copies, plan.transfers), 0);
+  // Every replica is written back: all four ranks receive data.
+  WritebackPlan writeback = PlanWriteback(model, buffer, plan);
+  std::map<int, int64_t> bytes_per_rank;
+  for (const Transfer& t : writeback.transfers) bytes_per_rank[t.rank] += t.bytes;
+  EXPECT_EQ(bytes_per_rank[0], bytes_per_rank[2]);
+  EXPECT_EQ(bytes_per_rank[1], bytes_per_rank[3]);
+  EXPECT_EQ(bytes_per_rank[0] + bytes_per_rank[1], (25 + 5 + 35 + 7) * 4);
+}
+
+TEST(PlanTest, FullShardPerNodeCopiesCrossNodesAndRankZeroOnlyOneCopy) {
+  ModelSpec model = ParseOrDie(kTwoLinear, Topology{2, 2});
+  Scope scope = ResolveScope(model, {"", true, {}}).value();
+  SessionBufferLayout buffer = LayoutSessionBuffer(model, scope);
+  GatherPlan per_node =
+      PlanGather(model, buffer, Placement::kPerNode, 0).value();
+  // W = 4, c = 20. Node 0's copy pulls flat [40, 80) from ranks 2 and 3:
+  // lin2.weight[4..34] and lin2.bias = 38 elements. Node 1's copy pulls
+  // [0, 40): lin1.weight, lin1.bias and lin2.weight[0..3] = 34 elements.
+  EXPECT_EQ(CrossNodeBytes(model, per_node.copies, per_node.transfers),
+            (38 + 34) * 4);
+  EXPECT_EQ(CopyBytesPerNode(model, buffer, per_node),
+            (std::vector<int64_t>{buffer.total_bytes, buffer.total_bytes}));
+  GatherPlan home = PlanGather(model, buffer, Placement::kHomeRank, 3).value();
+  ASSERT_EQ(home.copies.size(), 1u);
+  EXPECT_EQ(home.copies[0].node, 1);
+  EXPECT_EQ(CopyBytesPerNode(model, buffer, home),
+            (std::vector<int64_t>{0, buffer.total_bytes}));
+  EXPECT_EQ(PlanGather(model, buffer, Placement::kHomeRank, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// ---- Property tests over random layouts, topologies, strategies, scopes ----
+
+std::string RandomLayoutJson(std::mt19937& rng) {
+  auto pick = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const char* dtypes[] = {"float32", "float64", "float16", "bfloat16"};
+  std::vector<std::string> units;
+  const int unit_count = pick(1, 4);
+  for (int u = 0; u < unit_count; ++u) {
+    const std::string unit_fqn = u == 0 ? "" : absl::StrCat("blocks.", u);
+    const std::string prefix = u == 0 ? "" : unit_fqn + ".";
+    const char* dtype = dtypes[pick(0, 3)];
+    std::vector<std::string> params;
+    const int param_count = pick(u == 0 ? 1 : 0, 4);
+    for (int p = 0; p < param_count; ++p) {
+      std::vector<int> shape;
+      const int rank = pick(0, 3);
+      for (int d = 0; d < rank; ++d) shape.push_back(pick(1, 6));
+      params.push_back(absl::StrCat(R"({"fqn": ")", prefix, "p", p,
+                                    R"(", "shape": [)",
+                                    absl::StrJoin(shape, ","),
+                                    R"(], "dtype": ")", dtype, R"("})"));
+    }
+    units.push_back(absl::StrCat(R"({"fqn": ")", unit_fqn, R"(", "params": [)",
+                                 absl::StrJoin(params, ","), "]}"));
+  }
+  return absl::StrCat(R"({"use_orig_params": )",
+                      pick(0, 1) ? "true" : "false", R"(, "units": [)",
+                      absl::StrJoin(units, ","), "]}");
+}
+
+// Shards of every rank, filled the way a sharded model would be: each
+// parameter's element bytes come from a per-parameter pattern, padding holds
+// the marker.
+using Shards = std::map<std::pair<int, int>, std::vector<uint8_t>>;
+
+uint8_t PatternByte(int unit, int param, int64_t byte, int generation) {
+  return static_cast<uint8_t>((unit * 131 + param * 31 + byte * 7 +
+                               generation * 101) %
+                                  251 +
+                              1);
+}
+
+Shards MakeShards(const ModelSpec& model, int generation) {
+  Shards shards;
+  for (int rank = 0; rank < model.groups.topology.world_size(); ++rank) {
+    const int position = model.groups.PositionOf(rank);
+    for (size_t u = 0; u < model.units.size(); ++u) {
+      const FlatParamLayout& layout = model.units[u].layout;
+      std::vector<uint8_t> shard(layout.shard_bytes(), kPaddingMarker);
+      const int64_t size = static_cast<int64_t>(ElementSize(layout.dtype()));
+      for (size_t p = 0; p < layout.params().size(); ++p) {
+        ShardSlice slice = layout.SliceOf(static_cast<int>(p), position);
+        if (!slice.in_shard) continue;
+        for (int64_t b = 0; b < slice.numel_in_shard * size; ++b) {
+          shard[slice.offset_in_shard * size + b] =
+              PatternByte(u, p, slice.intra_start * size + b, generation);
+        }
+      }
+      shards[{rank, static_cast<int>(u)}] = std::move(shard);
+    }
+  }
+  return shards;
+}
+
+void CheckPlanProperties(const ModelSpec& model, const Scope& scope,
+                         Placement placement, int home_rank,
+                         const std::string& context) {
+  SessionBufferLayout buffer = LayoutSessionBuffer(model, scope);
+  absl::StatusOr<GatherPlan> plan =
+      PlanGather(model, buffer, placement, home_rank);
+  ASSERT_TRUE(plan.ok()) << plan.status() << context;
+
+  // Every byte of every copy's tensors is written exactly once.
+  std::vector<std::vector<int>> hits(
+      plan->copies.size(), std::vector<int>(buffer.total_bytes, 0));
+  for (const Transfer& t : plan->transfers) {
+    for (int64_t b = 0; b < t.bytes; ++b) ++hits[t.copy][t.buffer_offset + b];
+  }
+  for (size_t c = 0; c < plan->copies.size(); ++c) {
+    for (const SessionTensor& tensor : buffer.tensors) {
+      for (int64_t b = 0; b < tensor.bytes(); ++b) {
+        ASSERT_EQ(hits[c][tensor.buffer_offset + b], 1)
+            << context << " copy " << c << " " << tensor.fqn << " byte " << b;
+      }
+    }
+  }
+
+  // The gather yields every full tensor, exactly.
+  Shards shards = MakeShards(model, 0);
+  const Shards original = shards;
+  std::vector<std::vector<uint8_t>> copies(
+      plan->copies.size(), std::vector<uint8_t>(buffer.total_bytes, 0));
+  ShardAddress shard = [&](int rank, int unit) {
+    return shards[{rank, unit}].data();
+  };
+  CopyAddress copy = [&](int c) { return copies[c].data(); };
+  ExecuteGather(plan->transfers, shard, copy);
+  for (size_t c = 0; c < copies.size(); ++c) {
+    for (const SessionTensor& tensor : buffer.tensors) {
+      for (int64_t b = 0; b < tensor.bytes(); ++b) {
+        ASSERT_EQ(copies[c][tensor.buffer_offset + b],
+                  PatternByte(tensor.location.unit, tensor.location.param, b, 0))
+            << context << " copy " << c << " " << tensor.fqn << " byte " << b;
+      }
+    }
+  }
+
+  // Writeback of an unmodified gather restores the shards exactly.
+  WritebackPlan writeback = PlanWriteback(model, buffer, *plan);
+  ExecuteWriteback(writeback.transfers, shard, copy);
+  ASSERT_EQ(shards, original) << context;
+
+  // Writeback of edited tensors reaches every owner (all replicas) and
+  // leaves padding and unscoped parameters untouched.
+  for (size_t c = 0; c < copies.size(); ++c) {
+    for (const SessionTensor& tensor : buffer.tensors) {
+      for (int64_t b = 0; b < tensor.bytes(); ++b) {
+        copies[c][tensor.buffer_offset + b] =
+            PatternByte(tensor.location.unit, tensor.location.param, b, 1);
+      }
+    }
+  }
+  ExecuteWriteback(writeback.transfers, shard, copy);
+  const Shards edited = MakeShards(model, 1);
+  std::map<std::pair<int, int>, bool> scoped;
+  for (const ScopedParam& param : scope.params) {
+    scoped[{param.location.unit, param.location.param}] = true;
+  }
+  for (const auto& [key, bytes] : shards) {
+    const auto [rank, unit] = key;
+    const FlatParamLayout& layout = model.units[unit].layout;
+    const int64_t size = static_cast<int64_t>(ElementSize(layout.dtype()));
+    std::vector<uint8_t> expected = original.at(key);
+    for (size_t p = 0; p < layout.params().size(); ++p) {
+      if (!scoped.count({unit, static_cast<int>(p)})) continue;
+      ShardSlice slice = layout.SliceOf(static_cast<int>(p),
+                                        model.groups.PositionOf(rank));
+      if (!slice.in_shard) continue;
+      for (int64_t b = 0; b < slice.numel_in_shard * size; ++b) {
+        const int64_t at = slice.offset_in_shard * size + b;
+        expected[at] = edited.at(key)[at];
+      }
+    }
+    ASSERT_EQ(bytes, expected) << context << " rank " << rank << " unit "
+                               << unit;
+  }
+}
+
+TEST(PlanPropertyTest, WritebackAfterGatherRestoresShardsAndCoversOnce) {
+  std::mt19937 rng(20261122);
+  const Strategy strategies[] = {Strategy::kFullShard, Strategy::kShardGradOp,
+                                 Strategy::kNoShard, Strategy::kHybridShard,
+                                 Strategy::kHybridShardZero2};
+  const Placement placements[] = {Placement::kEveryRank, Placement::kPerNode,
+                                  Placement::kHomeRank};
+  int cases = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::string json = RandomLayoutJson(rng);
+    const int nodes = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int local = std::uniform_int_distribution<int>(1, 16 / nodes)(rng);
+    const Topology topology{nodes, local};
+    for (Strategy strategy : strategies) {
+      ModelSpec model = ParseOrDie(json, topology, strategy);
+      std::vector<ScopeRequest> requests = {{"", true, {}}, {"", false, {}}};
+      const int unit = std::uniform_int_distribution<int>(
+          0, static_cast<int>(model.units.size()) - 1)(rng);
+      requests.push_back({model.units[unit].fqn, false, {}});
+      std::vector<std::string> some_params;
+      for (const auto& [fqn, location] : model.params_by_fqn) {
+        if (rng() % 2) some_params.push_back(fqn);
+      }
+      if (!some_params.empty()) requests.push_back({"", true, some_params});
+      for (const ScopeRequest& request : requests) {
+        Scope scope = ResolveScope(model, request).value();
+        for (Placement placement : placements) {
+          const int home = static_cast<int>(rng() % topology.world_size());
+          CheckPlanProperties(
+              model, scope, placement, home,
+              absl::StrCat(" [trial ", trial, " W=", nodes, "x", local,
+                           " strategy ", StrategyName(strategy), " scope '",
+                           request.module_fqn, "' placement ",
+                           static_cast<int>(placement), "]"));
+          if (HasFatalFailure()) return;
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 1000);
+}
+
+}  // namespace
+}  // namespace summon::core
