@@ -1,6 +1,7 @@
 #include "core/layout.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -57,6 +58,11 @@ absl::StatusOr<FlatParamLayout> FlatParamLayout::Build(
     if (!numel.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parameter '", param.fqn, "': ", numel.status().message()));
+    }
+    // Leaves headroom for padding so no offset below can overflow.
+    if (*numel > std::numeric_limits<int64_t>::max() / 4 - offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", param.fqn, "' makes the unit too large to address"));
     }
     if (use_orig_params && offset % alignment != 0) {
       add_padding(alignment - offset % alignment);

@@ -172,6 +172,12 @@ TEST(FlatParamLayoutTest, RejectsMixedDtypesIntegersAndBadGroups) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FlatParamLayout::Build({{"a", {1LL << 61}, DType::kFloat32},
+                                    {"b", {1LL << 61}, DType::kFloat32}},
+                                   true, 1)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(FlatParamLayout::Build({{"a", {-2}, DType::kFloat32}}, true, 1)
                 .status()
                 .code(),

@@ -1,0 +1,495 @@
+#include "core/model_spec.h"
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace summon::core {
+namespace {
+
+using Json = nlohmann::json;
+
+// Half of int64 leaves ample room for alignment and end padding.
+constexpr int64_t kMaxUnitNumel = std::numeric_limits<int64_t>::max() / 2;
+
+struct StrategyNames {
+  Strategy strategy;
+  absl::string_view name;
+};
+
+constexpr StrategyNames kStrategies[] = {
+    {Strategy::kFullShard, "FULL_SHARD"},
+    {Strategy::kShardGradOp, "SHARD_GRAD_OP"},
+    {Strategy::kNoShard, "NO_SHARD"},
+    {Strategy::kHybridShard, "HYBRID_SHARD"},
+    {Strategy::kHybridShardZero2, "_HYBRID_SHARD_ZERO2"},
+};
+
+// A module path: "" (the root) or dot-separated non-empty components.
+bool IsWellFormedModulePath(absl::string_view fqn) {
+  if (fqn.empty()) return true;
+  if (fqn.front() == '.' || fqn.back() == '.') return false;
+  return fqn.find("..") == absl::string_view::npos;
+}
+
+// The modules strictly above `fqn`, shallowest first: "" then every proper
+// dot-prefix ("a.b.c" -> "", "a", "a.b"). Walking these and looking each up
+// keeps the tree checks linear in the number of units and parameters.
+std::vector<absl::string_view> ModulesAbove(absl::string_view fqn) {
+  std::vector<absl::string_view> modules;
+  if (fqn.empty()) return modules;
+  modules.push_back(absl::string_view());
+  for (size_t dot = fqn.find('.'); dot != absl::string_view::npos;
+       dot = fqn.find('.', dot + 1)) {
+    modules.push_back(fqn.substr(0, dot));
+  }
+  return modules;
+}
+
+std::string UnitName(absl::string_view fqn) {
+  return absl::StrCat("unit '", fqn, "'");
+}
+
+// Looks up `key` in `object`; nullptr when absent. `object` is known to be a
+// JSON object, so find() cannot throw.
+const Json* FindField(const Json& object, const char* key) {
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+absl::Status FieldError(absl::string_view where, const char* key,
+                        absl::string_view expected, const Json* value) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      where, ": field '", key, "' ",
+      value == nullptr ? "is missing"
+                       : absl::StrCat("has JSON type ", value->type_name()),
+      ", expected ", expected));
+}
+
+// A required (or, with `fallback`, optional) string field.
+absl::StatusOr<std::string> StringField(
+    const Json& object, const char* key, absl::string_view where,
+    std::optional<absl::string_view> fallback = std::nullopt) {
+  const Json* value = FindField(object, key);
+  if (value == nullptr && fallback.has_value()) return std::string(*fallback);
+  if (value == nullptr || !value->is_string()) {
+    return FieldError(where, key, "a string", value);
+  }
+  return value->get_ref<const std::string&>();
+}
+
+absl::StatusOr<Shape> ParseShape(const Json& param, absl::string_view where) {
+  const Json* value = FindField(param, "shape");
+  if (value == nullptr || !value->is_array()) {
+    return FieldError(where, "shape", "an array of integers", value);
+  }
+  Shape shape;
+  for (const Json& dim : *value) {
+    if (dim.is_number_unsigned()) {
+      const uint64_t size = dim.get<uint64_t>();
+      if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": shape dimension ", size, " does not fit in int64"));
+      }
+      shape.push_back(static_cast<int64_t>(size));
+    } else if (dim.is_number_integer()) {
+      shape.push_back(dim.get<int64_t>());
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": shape has a non-integer dimension (JSON type ",
+                       dim.type_name(), ")"));
+    }
+  }
+  return shape;
+}
+
+// One "params" entry as written: a primary (shape, dtype) or an alias.
+struct ParamEntry {
+  std::string fqn;
+  std::optional<std::string> alias_of;
+  Shape shape;
+  int64_t numel = 0;
+  DType dtype = DType::kFloat32;
+};
+
+struct UnitEntry {
+  std::string fqn;
+  std::vector<ParamEntry> params;
+};
+
+absl::StatusOr<ParamEntry> ParseParamEntry(const Json& param,
+                                           absl::string_view unit_where,
+                                           size_t index) {
+  const std::string slot = absl::StrCat(unit_where, " params[", index, "]");
+  if (!param.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        slot, " has JSON type ", param.type_name(), ", expected an object"));
+  }
+  ParamEntry entry;
+  absl::StatusOr<std::string> fqn = StringField(param, "fqn", slot);
+  if (!fqn.ok()) return fqn.status();
+  entry.fqn = *std::move(fqn);
+  const std::string where = absl::StrCat("parameter '", entry.fqn, "'");
+  if (entry.fqn.empty() || !IsWellFormedModulePath(entry.fqn)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " in ", unit_where,
+                     " is not a dot-separated name with non-empty components"));
+  }
+  if (const Json* alias_of = FindField(param, "alias_of")) {
+    if (!alias_of->is_string()) {
+      return FieldError(where, "alias_of", "a string", alias_of);
+    }
+    if (FindField(param, "shape") != nullptr ||
+        FindField(param, "dtype") != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where,
+          " is an alias: its shape and dtype are its primary's and "
+          "must not be given"));
+    }
+    entry.alias_of = alias_of->get_ref<const std::string&>();
+    return entry;
+  }
+  absl::StatusOr<Shape> shape = ParseShape(param, where);
+  if (!shape.ok()) return shape.status();
+  entry.shape = *std::move(shape);
+  absl::StatusOr<int64_t> numel = NumElements(entry.shape);
+  if (!numel.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", numel.status().message()));
+  }
+  entry.numel = *numel;
+  absl::StatusOr<std::string> dtype_name = StringField(param, "dtype", where);
+  if (!dtype_name.ok()) return dtype_name.status();
+  absl::StatusOr<DType> dtype = ParseDType(*dtype_name);
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", dtype.status().message()));
+  }
+  entry.dtype = *dtype;  // R14 and the one-dtype rule: FlatParamLayout.
+  return entry;
+}
+
+absl::StatusOr<std::vector<UnitEntry>> ParseUnitEntries(const Json& units) {
+  std::vector<UnitEntry> entries;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const Json& unit = units[u];
+    const std::string slot = absl::StrCat("units[", u, "]");
+    if (!unit.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          slot, " has JSON type ", unit.type_name(), ", expected an object"));
+    }
+    UnitEntry entry;
+    absl::StatusOr<std::string> fqn = StringField(unit, "fqn", slot);
+    if (!fqn.ok()) return fqn.status();
+    entry.fqn = *std::move(fqn);
+    const std::string where = UnitName(entry.fqn);
+    if (!IsWellFormedModulePath(entry.fqn)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       " is not \"\" or a dot-separated name with non-empty "
+                       "components"));
+    }
+    const Json* params = FindField(unit, "params");
+    if (params == nullptr || !params->is_array()) {
+      return FieldError(where, "params", "an array", params);
+    }
+    for (size_t p = 0; p < params->size(); ++p) {
+      absl::StatusOr<ParamEntry> param =
+          ParseParamEntry((*params)[p], where, p);
+      if (!param.ok()) return param.status();
+      entry.params.push_back(*std::move(param));
+    }
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+// Fills units[].fqn and units[].parent, refusing duplicates and a unit listed
+// after one of its descendants. `index_by_fqn` receives every unit.
+absl::Status BuildUnitTree(
+    const std::vector<UnitEntry>& entries,
+    std::map<std::string, int, std::less<>>& index_by_fqn,
+    std::vector<UnitSpec>& units) {
+  for (size_t u = 0; u < entries.size(); ++u) {
+    if (!index_by_fqn.emplace(entries[u].fqn, static_cast<int>(u)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("duplicate ", UnitName(entries[u].fqn)));
+    }
+  }
+  units.resize(entries.size());
+  for (size_t u = 0; u < entries.size(); ++u) {
+    units[u].fqn = entries[u].fqn;
+    for (absl::string_view module : ModulesAbove(entries[u].fqn)) {
+      auto ancestor = index_by_fqn.find(module);
+      if (ancestor == index_by_fqn.end()) continue;
+      if (ancestor->second > static_cast<int>(u)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "unit order: ", UnitName(module),
+            " is listed after its descendant ", UnitName(entries[u].fqn),
+            " (list parents before children)"));
+      }
+      units[u].parent = ancestor->second;  // Deepest ancestor wins.
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A parameter belongs to its unit and to no unit below it.
+absl::Status CheckPlacement(
+    absl::string_view param, absl::string_view unit,
+    const std::map<std::string, int, std::less<>>& index_by_fqn) {
+  if (!IsUnderModule(param, unit)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter '", param, "' is not under its ", UnitName(unit)));
+  }
+  std::vector<absl::string_view> modules = ModulesAbove(param);
+  modules.push_back(param);
+  for (absl::string_view module : modules) {
+    if (module.size() <= unit.size()) continue;  // `unit` or above it.
+    if (index_by_fqn.find(module) != index_by_fqn.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", param, "' is listed in ", UnitName(unit),
+                       " but falls under the deeper ", UnitName(module)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Strategy> ParseStrategy(absl::string_view name) {
+  std::vector<absl::string_view> known;
+  for (const auto& entry : kStrategies) {
+    if (name == entry.name) return entry.strategy;
+    known.push_back(entry.name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown sharding strategy '", name,
+                   "' (known: ", absl::StrJoin(known, ", "), ")"));
+}
+
+absl::string_view StrategyName(Strategy strategy) {
+  for (const auto& entry : kStrategies) {
+    if (entry.strategy == strategy) return entry.name;
+  }
+  return "UNKNOWN";  // Unreachable: every enumerator is listed above.
+}
+
+bool KeepsUnshardedBetweenForwardAndBackward(Strategy strategy) {
+  return strategy == Strategy::kShardGradOp ||
+         strategy == Strategy::kHybridShardZero2;
+}
+
+// Every strategy lays ranks out so that a shard group is G consecutive global
+// ranks (all W, one node's L, or one rank) and replicas are G apart, so one
+// formula serves all of them.
+int ShardGroups::PositionOf(int rank) const {
+  if (rank < 0 || rank >= topology.world_size()) return -1;
+  return rank % group_size;
+}
+
+std::vector<int> ShardGroups::ShardGroupOf(int rank) const {
+  std::vector<int> group;
+  if (rank < 0 || rank >= topology.world_size()) return group;
+  const int first = rank - rank % group_size;
+  for (int position = 0; position < group_size; ++position) {
+    group.push_back(first + position);
+  }
+  return group;
+}
+
+std::vector<int> ShardGroups::ReplicasOf(int rank) const {
+  std::vector<int> replicas;
+  if (rank < 0 || rank >= topology.world_size()) return replicas;
+  for (int replica = rank % group_size; replica < topology.world_size();
+       replica += group_size) {
+    replicas.push_back(replica);
+  }
+  return replicas;
+}
+
+absl::StatusOr<ShardGroups> DeriveShardGroups(Strategy strategy,
+                                              const Topology& topology) {
+  if (topology.nodes < 1 || topology.local_ranks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology needs nodes >= 1 and local_ranks >= 1, got ",
+                     topology.nodes, " x ", topology.local_ranks));
+  }
+  if (topology.nodes > std::numeric_limits<int>::max() / topology.local_ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology ", topology.nodes, " x ", topology.local_ranks,
+                     " has more ranks than an int can count"));
+  }
+  ShardGroups groups;
+  groups.declared = strategy;
+  groups.effective = strategy;
+  groups.topology = topology;
+  switch (strategy) {
+    case Strategy::kFullShard:
+    case Strategy::kShardGradOp:
+      groups.group_size = topology.world_size();
+      break;
+    case Strategy::kNoShard:
+      groups.group_size = 1;
+      break;
+    case Strategy::kHybridShard:
+    case Strategy::kHybridShardZero2:
+      groups.group_size = topology.local_ranks;
+      break;
+  }
+  if (groups.group_size == 1) groups.effective = Strategy::kNoShard;  // R10.
+  return groups;
+}
+
+bool IsUnderModule(absl::string_view fqn, absl::string_view module) {
+  if (module.empty()) return true;
+  if (fqn.size() < module.size() || fqn.substr(0, module.size()) != module) {
+    return false;
+  }
+  return fqn.size() == module.size() || fqn[module.size()] == '.';
+}
+
+absl::StatusOr<ParamLocation> ModelSpec::FindParam(
+    absl::string_view fqn) const {
+  auto it = params_by_fqn.find(std::string(fqn));
+  if (it == params_by_fqn.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown parameter '", fqn, "'"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<int> ModelSpec::FindUnit(absl::string_view fqn) const {
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u].fqn == fqn) return static_cast<int>(u);
+  }
+  return absl::NotFoundError(absl::StrCat("unknown ", UnitName(fqn)));
+}
+
+absl::StatusOr<ModelSpec> ParseModelLayout(
+    absl::string_view json, const Topology& topology,
+    std::optional<Strategy> strategy_override) {
+  const Json root = Json::parse(json.begin(), json.end(), nullptr,
+                                /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    return absl::InvalidArgumentError("layout is not valid JSON");
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout has JSON type ", root.type_name(), ", expected an object"));
+  }
+  ModelSpec spec;
+  // The file's strategy is validated even when overridden: a typo in the file
+  // is still a broken file.
+  absl::StatusOr<std::string> strategy_name =
+      StringField(root, "strategy", "layout", "FULL_SHARD");
+  if (!strategy_name.ok()) return strategy_name.status();
+  absl::StatusOr<Strategy> file_strategy = ParseStrategy(*strategy_name);
+  if (!file_strategy.ok()) return file_strategy.status();
+  spec.strategy = strategy_override.value_or(*file_strategy);
+
+  if (const Json* orig = FindField(root, "use_orig_params")) {
+    if (!orig->is_boolean()) {
+      return FieldError("layout", "use_orig_params", "a boolean", orig);
+    }
+    spec.use_orig_params = orig->get<bool>();
+  }
+  if (const Json* compute = FindField(root, "compute_dtype")) {
+    if (!compute->is_string()) {
+      return FieldError("layout", "compute_dtype", "a string", compute);
+    }
+    absl::StatusOr<DType> dtype =
+        ParseDType(compute->get_ref<const std::string&>());
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("compute_dtype: ", dtype.status().message()));
+    }
+    if (!IsFloatingPoint(*dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("compute_dtype '", DTypeName(*dtype),
+                       "' is not a floating-point dtype"));
+    }
+    spec.compute_dtype = *dtype;
+  }
+  absl::StatusOr<ShardGroups> groups =
+      DeriveShardGroups(spec.strategy, topology);
+  if (!groups.ok()) return groups.status();
+  spec.groups = *std::move(groups);
+
+  const Json* units = FindField(root, "units");
+  if (units == nullptr || !units->is_array()) {
+    return FieldError("layout", "units", "an array", units);
+  }
+  absl::StatusOr<std::vector<UnitEntry>> entries = ParseUnitEntries(*units);
+  if (!entries.ok()) return entries.status();
+  std::map<std::string, int, std::less<>> unit_index;
+  if (absl::Status tree = BuildUnitTree(*entries, unit_index, spec.units);
+      !tree.ok()) {
+    return tree;
+  }
+
+  // Aliases may resolve only to parameters listed before them, so the walk
+  // below sees primaries in the same order as the file. An alias of an alias
+  // resolves to the primary.
+  std::map<std::string, std::string> primary_of;  // Every parameter so far.
+  for (size_t u = 0; u < entries->size(); ++u) {
+    const UnitEntry& entry = (*entries)[u];
+    std::vector<FlatParamInput> primaries;
+    int64_t unit_numel = 0;
+    for (const ParamEntry& param : entry.params) {
+      if (absl::Status placed =
+              CheckPlacement(param.fqn, entry.fqn, unit_index);
+          !placed.ok()) {
+        return placed;
+      }
+      std::string primary = param.fqn;
+      if (param.alias_of.has_value()) {
+        auto target = primary_of.find(*param.alias_of);
+        if (target == primary_of.end()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "alias '", param.fqn, "': alias_of '", *param.alias_of,
+              "' names no parameter listed before it"));
+        }
+        primary = target->second;
+      } else {
+        // Each numel fits int64; keep the sum and its alignment and end
+        // padding indexable too.
+        if (param.numel > kMaxUnitNumel - unit_numel) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(UnitName(entry.fqn), " with parameter '", param.fqn,
+                           "' holds more elements than int64 can index"));
+        }
+        unit_numel += param.numel;
+        primaries.push_back({param.fqn, param.shape, param.dtype});
+      }
+      if (!primary_of.emplace(param.fqn, primary).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("duplicate parameter '", param.fqn, "'"));
+      }
+      if (param.alias_of.has_value()) spec.aliases[param.fqn] = primary;
+    }
+    absl::StatusOr<FlatParamLayout> layout =
+        FlatParamLayout::Build(primaries, spec.use_orig_params,
+                               spec.groups.group_size, spec.compute_dtype);
+    if (!layout.ok()) {
+      return absl::Status(
+          layout.status().code(),
+          absl::StrCat(UnitName(entry.fqn), ": ", layout.status().message()));
+    }
+    spec.units[u].layout = *std::move(layout);
+    for (const FlatParamInput& primary : primaries) {
+      spec.params_by_fqn[primary.fqn] = ParamLocation{
+          static_cast<int>(u), spec.units[u].layout.FindParam(primary.fqn)};
+    }
+  }
+  for (const auto& [alias, primary] : spec.aliases) {
+    spec.params_by_fqn[alias] = spec.params_by_fqn.at(primary);
+  }
+  return spec;
+}
+
+}  // namespace summon::core
