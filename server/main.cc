@@ -1,0 +1,193 @@
+// summond: one per node; owns the node's parameter shards and serves the
+// summon gRPC API (DESIGN.md section 6 lists the flags).
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0",
+          "HOST:PORT to serve on; port 0 picks a free port (logged, and "
+          "written to --port-file). Empty: only --unix-socket.");
+ABSL_FLAG(std::string, port_file, "",
+          "When set, the chosen TCP port is written to this file once the "
+          "daemon serves.");
+ABSL_FLAG(std::string, unix_socket, "",
+          "Also serve on this Unix domain socket path.");
+ABSL_FLAG(int32_t, local_ranks, 1, "Shard-owning ranks hosted by this node.");
+ABSL_FLAG(int32_t, node_rank, 0, "This node's position in --nodes.");
+ABSL_FLAG(std::vector<std::string>, nodes, {},
+          "HOST:PORT of every node's daemon, comma-separated, the same list "
+          "on every node. Omitted: a single node.");
+ABSL_FLAG(std::string, data_dir, ".",
+          "Root directory for relative checkpoint paths.");
+ABSL_FLAG(int64_t, memory_budget, 0,
+          "Most bytes this node's session copies may take; 0: no limit.");
+ABSL_FLAG(int32_t, heartbeat_ms, 1000,
+          "Interval of node heartbeats to the leader, in milliseconds.");
+ABSL_FLAG(int32_t, collective_timeout_ms, 30000,
+          "A collective operation taking longer aborts its sessions.");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error, critical or off.");
+
+namespace summon::server {
+namespace {
+
+// The daemon's exit code: the gRPC/absl code number, as summonctl does.
+int ExitCode(const absl::Status& status) { return status.raw_code(); }
+
+absl::Status SetLogLevel(const std::string& name) {
+  const spdlog::level::level_enum level = spdlog::level::from_str(name);
+  // from_str answers "off" for anything it does not know.
+  if (level == spdlog::level::off && name != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --log-level '", name,
+                     "' (trace, debug, info, warn, error, critical, off)"));
+  }
+  spdlog::set_level(level);
+  return absl::OkStatus();
+}
+
+// Written to a temporary file and renamed, so a script polling for the file
+// never reads a partial port number.
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << port << "\n";
+    if (!out.flush()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot write port file ", temporary));
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot rename ", temporary, " to ", path, ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// DESIGN.md spells flags with dashes (--port-file); Abseil flag names cannot
+// contain dashes, so the name part of every "--flag[=value]" argument before a
+// "--" terminator is rewritten with underscores. Values are left alone.
+std::vector<std::string> UnderscoreFlagNames(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& arg = args[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) continue;
+    const size_t name_end = std::min(arg.find('='), arg.size());
+    std::replace(arg.begin() + 2, arg.begin() + name_end, '-', '_');
+  }
+  return args;
+}
+
+SummonServer::Spec SpecFromFlags() {
+  SummonServer::Spec spec;
+  spec.listen_address = absl::GetFlag(FLAGS_listen);
+  spec.unix_socket = absl::GetFlag(FLAGS_unix_socket);
+  spec.local_ranks = absl::GetFlag(FLAGS_local_ranks);
+  spec.node_rank = absl::GetFlag(FLAGS_node_rank);
+  spec.nodes = absl::GetFlag(FLAGS_nodes);
+  spec.data_dir = absl::GetFlag(FLAGS_data_dir);
+  spec.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget);
+  spec.heartbeat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  spec.collective_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
+  return spec;
+}
+
+int Run(int argc, char** argv) {
+  // --help lists the flags of "main" files, which Abseil recognises by the
+  // program's name; ours are defined in this file.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return file == __FILE__;
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
+  absl::SetProgramUsageMessage(
+      "serves full-parameter sessions over gRPC.\n"
+      "  summond --listen 127.0.0.1:0 --port-file /tmp/summond.port "
+      "--local-ranks 4\n"
+      "Flag names take dashes or underscores alike (--port-file, "
+      "--port_file).");
+  std::vector<std::string> args = UnderscoreFlagNames(argc, argv);
+  std::vector<char*> arg_pointers;
+  for (std::string& arg : args) arg_pointers.push_back(arg.data());
+  const std::vector<char*> positional = absl::ParseCommandLine(
+      static_cast<int>(arg_pointers.size()), arg_pointers.data());
+  if (positional.size() > 1) {
+    spdlog::error("unexpected argument '{}'", positional[1]);
+    return ExitCode(absl::InvalidArgumentError("unexpected argument"));
+  }
+  if (absl::Status level = SetLogLevel(absl::GetFlag(FLAGS_log_level));
+      !level.ok()) {
+    spdlog::error("{}", level.ToString());
+    return ExitCode(level);
+  }
+
+  // SIGINT and SIGTERM are taken by a dedicated thread (sigwait), so they
+  // are blocked before gRPC starts any thread that would inherit the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<SummonServer>> server =
+      SummonServer::Start(SpecFromFlags());
+  if (!server.ok()) {
+    spdlog::error("summond failed to start: {}", server.status().ToString());
+    return ExitCode(server.status());
+  }
+  const SummonServer::Spec& spec = (*server)->spec();
+  spdlog::info(
+      "summond listening on {}{}{} with {} local rank(s)", (*server)->address(),
+      spec.unix_socket.empty() || spec.listen_address.empty() ? "" : " and ",
+      spec.unix_socket.empty() ? "" : "unix:" + spec.unix_socket,
+      spec.local_ranks);
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    if (absl::Status written = WritePortFile(port_file, (*server)->port());
+        !written.ok()) {
+      spdlog::error("{}", written.ToString());
+      return ExitCode(written);
+    }
+  }
+
+  std::thread signal_waiter([&stop_signals, &server] {
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    spdlog::info("received {}, shutting down", strsignal(signal_number));
+    (*server)->Shutdown();
+  });
+  (*server)->Wait();
+  signal_waiter.join();
+  spdlog::info("summond stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace summon::server
+
+int main(int argc, char** argv) { return summon::server::Run(argc, argv); }

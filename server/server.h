@@ -1,0 +1,77 @@
+#ifndef SUMMON_SERVER_SERVER_H_
+#define SUMMON_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+
+namespace summon::server {
+
+class SummonServiceImpl;
+class TrainerServiceImpl;
+
+// summond's gRPC server: the Summon and Trainer services, grpc.health.v1 and
+// server reflection (so grpcurl list/describe work).
+class SummonServer {
+ public:
+  struct Spec {
+    // HOST:PORT to listen on; port 0 picks a free port (see port()). Empty:
+    // no TCP listener (then unix_socket must be set).
+    std::string listen_address = "127.0.0.1:0";
+    // Path of a Unix domain socket to listen on as well. Empty: none.
+    std::string unix_socket;
+    // L: shard-owning ranks hosted by this daemon.
+    int local_ranks = 1;
+    // This daemon's position in `nodes`.
+    int node_rank = 0;
+    // HOST:PORT of every node's daemon, the same list on every node. Empty:
+    // a single node.
+    std::vector<std::string> nodes;
+    // Root for relative checkpoint paths.
+    std::string data_dir = ".";
+    // Most bytes this node's session copies may take (rule R9). 0: no limit.
+    int64_t memory_budget_bytes = 0;
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+    absl::Duration collective_timeout = absl::Seconds(30);
+  };
+
+  // Validates `spec`, binds the listeners and starts serving.
+  // INVALID_ARGUMENT for a bad spec, UNAVAILABLE when a listener cannot bind.
+  static absl::StatusOr<std::unique_ptr<SummonServer>> Start(Spec spec);
+
+  SummonServer(const SummonServer&) = delete;
+  SummonServer& operator=(const SummonServer&) = delete;
+  // Shuts down if still serving.
+  ~SummonServer();
+
+  const Spec& spec() const { return spec_; }
+  // The bound TCP port (the chosen one for port 0); 0 without TCP listener.
+  int port() const { return port_; }
+  // listen_address with the bound port, e.g. "127.0.0.1:40123"; empty
+  // without TCP listener.
+  std::string address() const;
+
+  // Blocks until Shutdown() has completed (from another thread).
+  void Wait();
+  // Reports NOT_SERVING to health checks, stops accepting calls and gives
+  // in-flight calls a short grace period before cancelling them. Idempotent.
+  void Shutdown();
+
+ private:
+  explicit SummonServer(Spec spec);
+
+  Spec spec_;
+  int port_ = 0;
+  std::unique_ptr<SummonServiceImpl> summon_service_;
+  std::unique_ptr<TrainerServiceImpl> trainer_service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_SERVER_H_
