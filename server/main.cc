@@ -37,8 +37,13 @@ ABSL_FLAG(int32_t, node_rank, 0, "This node's position in --nodes.");
 ABSL_FLAG(std::vector<std::string>, nodes, {},
           "HOST:PORT of every node's daemon, comma-separated, the same list "
           "on every node. Omitted: a single node.");
-ABSL_FLAG(std::string, data_dir, ".",
-          "Root directory for relative checkpoint paths.");
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory recording this node's models, so a restarted summond "
+          "re-attaches their shared-memory shards; also the root of relative "
+          "checkpoint paths. Empty: nothing is recorded.");
+ABSL_FLAG(std::vector<std::string>, admins, {},
+          "Principals (summon-principal metadata) allowed to operate any "
+          "session.");
 ABSL_FLAG(int64_t, memory_budget, 0,
           "Most bytes this node's session copies may take; 0: no limit.");
 ABSL_FLAG(int32_t, heartbeat_ms, 1000,
@@ -108,6 +113,7 @@ SummonServer::Spec SpecFromFlags() {
   spec.node_rank = absl::GetFlag(FLAGS_node_rank);
   spec.nodes = absl::GetFlag(FLAGS_nodes);
   spec.data_dir = absl::GetFlag(FLAGS_data_dir);
+  spec.admins = absl::GetFlag(FLAGS_admins);
   spec.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget);
   spec.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));

@@ -15,6 +15,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/status_conversion.h"
+#include "server/summon_service.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
@@ -26,11 +27,6 @@ namespace pb = ::summon::v1;
 // In-flight calls get this long to finish once shutdown starts; streams
 // still open then are cancelled.
 constexpr absl::Duration kShutdownGrace = absl::Seconds(5);
-
-grpc::Status NotImplemented(absl::string_view method) {
-  return ToGrpcStatus(absl::UnimplementedError(
-      absl::StrCat(method, " is not implemented yet by this summond")));
-}
 
 absl::Status ValidateSpec(const SummonServer::Spec& spec) {
   if (spec.listen_address.empty() && spec.unix_socket.empty()) {
@@ -65,89 +61,23 @@ absl::Status ValidateSpec(const SummonServer::Spec& spec) {
 
 }  // namespace
 
-class SummonServiceImpl final : public pb::Summon::Service {
- public:
-  grpc::Status ListModels(grpc::ServerContext*, const pb::ListModelsRequest*,
-                          pb::ListModelsResponse*) override {
-    return NotImplemented("summon.v1.Summon/ListModels");
-  }
-  grpc::Status DescribeModel(grpc::ServerContext*,
-                             const pb::DescribeModelRequest*,
-                             pb::Model*) override {
-    return NotImplemented("summon.v1.Summon/DescribeModel");
-  }
-  grpc::Status CreateModel(grpc::ServerContext*, const pb::CreateModelRequest*,
-                           pb::Model*) override {
-    return NotImplemented("summon.v1.Summon/CreateModel");
-  }
-  grpc::Status LoadModel(grpc::ServerContext*, const pb::LoadModelRequest*,
-                         pb::LoadModelResponse*) override {
-    return NotImplemented("summon.v1.Summon/LoadModel");
-  }
-  grpc::Status SaveModel(grpc::ServerContext*, const pb::SaveModelRequest*,
-                         pb::SaveModelResponse*) override {
-    return NotImplemented("summon.v1.Summon/SaveModel");
-  }
-  grpc::Status ModelChecksum(grpc::ServerContext*,
-                             const pb::ModelChecksumRequest*,
-                             pb::ModelChecksumResponse*) override {
-    return NotImplemented("summon.v1.Summon/ModelChecksum");
-  }
-  grpc::Status OpenSession(grpc::ServerContext*, const pb::OpenSessionRequest*,
-                           pb::Session*) override {
-    return NotImplemented("summon.v1.Summon/OpenSession");
-  }
-  grpc::Status GetSession(grpc::ServerContext*, const pb::GetSessionRequest*,
-                          pb::Session*) override {
-    return NotImplemented("summon.v1.Summon/GetSession");
-  }
-  grpc::Status ListSessions(grpc::ServerContext*,
-                            const pb::ListSessionsRequest*,
-                            pb::ListSessionsResponse*) override {
-    return NotImplemented("summon.v1.Summon/ListSessions");
-  }
-  grpc::Status RenewSession(grpc::ServerContext*,
-                            const pb::RenewSessionRequest*,
-                            pb::Session*) override {
-    return NotImplemented("summon.v1.Summon/RenewSession");
-  }
-  grpc::Status CloseSession(grpc::ServerContext*,
-                            const pb::CloseSessionRequest*,
-                            pb::CloseSessionResponse*) override {
-    return NotImplemented("summon.v1.Summon/CloseSession");
-  }
-  grpc::Status ReadTensor(
-      grpc::ServerContext*, const pb::ReadTensorRequest*,
-      grpc::ServerWriter<pb::ReadTensorResponse>*) override {
-    return NotImplemented("summon.v1.Summon/ReadTensor");
-  }
-  grpc::Status WriteTensor(grpc::ServerContext*,
-                           grpc::ServerReader<pb::WriteTensorRequest>*,
-                           pb::WriteTensorResponse*) override {
-    return NotImplemented("summon.v1.Summon/WriteTensor");
-  }
-  grpc::Status TensorStats(grpc::ServerContext*, const pb::TensorStatsRequest*,
-                           pb::TensorStatsResponse*) override {
-    return NotImplemented("summon.v1.Summon/TensorStats");
-  }
-};
-
-class TrainerServiceImpl final : public pb::Trainer::Service {
- public:
-  grpc::Status ReportPhase(grpc::ServerContext*, const pb::ReportPhaseRequest*,
-                           pb::ReportPhaseResponse*) override {
-    return NotImplemented("summon.v1.Trainer/ReportPhase");
-  }
-  grpc::Status MapShards(grpc::ServerContext*, const pb::MapShardsRequest*,
-                         pb::MapShardsResponse*) override {
-    return NotImplemented("summon.v1.Trainer/MapShards");
-  }
-};
-
-SummonServer::SummonServer(Spec spec)
-    : spec_(std::move(spec)),
-      summon_service_(std::make_unique<SummonServiceImpl>()),
-      trainer_service_(std::make_unique<TrainerServiceImpl>()) {}
+SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
+  core::Topology topology{static_cast<int>(std::max<size_t>(1, spec_.nodes.size())),
+                          spec_.local_ranks};
+  registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
+      spec_.data_dir, InstanceForDataDir(spec_.data_dir), topology,
+      spec_.node_rank});
+  SessionManager::Options session_options;
+  session_options.memory_budget_bytes = spec_.memory_budget_bytes;
+  session_options.admins = spec_.admins;
+  session_options.reaper_interval = spec_.reaper_interval;
+  sessions_ =
+      std::make_unique<SessionManager>(registry_.get(), session_options);
+  summon_service_ = std::make_unique<SummonServiceImpl>(
+      registry_.get(), sessions_.get(), spec_.data_dir);
+  trainer_service_ =
+      std::make_unique<TrainerServiceImpl>(registry_.get(), sessions_.get());
+}
 
 SummonServer::~SummonServer() { Shutdown(); }
 
@@ -159,6 +89,10 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   auto server = absl::WrapUnique(new SummonServer(std::move(spec)));
+  // Models recorded in the data directory come back with their shards.
+  if (absl::Status recovered = server->registry_->Recover(); !recovered.ok()) {
+    return recovered;
+  }
   const Spec& s = server->spec_;
   std::vector<std::string> listeners;
   grpc::ServerBuilder builder;

@@ -12,6 +12,8 @@
 
 namespace summon::server {
 
+class ModelRegistry;
+class SessionManager;
 class SummonServiceImpl;
 class TrainerServiceImpl;
 
@@ -32,10 +34,16 @@ class SummonServer {
     // HOST:PORT of every node's daemon, the same list on every node. Empty:
     // a single node.
     std::vector<std::string> nodes;
-    // Root for relative checkpoint paths.
-    std::string data_dir = ".";
+    // Where models are recorded (so a restarted daemon re-attaches their
+    // shared-memory shards) and the root of relative checkpoint paths.
+    // Empty: nothing is recorded; shards die with the daemon.
+    std::string data_dir;
     // Most bytes this node's session copies may take (rule R9). 0: no limit.
     int64_t memory_budget_bytes = 0;
+    // Principals allowed to operate any session (R12).
+    std::vector<std::string> admins;
+    // How often expired leases are looked for.
+    absl::Duration reaper_interval = absl::Milliseconds(200);
     absl::Duration heartbeat_interval = absl::Seconds(1);
     absl::Duration collective_timeout = absl::Seconds(30);
   };
@@ -67,6 +75,8 @@ class SummonServer {
 
   Spec spec_;
   int port_ = 0;
+  std::unique_ptr<ModelRegistry> registry_;
+  std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<SummonServiceImpl> summon_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -62,21 +62,21 @@ TEST(SummonServerTest, HealthIsServingForServerAndServices) {
             HealthCheckResponse::SERVING);
 }
 
-TEST(SummonServerTest, UnimplementedSummonRpcNamesTheMethod) {
+TEST(SummonServerTest, UnknownModelIsNotFoundNamingIt) {
   std::unique_ptr<SummonServer> server = StartOrDie({});
   ASSERT_NE(server, nullptr);
   auto stub = summon::v1::Summon::NewStub(ChannelTo(server->address()));
   grpc::ClientContext context;
-  summon::v1::ListModelsResponse response;
-  const grpc::Status status =
-      stub->ListModels(&context, summon::v1::ListModelsRequest(), &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_EQ(status.error_message(),
-            "summon.v1.Summon/ListModels is not implemented yet by this "
-            "summond");
+  summon::v1::DescribeModelRequest request;
+  request.set_model("ghost");
+  summon::v1::Model response;
+  const grpc::Status status = stub->DescribeModel(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("ghost"), std::string::npos)
+      << status.error_message();
 }
 
-TEST(SummonServerTest, UnimplementedTrainerRpcNamesTheMethod) {
+TEST(SummonServerTest, TrainerPhaseMustBeSet) {
   std::unique_ptr<SummonServer> server = StartOrDie({});
   ASSERT_NE(server, nullptr);
   auto stub = summon::v1::Trainer::NewStub(ChannelTo(server->address()));
@@ -84,10 +84,9 @@ TEST(SummonServerTest, UnimplementedTrainerRpcNamesTheMethod) {
   summon::v1::ReportPhaseResponse response;
   const grpc::Status status =
       stub->ReportPhase(&context, summon::v1::ReportPhaseRequest(), &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_EQ(status.error_message(),
-            "summon.v1.Trainer/ReportPhase is not implemented yet by this "
-            "summond");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("phase"), std::string::npos)
+      << status.error_message();
 }
 
 TEST(SummonServerTest, ServesOnUnixSocketAlone) {

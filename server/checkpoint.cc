@@ -1,0 +1,521 @@
+#include "server/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "server/safetensors.h"
+
+namespace summon::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::Status Labelled(absl::string_view label, const absl::Status& status) {
+  return absl::Status(status.code(),
+                      absl::StrCat(label, ": ", status.message()));
+}
+
+absl::Status CheckRanks(const core::ModelSpec& model,
+                        const std::vector<int>& ranks) {
+  for (int rank : ranks) {
+    if (model.groups.PositionOf(rank) < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " is outside the world of ",
+                       model.groups.topology.world_size(), " ranks"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The holders of every shard position among `ranks`, each listed once.
+std::map<int, std::vector<int>> RanksByPosition(const core::ModelSpec& model,
+                                                const std::vector<int>& ranks) {
+  std::map<int, std::vector<int>> by_position;
+  for (int rank : std::set<int>(ranks.begin(), ranks.end())) {
+    by_position[model.groups.PositionOf(rank)].push_back(rank);
+  }
+  return by_position;
+}
+
+// The checkpoint tensor holding a primary parameter: under its own name or
+// one of its aliases'.
+absl::StatusOr<SafetensorsTensorRef> FindStoredTensor(
+    const SafetensorsCheckpoint& checkpoint, const core::FlatParamEntry& param,
+    const std::vector<std::string>& aliases) {
+  std::vector<std::string> names = {param.fqn};
+  names.insert(names.end(), aliases.begin(), aliases.end());
+  for (const std::string& name : names) {
+    auto found = checkpoint.by_name.find(name);
+    if (found == checkpoint.by_name.end()) continue;
+    const SafetensorsTensorRef& tensor = checkpoint.tensors[found->second];
+    const SafetensorsEntry& entry = checkpoint.Entry(tensor);
+    if (entry.dtype != param.dtype || entry.shape != param.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint tensor '", name, "' is ", core::DTypeName(entry.dtype),
+          core::ShapeToString(entry.shape), " but parameter '", param.fqn,
+          "' is ", core::DTypeName(param.dtype),
+          core::ShapeToString(param.shape)));
+    }
+    return tensor;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "checkpoint has no tensor '", param.fqn, "'",
+      aliases.empty() ? ""
+                      : absl::StrCat(" (nor its tied aliases '",
+                                     absl::StrJoin(aliases, "', '"), "')")));
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path,
+                                       const core::ModelSpec& model,
+                                       const std::vector<int>& ranks,
+                                       const core::ShardAddress& shard) {
+  if (absl::Status checked = CheckRanks(model, ranks); !checked.ok()) {
+    return checked;
+  }
+  absl::StatusOr<SafetensorsCheckpoint> checkpoint =
+      OpenSafetensorsCheckpoint(path);
+  if (!checkpoint.ok()) return checkpoint.status();
+  std::map<std::string, std::vector<std::string>> aliases_of;
+  for (const auto& [alias, primary] : model.aliases) {
+    aliases_of[primary].push_back(alias);
+  }
+  // Every parameter is resolved before any shard changes, so a checkpoint
+  // that does not fit leaves the shards as they were.
+  struct Source {
+    int unit;
+    int param;
+    SafetensorsTensorRef tensor;
+  };
+  std::vector<Source> sources;
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    const auto& params = model.units[u].layout.params();
+    for (size_t p = 0; p < params.size(); ++p) {
+      absl::StatusOr<SafetensorsTensorRef> tensor =
+          FindStoredTensor(*checkpoint, params[p], aliases_of[params[p].fqn]);
+      if (!tensor.ok()) return Labelled(path, tensor.status());
+      sources.push_back({static_cast<int>(u), static_cast<int>(p), *tensor});
+    }
+  }
+  const std::map<int, std::vector<int>> holders = RanksByPosition(model, ranks);
+  int64_t bytes_read = 0;
+  for (const Source& source : sources) {
+    const core::FlatParamLayout& layout = model.units[source.unit].layout;
+    const int64_t element_size =
+        static_cast<int64_t>(core::ElementSize(layout.dtype()));
+    const SafetensorsFile& file = checkpoint->files[source.tensor.file];
+    const SafetensorsEntry& entry = checkpoint->Entry(source.tensor);
+    for (const auto& [position, position_ranks] : holders) {
+      const core::ShardSlice slice = layout.SliceOf(source.param, position);
+      if (!slice.in_shard) continue;
+      const int64_t bytes = slice.numel_in_shard * element_size;
+      const int64_t shard_offset = slice.offset_in_shard * element_size;
+      uint8_t* first =
+          shard(position_ranks.front(), source.unit) + shard_offset;
+      if (absl::Status read = PreadFully(file.fd.get(), first, bytes,
+                                         file.header.data_start + entry.begin +
+                                             slice.intra_start * element_size);
+          !read.ok()) {
+        return Labelled(absl::StrCat(file.path, " tensor '", entry.name, "'"),
+                        read);
+      }
+      bytes_read += bytes;
+      for (size_t r = 1; r < position_ranks.size(); ++r) {
+        std::memcpy(shard(position_ranks[r], source.unit) + shard_offset, first,
+                    static_cast<size_t>(bytes));
+      }
+    }
+  }
+  return bytes_read;
+}
+
+namespace {
+
+// A primary parameter to save: units[unit].layout.params()[param].
+struct SavedTensor {
+  int unit = 0;
+  int param = 0;
+};
+
+// The rank that writes each shard position: the first holder among `ranks`.
+absl::StatusOr<std::vector<int>> WriterByPosition(
+    const core::ModelSpec& model, const std::vector<int>& ranks) {
+  if (absl::Status checked = CheckRanks(model, ranks); !checked.ok()) {
+    return checked;
+  }
+  const std::map<int, std::vector<int>> holders = RanksByPosition(model, ranks);
+  std::vector<int> writers;
+  for (int position = 0; position < model.groups.group_size; ++position) {
+    auto found = holders.find(position);
+    if (found == holders.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ranks [", absl::StrJoin(ranks, ", "),
+                       "] hold no copy of shard position ", position,
+                       ": saving needs every position of the shard group"));
+    }
+    writers.push_back(found->second.front());
+  }
+  return writers;
+}
+
+int64_t TensorBytes(const core::FlatParamEntry& param) {
+  return param.numel * static_cast<int64_t>(core::ElementSize(param.dtype));
+}
+
+// The primaries in model order, cut into files of at most `max_file_bytes`
+// tensor bytes; a tensor larger than that gets a file of its own.
+std::vector<std::vector<SavedTensor>> SplitIntoFiles(
+    const core::ModelSpec& model, int64_t max_file_bytes) {
+  std::vector<std::vector<SavedTensor>> files(1);
+  int64_t file_bytes = 0;
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    const auto& params = model.units[u].layout.params();
+    for (size_t p = 0; p < params.size(); ++p) {
+      const int64_t bytes = TensorBytes(params[p]);
+      if (!files.back().empty() && bytes > max_file_bytes - file_bytes) {
+        files.emplace_back();
+        file_bytes = 0;
+      }
+      files.back().push_back({static_cast<int>(u), static_cast<int>(p)});
+      file_bytes += bytes;
+    }
+  }
+  return files;
+}
+
+// Writes `final_path` under a temporary name beside it: `fill` writes the
+// contents into the descriptor, then the file is fsynced and renamed over
+// `final_path`, so readers see the old file or the whole new one.
+absl::Status WriteFileAtomically(
+    const std::string& final_path,
+    const std::function<absl::Status(int fd)>& fill) {
+  static std::atomic<uint64_t> temp_counter{0};
+  const std::string temp =
+      absl::StrCat(final_path, ".tmp.", ::getpid(), ".", temp_counter++);
+  const int raw_fd =
+      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (raw_fd < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("create ", temp));
+  }
+  absl::Status status;
+  {
+    ScopedFd fd(raw_fd);
+    status = fill(fd.get());
+    if (status.ok() && ::fsync(fd.get()) != 0) {
+      status = absl::ErrnoToStatus(errno, absl::StrCat("fsync ", temp));
+    }
+  }
+  if (status.ok() && ::rename(temp.c_str(), final_path.c_str()) != 0) {
+    status = absl::ErrnoToStatus(errno, absl::StrCat("rename ", temp));
+  }
+  if (!status.ok()) ::unlink(temp.c_str());
+  return status;
+}
+
+// Makes the renames into `directory` durable.
+absl::Status SyncDirectory(const fs::path& directory) {
+  const std::string name = directory.empty() ? "." : directory.string();
+  const int fd = ::open(name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("open ", name));
+  ScopedFd closer(fd);
+  if (::fsync(fd) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("fsync ", name));
+  }
+  return absl::OkStatus();
+}
+
+// Writes one safetensors file holding `tensors`, each slice pwritten from the
+// rank `writers` names for its position. Returns the file's size.
+absl::StatusOr<int64_t> WriteTensorFile(
+    const std::string& final_path, const core::ModelSpec& model,
+    const std::vector<SavedTensor>& tensors, const std::vector<int>& writers,
+    const core::ShardAddress& shard,
+    const std::map<std::string, std::string>& metadata) {
+  SafetensorsHeader header;
+  header.metadata = metadata;
+  int64_t data_bytes = 0;
+  for (const SavedTensor& tensor : tensors) {
+    const core::FlatParamEntry& param =
+        model.units[tensor.unit].layout.params()[tensor.param];
+    const int64_t bytes = TensorBytes(param);
+    header.entries.push_back({param.fqn, param.dtype, param.shape, param.numel,
+                              data_bytes, data_bytes + bytes});
+    data_bytes += bytes;
+  }
+  const std::string prefix = SerializeSafetensorsHeader(header);
+  const int64_t data_start = static_cast<int64_t>(prefix.size());
+  const int64_t file_bytes = data_start + data_bytes;
+  absl::Status written = WriteFileAtomically(final_path, [&](int fd) {
+    if (::ftruncate(fd, file_bytes) != 0) {
+      return absl::ErrnoToStatus(errno, "ftruncate");
+    }
+    if (absl::Status put = PwriteFully(fd, prefix.data(), data_start, 0);
+        !put.ok()) {
+      return put;
+    }
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const core::FlatParamLayout& layout = model.units[tensors[t].unit].layout;
+      const int64_t element_size =
+          static_cast<int64_t>(core::ElementSize(layout.dtype()));
+      for (int position = 0; position < layout.group_size(); ++position) {
+        const core::ShardSlice slice =
+            layout.SliceOf(tensors[t].param, position);
+        if (!slice.in_shard) continue;
+        if (absl::Status put =
+                PwriteFully(fd,
+                            shard(writers[position], tensors[t].unit) +
+                                slice.offset_in_shard * element_size,
+                            slice.numel_in_shard * element_size,
+                            data_start + header.entries[t].begin +
+                                slice.intra_start * element_size);
+            !put.ok()) {
+          return put;
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!written.ok()) return Labelled(final_path, written);
+  return file_bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<SavedCheckpoint> SaveCheckpoint(
+    const std::string& path, const core::ModelSpec& model,
+    const std::vector<int>& ranks, const core::ShardAddress& shard,
+    const std::map<std::string, std::string>& metadata,
+    int64_t max_file_bytes) {
+  if (max_file_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_file_bytes must be >= 1, got ", max_file_bytes));
+  }
+  absl::StatusOr<std::vector<int>> writers = WriterByPosition(model, ranks);
+  if (!writers.ok()) return writers.status();
+  std::map<std::string, std::string> file_metadata = metadata;
+  file_metadata.emplace("format", "pt");
+
+  SavedCheckpoint saved;
+  const bool single_file = absl::EndsWith(path, ".safetensors");
+  if (single_file) {
+    absl::StatusOr<int64_t> bytes = WriteTensorFile(
+        path, model,
+        SplitIntoFiles(model, std::numeric_limits<int64_t>::max()).front(),
+        *writers, shard, file_metadata);
+    if (!bytes.ok()) return bytes.status();
+    saved.files.push_back(path);
+    saved.bytes_written = *bytes;
+    if (absl::Status synced = SyncDirectory(fs::path(path).parent_path());
+        !synced.ok()) {
+      return synced;
+    }
+    return saved;
+  }
+
+  std::error_code error;
+  fs::create_directories(path, error);
+  if (error) {
+    return absl::ErrnoToStatus(error.value(), absl::StrCat("mkdir ", path));
+  }
+  const std::vector<std::vector<SavedTensor>> files =
+      SplitIntoFiles(model, max_file_bytes);
+  SafetensorsIndex index;
+  index.metadata = file_metadata;
+  int64_t tensor_bytes = 0;
+  for (size_t f = 0; f < files.size(); ++f) {
+    const std::string name =
+        absl::StrFormat("model-%05d-of-%05d.safetensors", f + 1, files.size());
+    const std::string file_path = (fs::path(path) / name).string();
+    absl::StatusOr<int64_t> bytes = WriteTensorFile(
+        file_path, model, files[f], *writers, shard, file_metadata);
+    if (!bytes.ok()) return bytes.status();
+    saved.files.push_back(file_path);
+    saved.bytes_written += *bytes;
+    for (const SavedTensor& tensor : files[f]) {
+      const core::FlatParamEntry& param =
+          model.units[tensor.unit].layout.params()[tensor.param];
+      index.weight_map.emplace_back(param.fqn, name);
+      tensor_bytes += TensorBytes(param);
+    }
+  }
+  const std::string index_text = SerializeSafetensorsIndex(index, tensor_bytes);
+  const std::string index_path =
+      (fs::path(path) / std::string(kSafetensorsIndexName)).string();
+  if (absl::Status written = WriteFileAtomically(
+          index_path,
+          [&](int fd) {
+            return PwriteFully(fd, index_text.data(),
+                               static_cast<int64_t>(index_text.size()), 0);
+          });
+      !written.ok()) {
+    return Labelled(index_path, written);
+  }
+  saved.files.push_back(index_path);
+  saved.bytes_written += static_cast<int64_t>(index_text.size());
+  if (absl::Status synced = SyncDirectory(path); !synced.ok()) return synced;
+  return saved;
+}
+
+namespace {
+
+using ModulePath = std::vector<std::string>;
+
+// The components of a dot-separated name; nullopt when one is empty.
+std::optional<ModulePath> SplitName(absl::string_view name) {
+  ModulePath parts = absl::StrSplit(name, '.');
+  for (const std::string& part : parts) {
+    if (part.empty()) return std::nullopt;
+  }
+  return parts;
+}
+
+// Does the module made of the first `length` components of `name` match
+// `pattern`?
+bool MatchesPattern(const ModulePath& pattern, const ModulePath& name,
+                    size_t length) {
+  if (pattern.size() != length) return false;
+  for (size_t i = 0; i < length; ++i) {
+    if (pattern[i] != "*" && pattern[i] != name[i]) return false;
+  }
+  return true;
+}
+
+bool IsNumber(const std::string& text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return absl::ascii_isdigit(c);
+  });
+}
+
+// Component by component; numbers as numbers (by length, then digits), so
+// layers.2 < layers.10; a module before the modules below it.
+bool NaturalLess(const ModulePath& a, const ModulePath& b) {
+  return std::lexicographical_compare(
+      a.begin(), a.end(), b.begin(), b.end(),
+      [](const std::string& x, const std::string& y) {
+        if (IsNumber(x) && IsNumber(y) && x.size() != y.size()) {
+          return x.size() < y.size();
+        }
+        return x < y;
+      });
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
+    const std::string& path, const std::vector<std::string>& wrap_patterns,
+    core::Strategy strategy, bool use_orig_params,
+    NonFloatingTensors non_floating) {
+  std::vector<ModulePath> patterns;
+  for (const std::string& pattern : wrap_patterns) {
+    std::optional<ModulePath> parts = SplitName(pattern);
+    if (!parts.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "wrap pattern '", pattern,
+          "' is not a dot-separated module path with non-empty components"));
+    }
+    patterns.push_back(*std::move(parts));
+  }
+  absl::StatusOr<SafetensorsCheckpoint> checkpoint =
+      OpenSafetensorsCheckpoint(path);
+  if (!checkpoint.ok()) return checkpoint.status();
+
+  std::vector<std::string> non_floating_names;
+  // Unit FQN -> its tensors (indices into checkpoint->tensors), in order.
+  std::map<std::string, std::vector<int>> units = {{"", {}}};
+  std::vector<bool> pattern_used(patterns.size(), false);
+  for (size_t t = 0; t < checkpoint->tensors.size(); ++t) {
+    const SafetensorsEntry& entry = checkpoint->Entry(checkpoint->tensors[t]);
+    if (!core::IsFloatingPoint(entry.dtype)) {
+      non_floating_names.push_back(absl::StrCat(
+          "'", entry.name, "' (", core::DTypeName(entry.dtype), ")"));
+      continue;
+    }
+    std::optional<ModulePath> parts = SplitName(entry.name);
+    if (!parts.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor name '", entry.name,
+                       "' is not a dot-separated name"));
+    }
+    std::string unit;  // The deepest matched module; "" when none.
+    for (size_t length = 1; length < parts->size(); ++length) {
+      for (size_t p = 0; p < patterns.size(); ++p) {
+        if (!MatchesPattern(patterns[p], *parts, length)) continue;
+        pattern_used[p] = true;
+        unit = absl::StrJoin(parts->begin(), parts->begin() + length, ".");
+        units[unit];  // A matched module is a unit even without own tensors.
+      }
+    }
+    units[unit].push_back(static_cast<int>(t));
+  }
+  if (!non_floating_names.empty() &&
+      non_floating == NonFloatingTensors::kReject) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": tensors ", absl::StrJoin(non_floating_names, ", "),
+        " are not floating point and cannot be flattened into a unit (R14); "
+        "skip them to build a layout without them"));
+  }
+  for (size_t p = 0; p < patterns.size(); ++p) {
+    if (!pattern_used[p]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("wrap pattern '", wrap_patterns[p], "' matches no ",
+                       "module of checkpoint '", path, "'"));
+    }
+  }
+
+  std::vector<std::pair<ModulePath, std::string>> unit_order;
+  for (const auto& [fqn, tensors] : units) {
+    unit_order.emplace_back(fqn.empty() ? ModulePath() : *SplitName(fqn), fqn);
+  }
+  std::sort(unit_order.begin(), unit_order.end(),
+            [](const auto& a, const auto& b) {
+              return NaturalLess(a.first, b.first);
+            });
+  using Json = nlohmann::ordered_json;
+  Json unit_list = Json::array();
+  for (const auto& [parts, fqn] : unit_order) {
+    Json params = Json::array();
+    for (int t : units[fqn]) {
+      const SafetensorsEntry& entry = checkpoint->Entry(checkpoint->tensors[t]);
+      params.push_back({{"fqn", entry.name},
+                        {"shape", entry.shape},
+                        {"dtype", std::string(core::DTypeName(entry.dtype))}});
+    }
+    unit_list.push_back({{"fqn", fqn}, {"params", std::move(params)}});
+  }
+  Json layout = Json::object();
+  layout["strategy"] = std::string(core::StrategyName(strategy));
+  layout["use_orig_params"] = use_orig_params;
+  layout["units"] = std::move(unit_list);
+  std::string text = layout.dump(2, ' ', /*ensure_ascii=*/false,
+                                 Json::error_handler_t::replace);
+  // The daemon's own parser has the last word (one dtype per unit, a tensor
+  // named like a unit), so a layout returned here is one it accepts.
+  if (absl::StatusOr<core::ModelSpec> parsed =
+          core::ParseModelLayout(text, core::Topology{});
+      !parsed.ok()) {
+    return Labelled(path, parsed.status());
+  }
+  return text;
+}
+
+}  // namespace summon::server

@@ -1,0 +1,133 @@
+#ifndef SUMMON_SERVER_MODEL_REGISTRY_H_
+#define SUMMON_SERVER_MODEL_REGISTRY_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/model_spec.h"
+#include "core/session_rules.h"
+#include "server/shard_store.h"
+
+namespace summon::server {
+
+// How a new model's shards get their first values. Seeded gradients use the
+// seeded init of "<fqn>.grad", so they differ from the parameters even with
+// the same seed.
+struct ModelInit {
+  enum class Kind { kZeros, kSeeded };
+  Kind kind = Kind::kZeros;
+  uint64_t seed = 0;
+};
+
+// One model hosted by this node: its spec, its local shards and the runtime
+// state the rules look at.
+struct ModelEntry {
+  std::string name;
+  std::string layout_json;  // As created; persisted for re-attach.
+  core::ModelSpec spec;
+  std::vector<int> local_ranks;  // Global ranks whose shards live here.
+  std::unique_ptr<ShardStore> store;
+
+  // Guards `runtime`, `steps` and `open_sessions`. Lock order: the session
+  // manager's mutex, then this, then `shards_mu`.
+  absl::Mutex runtime_mu;
+  core::ModelRuntimeState runtime ABSL_GUARDED_BY(runtime_mu);
+  std::vector<std::optional<int64_t>> steps ABSL_GUARDED_BY(runtime_mu);
+  int open_sessions ABSL_GUARDED_BY(runtime_mu) = 0;
+
+  // Readers copy shards out (gathers, checksums, saves); writers change them
+  // (writeback commits, checkpoint loads, init).
+  absl::Mutex shards_mu;
+
+  // Base address of a local rank's shard of a unit (params or grads; grads
+  // may be null when the rank has none).
+  uint8_t* ParamShard(int rank, int unit) const {
+    return store->ParamShard(rank, unit);
+  }
+};
+
+struct ShardChecksums {
+  int rank = 0;
+  int unit = 0;
+  uint64_t params = 0;
+  std::optional<uint64_t> grads;
+  uint64_t generation = 0;
+};
+
+// The models of one node. Models persist as small JSON files in the data
+// directory and their shards in shared memory, so a restarted daemon
+// re-attaches every model with nothing lost.
+class ModelRegistry {
+ public:
+  struct Options {
+    std::string data_dir;  // Empty: nothing persists across restarts.
+    std::string instance;  // Shared-memory name prefix (see ShardStore).
+    core::Topology topology;
+    int node = 0;
+  };
+
+  explicit ModelRegistry(Options options);
+
+  // Re-attaches the models recorded in the data directory. Models whose
+  // shards are gone (e.g. after a reboot) are reported, not silently
+  // recreated.
+  absl::Status Recover();
+
+  absl::StatusOr<std::shared_ptr<ModelEntry>> Create(
+      const std::string& name, const std::string& layout_json,
+      std::optional<core::Strategy> strategy, const ModelInit& init,
+      const std::vector<int>& grad_ranks, const ModelInit& grad_init);
+
+  // Creates a model whose layout comes from a checkpoint's tensors (units
+  // per `wrap_patterns`) and loads it.
+  absl::StatusOr<std::shared_ptr<ModelEntry>> CreateFromCheckpoint(
+      const std::string& name, const std::string& path,
+      const std::vector<std::string>& wrap_patterns, core::Strategy strategy,
+      bool use_orig_params, int64_t* bytes_read);
+
+  // NOT_FOUND (R11) naming the model.
+  absl::StatusOr<std::shared_ptr<ModelEntry>> Get(
+      const std::string& name) const;
+  std::vector<std::shared_ptr<ModelEntry>> List() const;
+
+  // Loads safetensors into an existing model's shards (each local rank reads
+  // only its ranges); bumps every unit's generation. Refused while sessions
+  // are open on the model.
+  absl::StatusOr<int64_t> LoadCheckpoint(ModelEntry& model,
+                                         const std::string& path);
+  absl::StatusOr<std::vector<std::string>> SaveCheckpoint(
+      ModelEntry& model, const std::string& path, int64_t max_file_bytes);
+
+  std::vector<ShardChecksums> Checksums(ModelEntry& model);
+
+  // Forgets a model and unlinks its shared memory. Refused while sessions
+  // are open on it.
+  absl::Status Remove(const std::string& name);
+
+  const Options& options() const { return options_; }
+
+ private:
+  absl::StatusOr<std::shared_ptr<ModelEntry>> Build(
+      const std::string& name, const std::string& layout_json,
+      std::optional<core::Strategy> strategy, AttachMode mode);
+  absl::Status Persist(const ModelEntry& model) const;
+
+  Options options_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<ModelEntry>> models_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// The node's shared-memory instance name for a data directory: stable across
+// restarts, distinct between daemons with different data directories.
+std::string InstanceForDataDir(const std::string& data_dir);
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_MODEL_REGISTRY_H_

@@ -1,0 +1,543 @@
+#include "server/session_manager.h"
+
+#include "server/session_internal.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "spdlog/spdlog.h"
+
+namespace summon::server {
+
+namespace {
+
+std::string NewSessionId() {
+  static std::mt19937_64 generator{std::random_device{}()};
+  static absl::Mutex generator_mu;
+  absl::MutexLock lock(&generator_mu);
+  return absl::StrFormat("s-%016x", generator());
+}
+
+std::string ScopeText(const core::ScopeRequest& scope) {
+  if (!scope.params.empty()) {
+    return absl::StrCat("params(", scope.params.size(), ")");
+  }
+  return absl::StrCat("'", scope.module_fqn, "'",
+                      scope.recurse ? "" : " no-recurse");
+}
+
+// Global ranks that hold a slice of any scoped parameter.
+std::vector<int> RanksOfScope(const core::ModelSpec& spec,
+                              const core::Scope& scope) {
+  std::vector<int> ranks;
+  for (int rank = 0; rank < spec.groups.topology.world_size(); ++rank) {
+    const int position = spec.groups.PositionOf(rank);
+    for (const core::ScopedParam& param : scope.params) {
+      if (spec.units[param.location.unit]
+              .layout.SliceOf(param.location.param, position)
+              .in_shard) {
+        ranks.push_back(rank);
+        break;
+      }
+    }
+  }
+  return ranks;
+}
+
+absl::Status CheckSessionOptions(const core::ModelSpec& spec,
+                                 const SessionOptions& options,
+                                 absl::Duration max_lease) {
+  const int world = spec.groups.topology.world_size();
+  if (options.home_rank < 0 || options.home_rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("home_rank ", options.home_rank,
+                     " is outside the world of ", world, " ranks"));
+  }
+  if (options.lease <= absl::ZeroDuration() || options.lease > max_lease) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease must be in (0, ", absl::FormatDuration(max_lease),
+                     "], got ", absl::FormatDuration(options.lease)));
+  }
+  if (options.read_dtype.has_value() &&
+      !core::IsFloatingPoint(*options.read_dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("read_dtype must be a floating-point dtype, got ",
+                     core::DTypeName(*options.read_dtype)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+SessionManager::SessionManager(ModelRegistry* registry, Options options)
+    : registry_(registry), options_(std::move(options)) {
+  reaper_ = std::thread([this] { ReaperLoop(); });
+}
+
+SessionManager::~SessionManager() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  reaper_.join();
+}
+
+void SessionManager::ReaperLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.reaper_interval);
+    if (stopping_) break;
+    mu_.Unlock();
+    ReapExpired();
+    mu_.Lock();
+  }
+}
+
+absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
+                                                 const SessionOptions& options,
+                                                 const std::string& principal) {
+  const absl::Time started = options_.clock();
+  absl::StatusOr<std::shared_ptr<ModelEntry>> found =
+      registry_->Get(model_name);
+  if (!found.ok()) return found.status();
+  std::shared_ptr<ModelEntry> model = *std::move(found);
+  const core::ModelSpec& spec = model->spec;
+  if (absl::Status status =
+          CheckSessionOptions(spec, options, options_.max_lease);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<core::Scope> scope = core::ResolveScope(spec, options.scope);
+  if (!scope.ok()) return scope.status();
+
+  auto session = std::make_shared<Session>();
+  session->id = NewSessionId();
+  session->owner = principal;
+  session->model = model;
+  session->options = options;
+  session->scope = *scope;
+  session->created = started;
+
+  core::GatherIdentity identity;
+  identity.model = model_name;
+  for (const core::ScopedParam& param : scope->params) {
+    identity.params.insert(param.fqn);
+  }
+  identity.with_grads = options.with_grads;
+  identity.rank0_only = options.rank0_only;
+  identity.home_rank = options.home_rank;
+  identity.offload_to_cpu = options.offload_to_cpu;
+  identity.writable = options.writeback;
+
+  std::shared_ptr<Gather> shared;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::MutexLock runtime_lock(&model->runtime_mu);
+    core::OpenRequest request{scope->units, RanksOfScope(spec, *scope),
+                              options.writeback};
+    if (absl::Status status =
+            core::CheckOpen(model->runtime, spec.groups.effective, request);
+        !status.ok()) {
+      return status;
+    }
+    for (int unit : scope->units) {
+      identity.generation_per_unit[unit] =
+          model->runtime.units[unit].generation;
+    }
+    if (!options.writeback) {
+      for (const std::weak_ptr<Gather>& weak : shareable_gathers_) {
+        std::shared_ptr<Gather> candidate = weak.lock();
+        if (candidate && candidate->holders > 0 &&
+            core::CanShareGather(candidate->identity, identity)) {
+          shared = candidate;
+          break;
+        }
+      }
+    }
+    if (shared) {
+      ++shared->holders;
+      session->gather = shared;
+      session->state = core::SessionState::kOpen;
+      session->lease_deadline = core::RenewLease(started, options.lease);
+    } else {
+      // R9 before allocating anything: the params copy, plus the grads copy
+      // when any local rank could contribute grads.
+      core::SessionBufferLayout layout =
+          core::LayoutSessionBuffer(spec, *scope);
+      bool any_grads = false;
+      if (options.with_grads) {
+        for (int rank : request.ranks) {
+          any_grads = any_grads || model->store->HasGrads(rank);
+        }
+      }
+      const int64_t bytes = layout.total_bytes * (any_grads ? 2 : 1);
+      if (absl::Status status = core::CheckMemoryBudget(
+              registry_->options().node, options_.memory_budget_bytes,
+              memory_in_use_, bytes);
+          !status.ok()) {
+        return status;
+      }
+      memory_in_use_ += bytes;
+      auto gather = std::make_shared<Gather>();
+      gather->identity = identity;
+      gather->layout = std::move(layout);
+      gather->has_grads = any_grads;
+      gather->bytes = bytes;
+      gather->holders = 1;
+      session->gather = gather;
+      for (int unit : scope->units) {
+        if (options.writeback) {
+          model->runtime.units[unit].writable_session = session->id;
+        } else {
+          model->runtime.units[unit].read_only_gathering.insert(session->id);
+        }
+      }
+    }
+    ++model->open_sessions;
+    sessions_[session->id] = session;
+  }
+
+  if (!shared) {
+    Gather& gather = *session->gather;
+    absl::StatusOr<core::GatherPlan> plan =
+        core::PlanGather(spec, gather.layout,
+                         options.rank0_only ? core::Placement::kHomeRank
+                                            : core::Placement::kPerNode,
+                         options.home_rank);
+    if (plan.ok()) {
+      gather.plan = *std::move(plan);
+      gather.params.assign(gather.layout.total_bytes, 0);
+      absl::ReaderMutexLock shards_lock(&model->shards_mu);
+      core::ExecuteGather(
+          gather.plan.transfers,
+          [&](int rank, int unit) {
+            return model->store->ParamShard(rank, unit);
+          },
+          [&](int) { return gather.params.data(); });
+      if (gather.has_grads) {
+        // Ranks without grads contribute zeros (DESIGN.md section 2).
+        gather.grads.assign(gather.layout.total_bytes, 0);
+        std::vector<core::Transfer> grad_transfers;
+        for (const core::Transfer& transfer : gather.plan.transfers) {
+          if (model->store->HasGrads(transfer.rank)) {
+            grad_transfers.push_back(transfer);
+          }
+        }
+        core::ExecuteGather(
+            grad_transfers,
+            [&](int rank, int unit) {
+              return model->store->GradShard(rank, unit);
+            },
+            [&](int) { return gather.grads.data(); });
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    {
+      absl::MutexLock runtime_lock(&model->runtime_mu);
+      for (int unit : scope->units) {
+        model->runtime.units[unit].read_only_gathering.erase(session->id);
+      }
+    }
+    if (!plan.ok()) {
+      Finish(*session, core::SessionState::kFailed);
+      return plan.status();
+    }
+    session->state = core::SessionState::kOpen;
+    session->lease_deadline = core::RenewLease(options_.clock(), options.lease);
+    if (!options.writeback) shareable_gathers_.push_back(session->gather);
+    released_.SignalAll();
+  }
+
+  absl::MutexLock lock(&mu_);
+  spdlog::info(
+      "session open id={} principal={} model={} scope={} writeback={} "
+      "shared={} bytes={} duration_ms={}",
+      session->id, principal, model_name, ScopeText(options.scope),
+      options.writeback, shared != nullptr, session->gather->bytes,
+      absl::ToInt64Milliseconds(options_.clock() - started));
+  return Describe(*session);
+}
+
+absl::StatusOr<std::shared_ptr<SessionManager::Session>>
+SessionManager::FindSession(const std::string& id,
+                            const std::string& principal) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return core::UnknownSessionError(id);
+  const bool is_admin =
+      std::find(options_.admins.begin(), options_.admins.end(), principal) !=
+      options_.admins.end();
+  if (absl::Status status =
+          core::CheckSessionAccess(id, it->second->owner, principal, is_admin);
+      !status.ok()) {
+    return status;
+  }
+  return it->second;
+}
+
+SessionInfo SessionManager::Describe(const Session& session) const {
+  SessionInfo info;
+  info.id = session.id;
+  info.model = session.model->name;
+  info.owner = session.owner;
+  info.options = session.options;
+  info.state = session.state;
+  for (const auto& [unit, generation] :
+       session.gather->identity.generation_per_unit) {
+    info.gathered_generations[session.model->spec.units[unit].fqn] = generation;
+  }
+  info.params = session.gather->layout.tensors;
+  info.has_grads = session.gather->has_grads;
+  info.created = session.created;
+  info.expires = session.lease_deadline;
+  info.bytes = session.gather->bytes;
+  info.shared_gather = session.gather->holders > 1;
+  info.warnings = session.scope.warnings;
+  return info;
+}
+
+absl::StatusOr<SessionInfo> SessionManager::Get(const std::string& id,
+                                                const std::string& principal) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::shared_ptr<Session>> session = FindSession(id, principal);
+  if (!session.ok()) return session.status();
+  return Describe(**session);
+}
+
+std::vector<SessionInfo> SessionManager::List(const std::string& model,
+                                              const std::string& principal) {
+  absl::MutexLock lock(&mu_);
+  std::vector<SessionInfo> result;
+  for (const auto& [id, session] : sessions_) {
+    if (!model.empty() && session->model->name != model) continue;
+    if (!FindSession(id, principal).ok()) continue;
+    result.push_back(Describe(*session));
+  }
+  return result;
+}
+
+absl::StatusOr<SessionInfo> SessionManager::Renew(
+    const std::string& id, std::optional<absl::Duration> lease,
+    const std::string& principal) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+  if (!found.ok()) return found.status();
+  Session& session = **found;
+  if (session.state != core::SessionState::kOpen) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", id, " is ",
+                     core::SessionStateName(session.state), ", not OPEN"));
+  }
+  if (lease.has_value()) {
+    if (*lease <= absl::ZeroDuration() || *lease > options_.max_lease) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("lease must be in (0, ",
+                       absl::FormatDuration(options_.max_lease), "]"));
+    }
+    session.options.lease = *lease;
+  }
+  session.lease_deadline =
+      core::RenewLease(options_.clock(), session.options.lease);
+  return Describe(session);
+}
+
+absl::StatusOr<CloseResult> SessionManager::Close(
+    const std::string& id, bool abort, bool force,
+    const std::string& principal) {
+  const absl::Time started = options_.clock();
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+    if (!found.ok()) return found.status();
+    session = *std::move(found);
+    if (absl::Status status =
+            core::CheckTransition(session->state, core::SessionState::kClosing);
+        !status.ok()) {
+      return status;
+    }
+    if (abort || !session->writable()) {
+      Finish(*session, core::SessionState::kClosed);
+      spdlog::info("session {} id={} principal={} model={} scope={} bytes={}",
+                   abort ? "abort" : "close", id, principal,
+                   session->model->name, ScopeText(session->options.scope),
+                   session->gather->bytes);
+      return CloseResult{};
+    }
+    {
+      absl::MutexLock runtime_lock(&session->model->runtime_mu);
+      if (absl::Status status = core::CheckGenerationsUnchanged(
+              session->model->runtime, id,
+              session->gather->identity.generation_per_unit, force);
+          !status.ok()) {
+        return status;
+      }
+    }
+    session->state = core::SessionState::kClosing;
+  }
+
+  CloseResult result;
+  result.written_back = true;
+  result.bytes_written = Writeback(*session);
+
+  absl::MutexLock lock(&mu_);
+  {
+    ModelEntry& model = *session->model;
+    absl::MutexLock runtime_lock(&model.runtime_mu);
+    for (int unit : session->scope.units) {
+      model.store->BumpGeneration(unit);
+      model.runtime.units[unit].generation = model.store->Generation(unit);
+      result.generations[model.spec.units[unit].fqn] =
+          model.runtime.units[unit].generation;
+    }
+  }
+  Finish(*session, core::SessionState::kClosed);
+  spdlog::info(
+      "session writeback id={} principal={} model={} scope={} bytes={} "
+      "duration_ms={}",
+      id, principal, session->model->name, ScopeText(session->options.scope),
+      result.bytes_written,
+      absl::ToInt64Milliseconds(options_.clock() - started));
+  return result;
+}
+
+int64_t SessionManager::Writeback(Session& session) {
+  ModelEntry& model = *session.model;
+  Gather& gather = *session.gather;
+  const core::WritebackPlan plan =
+      core::PlanWriteback(model.spec, gather.layout, gather.plan);
+  int64_t bytes = 0;
+  absl::ReaderMutexLock data_lock(&session.data_mu);
+  absl::MutexLock shards_lock(&model.shards_mu);
+  core::ExecuteWriteback(
+      plan.transfers,
+      [&](int rank, int unit) { return model.store->ParamShard(rank, unit); },
+      [&](int) { return gather.params.data(); });
+  for (const core::Transfer& transfer : plan.transfers) bytes += transfer.bytes;
+  if (gather.has_grads) {
+    // A rank without grads keeps none: its grad edits are dropped (FSDP).
+    std::vector<core::Transfer> grad_transfers;
+    for (const core::Transfer& transfer : plan.transfers) {
+      if (model.store->HasGrads(transfer.rank)) {
+        grad_transfers.push_back(transfer);
+        bytes += transfer.bytes;
+      }
+    }
+    core::ExecuteWriteback(
+        grad_transfers,
+        [&](int rank, int unit) { return model.store->GradShard(rank, unit); },
+        [&](int) { return gather.grads.data(); });
+  }
+  return bytes;
+}
+
+void SessionManager::Finish(Session& session, core::SessionState final_state) {
+  ModelEntry& model = *session.model;
+  {
+    absl::MutexLock runtime_lock(&model.runtime_mu);
+    for (int unit : session.scope.units) {
+      core::UnitRuntimeState& state = model.runtime.units[unit];
+      if (state.writable_session == session.id) state.writable_session.reset();
+      state.read_only_gathering.erase(session.id);
+    }
+    --model.open_sessions;
+  }
+  if (--session.gather->holders == 0) {
+    memory_in_use_ -= session.gather->bytes;
+    shareable_gathers_.erase(
+        std::remove_if(shareable_gathers_.begin(), shareable_gathers_.end(),
+                       [&](const std::weak_ptr<Gather>& weak) {
+                         std::shared_ptr<Gather> gather = weak.lock();
+                         return !gather || gather == session.gather;
+                       }),
+        shareable_gathers_.end());
+  }
+  memory_in_use_ -= session.private_bytes;
+  session.private_bytes = 0;
+  session.state = final_state;
+  sessions_.erase(session.id);
+  released_.SignalAll();
+}
+
+int SessionManager::ReapExpired() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock();
+  std::vector<std::shared_ptr<Session>> expired;
+  for (const auto& [id, session] : sessions_) {
+    if (session->state == core::SessionState::kOpen &&
+        core::LeaseExpired(session->lease_deadline, now)) {
+      expired.push_back(session);
+    }
+  }
+  for (const std::shared_ptr<Session>& session : expired) {
+    Finish(*session, core::SessionState::kFailed);
+    spdlog::warn(
+        "session abort id={} principal={} model={} scope={} bytes={} "
+        "reason=lease expired",
+        session->id, session->owner, session->model->name,
+        ScopeText(session->options.scope), session->gather->bytes);
+  }
+  return static_cast<int>(expired.size());
+}
+
+absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
+    const std::string& model_name, int rank, core::TrainingPhase phase,
+    std::optional<int64_t> step, std::optional<absl::Time> deadline) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> found =
+      registry_->Get(model_name);
+  if (!found.ok()) return found.status();
+  ModelEntry& model = **found;
+  const absl::Time started = options_.clock();
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    absl::StatusOr<core::PhaseChangeDecision> decision;
+    {
+      absl::MutexLock runtime_lock(&model.runtime_mu);
+      decision = core::DecidePhaseChange(model.runtime, rank, phase, deadline,
+                                         options_.clock());
+      if (decision.ok() && *decision == core::PhaseChangeDecision::kAllow) {
+        PhaseReport report;
+        report.previous = model.runtime.phase_per_rank[rank];
+        report.phase = phase;
+        model.runtime.phase_per_rank[rank] = phase;
+        // Entering OPTIMIZER, or reporting a new step number, says the
+        // shards changed: every unit's generation moves (R7 relies on it).
+        const bool new_step =
+            step.has_value() && model.steps[rank].has_value() &&
+            *model.steps[rank] != *step;
+        if (step.has_value()) model.steps[rank] = step;
+        report.step = model.steps[rank];
+        if (new_step || (phase == core::TrainingPhase::kOptimizer &&
+                         report.previous != core::TrainingPhase::kOptimizer)) {
+          for (size_t unit = 0; unit < model.runtime.units.size(); ++unit) {
+            model.store->BumpGeneration(static_cast<int>(unit));
+            model.runtime.units[unit].generation =
+                model.store->Generation(static_cast<int>(unit));
+          }
+        }
+        report.waited = options_.clock() - started;
+        return report;
+      }
+    }
+    if (!decision.ok()) return decision.status();
+    // kWait: a session will release the unit or the deadline passes.
+    released_.WaitWithDeadline(&mu_, *deadline);
+  }
+}
+
+int64_t SessionManager::MemoryInUse() const {
+  absl::MutexLock lock(&mu_);
+  return memory_in_use_;
+}
+
+int SessionManager::OpenSessionCount() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(sessions_.size());
+}
+
+}  // namespace summon::server

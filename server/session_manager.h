@@ -1,0 +1,188 @@
+#ifndef SUMMON_SERVER_SESSION_MANAGER_H_
+#define SUMMON_SERVER_SESSION_MANAGER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/plan.h"
+#include "core/scope.h"
+#include "core/session_rules.h"
+#include "core/session_state.h"
+#include "server/model_registry.h"
+#include "server/tensor_stats.h"
+
+namespace summon::server {
+
+// The options of DESIGN.md section 2, with their defaults.
+struct SessionOptions {
+  core::ScopeRequest scope;
+  bool writeback = true;
+  bool rank0_only = false;
+  int home_rank = 0;
+  bool offload_to_cpu = false;
+  bool with_grads = false;
+  std::optional<core::DType> read_dtype;
+  absl::Duration lease = absl::Seconds(60);
+};
+
+struct SessionInfo {
+  std::string id;
+  std::string model;
+  std::string owner;
+  SessionOptions options;
+  core::SessionState state = core::SessionState::kOpening;
+  std::map<std::string, uint64_t> gathered_generations;  // Unit FQN -> gen.
+  std::vector<core::SessionTensor> params;
+  bool has_grads = false;
+  absl::Time created;
+  absl::Time expires;
+  int64_t bytes = 0;  // Of the (possibly shared) gather.
+  bool shared_gather = false;
+  std::vector<std::string> warnings;
+};
+
+struct CloseResult {
+  bool written_back = false;
+  int64_t bytes_written = 0;
+  std::map<std::string, uint64_t> generations;  // Unit FQN -> new gen.
+};
+
+struct PhaseReport {
+  core::TrainingPhase previous = core::TrainingPhase::kIdle;
+  core::TrainingPhase phase = core::TrainingPhase::kIdle;
+  std::optional<int64_t> step;
+  absl::Duration waited;
+};
+
+// Receives a read in chunks; returning false stops the read (client gone).
+using ChunkSink =
+    std::function<bool(int64_t element_offset, absl::string_view bytes)>;
+
+// Sessions of one node: the rules (R1-R12) checked against the node's
+// models, gathers and writebacks per the core's plans (memcpy between local
+// ranks), read-only sessions sharing one gather, leases with a reaper, the
+// node's memory budget and the training-phase interlock.
+class SessionManager {
+ public:
+  struct Options {
+    int64_t memory_budget_bytes = 0;  // 0: unlimited.
+    std::vector<std::string> admins;  // Principals allowed on any session.
+    absl::Duration reaper_interval = absl::Milliseconds(200);
+    absl::Duration max_lease = absl::Hours(24);
+    std::function<absl::Time()> clock = absl::Now;
+  };
+
+  SessionManager(ModelRegistry* registry, Options options);
+  ~SessionManager();  // Stops the reaper; open sessions are dropped.
+
+  absl::StatusOr<SessionInfo> Open(const std::string& model,
+                                   const SessionOptions& options,
+                                   const std::string& principal);
+  absl::StatusOr<SessionInfo> Get(const std::string& id,
+                                  const std::string& principal);
+  // Sessions of `model` (all models when empty) visible to `principal`.
+  std::vector<SessionInfo> List(const std::string& model,
+                                const std::string& principal);
+  absl::StatusOr<SessionInfo> Renew(const std::string& id,
+                                    std::optional<absl::Duration> lease,
+                                    const std::string& principal);
+  // Writes back (writeback sessions, unless `abort`) and frees the session.
+  // R7: ABORTED when a scoped unit's generation moved since the gather,
+  // unless `force`; the session then stays open so the caller can decide.
+  absl::StatusOr<CloseResult> Close(const std::string& id, bool abort,
+                                    bool force, const std::string& principal);
+
+  // Streams elements [offset, offset + count) of a tensor, converted to
+  // `dtype` when given, in chunks of about `chunk_bytes`.
+  absl::Status Read(const std::string& id, const std::string& fqn, bool grad,
+                    std::optional<core::DType> dtype, int64_t offset,
+                    std::optional<int64_t> count, int64_t chunk_bytes,
+                    const std::string& principal, const ChunkSink& sink);
+  // R5: `bytes` must be whole elements of the stored dtype inside the
+  // tensor. Applied to the session's copy (a shared gather is first copied
+  // for this session).
+  absl::StatusOr<core::SessionTensor> Write(const std::string& id,
+                                            const std::string& fqn, bool grad,
+                                            core::DType dtype, int64_t offset,
+                                            absl::string_view bytes,
+                                            const std::string& principal);
+  // The session's tensor `fqn` (a tied alias names its primary).
+  absl::StatusOr<core::SessionTensor> DescribeTensor(
+      const std::string& id, const std::string& fqn, bool grad,
+      const std::string& principal);
+  // The tensor a write will target, checked before any data arrives.
+  absl::StatusOr<core::SessionTensor> CheckWriteTarget(
+      const std::string& id, const std::string& fqn, bool grad,
+      core::DType dtype, int64_t offset, int64_t count,
+      const std::string& principal);
+  // Statistics of the named tensors (all of the session's when empty).
+  absl::StatusOr<std::vector<std::pair<core::SessionTensor, TensorStatistics>>>
+  Stats(const std::string& id, const std::vector<std::string>& fqns, bool grad,
+        int bins, const std::string& principal);
+
+  // R3: a move into FORWARD/BACKWARD/OPTIMIZER waits (up to `deadline`) or
+  // is refused while a writable session holds a unit of the model. Entering
+  // OPTIMIZER, or a step number other than the last one reported, moves
+  // every unit's generation: the step changed the shards.
+  absl::StatusOr<PhaseReport> ReportPhase(const std::string& model, int rank,
+                                          core::TrainingPhase phase,
+                                          std::optional<int64_t> step,
+                                          std::optional<absl::Time> deadline);
+
+  // Aborts sessions whose lease passed; returns how many. The reaper thread
+  // calls it; tests call it with an injected clock.
+  int ReapExpired();
+
+  int64_t MemoryInUse() const;
+  int OpenSessionCount() const;
+
+ private:
+  struct Gather;
+  struct Session;
+
+  absl::StatusOr<std::shared_ptr<Session>> FindSession(
+      const std::string& id, const std::string& principal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  SessionInfo Describe(const Session& session) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases locks, the gather reference and memory; marks the final state.
+  void Finish(Session& session, core::SessionState final_state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::shared_ptr<Gather>> RunGather(
+      ModelEntry& model, const core::Scope& scope,
+      const SessionOptions& options, core::GatherIdentity identity);
+  int64_t Writeback(Session& session);
+  // The bytes of a tensor as this session sees them; `for_write` first gives
+  // the session a private copy when its gather is shared.
+  uint8_t* TensorData(Session& session, int tensor, bool grad, bool for_write)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.data_mu);
+  absl::StatusOr<int> FindTensor(const Session& session, const std::string& fqn,
+                                 bool grad) const;
+  void ReaperLoop();
+
+  ModelRegistry* const registry_;
+  const Options options_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar released_;  // Signalled when a session leaves a unit.
+  std::map<std::string, std::shared_ptr<Session>> sessions_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<Gather>> shareable_gathers_ ABSL_GUARDED_BY(mu_);
+  int64_t memory_in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_SESSION_MANAGER_H_

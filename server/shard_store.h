@@ -1,0 +1,217 @@
+#ifndef SUMMON_SERVER_SHARD_STORE_H_
+#define SUMMON_SERVER_SHARD_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "core/model_spec.h"
+
+namespace summon::server {
+namespace shm {
+class Segment;  // server/shm_segment.h
+}  // namespace shm
+
+// INVALID_ARGUMENT unless `name` matches [A-Za-z0-9._-]{1,64} and is not "."
+// or "..": model names end up in shared-memory segment and file names.
+absl::Status ValidateModelName(absl::string_view name);
+
+enum class AttachMode {
+  kCreate,          // ALREADY_EXISTS when any of the model's segments exist.
+  kAttach,          // NOT_FOUND when the model's segments are absent.
+  kCreateOrAttach,  // Attach when present, create when absent.
+};
+
+// What a shared-memory segment holds for one rank.
+enum class SegmentKind : uint32_t {
+  kParams = 1,
+  kGrads = 2,
+  kStaged = 3,  // Writeback data between PREPARE and COMMIT.
+};
+
+// One node's shards of one model, in POSIX shared memory: per local rank a
+// params segment, an optional grads segment and, during a writeback, a staged
+// segment. Shared memory outlives the daemon, so trainers on the node can map
+// the shards in place and a restarted summond re-attaches them (and finishes
+// a COMMIT from the staged data) instead of losing them.
+//
+// Segment `/summon-<instance>-<model>-r<rank>-<params|grads|staged>`: a
+// header (a multiple of 4 KiB; magic "SUMMONSH", format version, kind, rank,
+// unit count, a fingerprint of the rank's layout, the store's incarnation,
+// per unit its data offset and generation), then every unit's shard
+// (FlatParamLayout::shard_bytes()) at a 64-byte aligned offset. Offsets are
+// the same in all three kinds, so one SegmentDescription serves each.
+//
+// Thread-safe. Pointers into params stay valid for the store's lifetime;
+// grads pointers until Destroy(); staging pointers until the rank's staging
+// is committed or cleared.
+class ShardStore {
+ public:
+  struct SegmentDescription {
+    std::string name;  // For shm_open.
+    int64_t size = 0;  // Bytes to map.
+    std::vector<int64_t> unit_offsets;
+    std::vector<int64_t> unit_bytes;
+    bool grads = false;
+    int rank = -1;
+  };
+
+  // A rank's staged writeback as recorded in its staged segment's header.
+  struct StagedWriteback {
+    std::string session_id;
+    std::map<int, uint64_t> target_generations;  // Staged unit -> generation.
+  };
+
+  // Longest session id a staged segment records.
+  static constexpr size_t kMaxSessionIdBytes = 128;
+
+  // Maps the params segments of `local_ranks` (global rank numbers this node
+  // hosts) for `model`, creating zero-filled ones or attaching existing ones
+  // per `mode`, and attaches any existing grads and staged segments. An
+  // existing segment is used only when its header matches the model (magic,
+  // format version, rank, layout fingerprint, one incarnation across ranks);
+  // otherwise FAILED_PRECONDITION names it. A node holding params for only
+  // some of the ranks is FAILED_PRECONDITION too (see RemoveSegments).
+  // INVALID_ARGUMENT for a bad instance ([A-Za-z0-9]{1,64}), model name or
+  // rank list; RESOURCE_EXHAUSTED when shared memory runs out.
+  static absl::StatusOr<std::unique_ptr<ShardStore>> CreateOrAttach(
+      const std::string& instance, const std::string& model_name,
+      const core::ModelSpec& model, const std::vector<int>& local_ranks,
+      AttachMode mode);
+
+  static std::string SegmentName(absl::string_view instance,
+                                 absl::string_view model_name, int rank,
+                                 SegmentKind kind);
+  // Every segment of `instance` in /dev/shm (as "/name"), sorted.
+  static std::vector<std::string> ListSegments(absl::string_view instance);
+  // Unlinks every segment of one model found in /dev/shm, whichever ranks
+  // and layout they belong to: the way out when CreateOrAttach refuses
+  // leftovers, and model deletion without an attached store.
+  static absl::Status RemoveSegments(absl::string_view instance,
+                                     absl::string_view model_name);
+
+  ShardStore(const ShardStore&) = delete;
+  ShardStore& operator=(const ShardStore&) = delete;
+  // Unmaps without unlinking, so that a restarted daemon can re-attach.
+  ~ShardStore();
+
+  // True when the params were found in shared memory rather than created.
+  bool attached() const { return attached_; }
+  const std::string& name() const { return model_name_; }
+  // Hosted global ranks, ascending.
+  const std::vector<int>& local_ranks() const { return local_ranks_; }
+  int num_units() const { return static_cast<int>(unit_offsets_.size()); }
+
+  // Start of `rank`'s shard of `unit`; nullptr for a rank not hosted here or
+  // a unit out of range (and after Destroy()).
+  uint8_t* ParamShard(int rank, int unit) const;
+  // Like ParamShard; also nullptr while the rank has no grads.
+  uint8_t* GradShard(int rank, int unit) const;
+  bool HasGrads(int rank) const;
+  // Creates `rank`'s zero-filled grads segment unless it has one.
+  absl::Status EnsureGrads(int rank);
+
+  // A unit's generation (DESIGN.md section 1), kept in every local rank's
+  // params header. On attach, ranks that disagree (a daemon killed between
+  // two header updates) are set to the highest value: generations only move
+  // forward, and the higher one makes any older gather stale (R7). A unit
+  // out of range reads 0 and is never written.
+  uint64_t Generation(int unit) const;
+  // Returns the new generation.
+  uint64_t BumpGeneration(int unit);
+  void SetGeneration(int unit, uint64_t generation);
+
+  // The params segment and, when present, the grads segment of `rank`, for
+  // the Trainer MapShards RPC; empty for a rank not hosted here.
+  std::vector<SegmentDescription> Describe(int rank) const;
+  // Bytes of every mapped segment (params, grads, staged).
+  int64_t TotalBytes() const;
+  // Unlinks and unmaps every segment (the model is deleted); the store is
+  // empty afterwards. Returns the first failure but tries every segment.
+  absl::Status Destroy();
+
+  // Two-phase writeback, PREPARE: `rank`'s staging buffer for `unit` in the
+  // writeback of `session_id`, which will give the unit `target_generation`.
+  // The staged segment is created on first use; the first call for a unit
+  // copies the unit's current params into the buffer, so the caller writes
+  // only the slices it changes. FAILED_PRECONDITION while the rank's staging
+  // holds another session, or this unit with another target generation.
+  absl::StatusOr<uint8_t*> StagingShard(int rank, int unit,
+                                        absl::string_view session_id,
+                                        uint64_t target_generation);
+  // What `rank`'s staged segment records; nullopt when it has none.
+  std::optional<StagedWriteback> Staged(int rank) const;
+  // COMMIT: copies every unit staged for `session_id` (on any local rank)
+  // into its params shard, sets those units' generations to their targets,
+  // then removes the staged segments. Idempotent until its end, so a daemon
+  // killed midway re-runs it after re-attaching. NOT_FOUND when nothing here
+  // is staged for `session_id`.
+  absl::Status CommitStaging(absl::string_view session_id);
+  // Drops `rank`'s staged data (abort, or after a commit elsewhere).
+  absl::Status ClearStaging(int rank);
+
+ private:
+  struct RankSegments {
+    int rank = -1;
+    uint64_t fingerprint = 0;
+    std::unique_ptr<shm::Segment> params;
+    std::unique_ptr<shm::Segment> grads;   // Null: no grads.
+    std::unique_ptr<shm::Segment> staged;  // Null: nothing staged.
+  };
+
+  ShardStore(std::string instance, std::string model_name,
+             std::vector<int> local_ranks);
+
+  absl::Status CreateAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `params` in ranks_ order.
+  absl::Status AttachAll(std::vector<std::unique_ptr<shm::Segment>> params)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Attaches the optional segment of `kind` for `ranks_[index]`; removes
+  // one whose creation never finished (it never held data).
+  absl::Status AttachOptional(size_t index, SegmentKind kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::unique_ptr<shm::Segment>> CreateSegment(
+      int rank, SegmentKind kind, uint64_t fingerprint,
+      absl::string_view session_id) const;
+  absl::Status VerifySegment(const shm::Segment& segment, int rank,
+                             SegmentKind kind, uint64_t fingerprint) const;
+  void ReconcileGenerations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetGenerationLocked(int unit, uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RemoveStaging(RankSegments& rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status NotHosted(int rank) const;
+  const RankSegments* FindRank(int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  RankSegments* FindRank(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ValidUnit(int unit) const { return unit >= 0 && unit < num_units(); }
+
+  const std::string instance_;
+  const std::string model_name_;
+  const std::vector<int> local_ranks_;
+  // Identical in every segment of the store.
+  int64_t header_bytes_ = 0;
+  int64_t segment_bytes_ = 0;
+  std::vector<int64_t> unit_offsets_;
+  std::vector<int64_t> unit_bytes_;
+  // Random at creation, recorded in every segment: segments left over from
+  // an earlier model of the same name and layout are never mixed in.
+  uint64_t incarnation_ = 0;
+  bool attached_ = false;
+
+  mutable absl::Mutex mu_;
+  // One per local rank, in local_ranks_ order; empty after Destroy().
+  std::vector<RankSegments> ranks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_SHARD_STORE_H_

@@ -1,0 +1,152 @@
+// The staged segments of the two-phase writeback (DESIGN.md section 4):
+// PREPARE fills them, COMMIT copies them into the params. They live in
+// shared memory so that a daemon killed during COMMIT finishes it after a
+// restart instead of leaving some ranks written and others not.
+#include <cstring>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/shard_store.h"
+#include "server/shm_segment.h"
+
+namespace summon::server {
+
+absl::StatusOr<uint8_t*> ShardStore::StagingShard(int rank, int unit,
+                                                  absl::string_view session_id,
+                                                  uint64_t target_generation) {
+  if (session_id.empty() || session_id.size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a staging session id has 1 to ", kMaxSessionIdBytes, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  RankSegments* segments = FindRank(rank);
+  if (segments == nullptr || !ValidUnit(unit)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no shard of unit ", unit, " of rank ", rank,
+                     " in this node's store of model '", model_name_, "'"));
+  }
+  if (segments->staged == nullptr) {
+    absl::StatusOr<std::unique_ptr<shm::Segment>> staged = CreateSegment(
+        rank, SegmentKind::kStaged, segments->fingerprint, session_id);
+    if (!staged.ok()) return staged.status();
+    segments->staged = *std::move(staged);
+  }
+  shm::Segment& staged = *segments->staged;
+  const absl::string_view staged_session(staged.header()->session_id,
+                                         staged.header()->session_id_bytes);
+  if (staged_session != session_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank, "'s staging area holds the writeback of session '",
+        staged_session, "'; commit or clear it before staging '", session_id,
+        "'"));
+  }
+  shm::UnitEntry& entry = staged.units()[unit];
+  uint8_t* buffer = staged.data() + unit_offsets_[unit];
+  if (shm::LoadShared(&entry.flags) & shm::kUnitStaged) {
+    const uint64_t staged_generation = shm::LoadShared(&entry.generation);
+    if (staged_generation != target_generation) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "unit ", unit, " of rank ", rank, " is staged for generation ",
+          staged_generation, ", not ", target_generation));
+    }
+    return buffer;
+  }
+  if (absl::Status status =
+          staged.Reserve(unit_offsets_[unit], unit_bytes_[unit]);
+      !status.ok()) {
+    return status;
+  }
+  std::memcpy(buffer, segments->params->data() + unit_offsets_[unit],
+              unit_bytes_[unit]);
+  shm::StoreShared(&entry.generation, target_generation);
+  shm::StoreShared(&entry.flags, shm::kUnitStaged);
+  return buffer;
+}
+
+std::optional<ShardStore::StagedWriteback> ShardStore::Staged(int rank) const {
+  absl::MutexLock lock(&mu_);
+  const RankSegments* segments = FindRank(rank);
+  if (segments == nullptr || segments->staged == nullptr) return std::nullopt;
+  const shm::Segment& staged = *segments->staged;
+  StagedWriteback writeback;
+  writeback.session_id.assign(staged.header()->session_id,
+                              staged.header()->session_id_bytes);
+  for (int unit = 0; unit < num_units(); ++unit) {
+    const shm::UnitEntry& entry = staged.units()[unit];
+    if (shm::LoadShared(&entry.flags) & shm::kUnitStaged) {
+      writeback.target_generations[unit] = shm::LoadShared(&entry.generation);
+    }
+  }
+  return writeback;
+}
+
+absl::Status ShardStore::CommitStaging(absl::string_view session_id) {
+  absl::MutexLock lock(&mu_);
+  std::vector<RankSegments*> committing;
+  std::map<int, uint64_t> targets;
+  for (RankSegments& rank : ranks_) {
+    if (rank.staged == nullptr) continue;
+    const shm::SegmentHeader& header = *rank.staged->header();
+    if (absl::string_view(header.session_id, header.session_id_bytes) !=
+        session_id) {
+      continue;
+    }
+    committing.push_back(&rank);
+    for (int unit = 0; unit < num_units(); ++unit) {
+      const shm::UnitEntry& entry = rank.staged->units()[unit];
+      if (!(shm::LoadShared(&entry.flags) & shm::kUnitStaged)) continue;
+      const uint64_t target = shm::LoadShared(&entry.generation);
+      const auto [it, inserted] = targets.emplace(unit, target);
+      if (!inserted && it->second != target) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("session '", session_id, "' staged unit ", unit,
+                         " for generations ", it->second, " and ", target,
+                         " on different ranks; nothing was committed"));
+      }
+    }
+  }
+  if (committing.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("nothing is staged for session '", session_id,
+                     "' in this node's store of model '", model_name_, "'"));
+  }
+  for (RankSegments* rank : committing) {
+    for (const auto& [unit, target] : targets) {
+      if (!(shm::LoadShared(&rank->staged->units()[unit].flags) &
+            shm::kUnitStaged)) {
+        continue;
+      }
+      std::memcpy(rank->params->data() + unit_offsets_[unit],
+                  rank->staged->data() + unit_offsets_[unit],
+                  unit_bytes_[unit]);
+    }
+  }
+  for (const auto& [unit, target] : targets) {
+    SetGenerationLocked(unit, target);
+  }
+  absl::Status first_failure;
+  for (RankSegments* rank : committing) {
+    first_failure.Update(RemoveStaging(*rank));
+  }
+  return first_failure;
+}
+
+absl::Status ShardStore::ClearStaging(int rank) {
+  absl::MutexLock lock(&mu_);
+  RankSegments* segments = FindRank(rank);
+  if (segments == nullptr) {
+    return NotHosted(rank);
+  }
+  return RemoveStaging(*segments);
+}
+
+absl::Status ShardStore::RemoveStaging(RankSegments& rank) {
+  if (rank.staged == nullptr) return absl::OkStatus();
+  const std::string name = rank.staged->name();
+  rank.staged.reset();
+  return shm::Unlink(name);
+}
+
+}  // namespace summon::server

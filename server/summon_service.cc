@@ -1,0 +1,385 @@
+#include "server/summon_service.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/proto_conversion.h"
+#include "server/status_conversion.h"
+
+namespace summon::server {
+namespace {
+
+constexpr int kDefaultHistogramBins = 16;
+
+absl::StatusOr<ModelInit> InitFromProto(const v1::InitMethod& init) {
+  ModelInit result;
+  if (init.has_seeded()) {
+    result.kind = ModelInit::Kind::kSeeded;
+    result.seed = init.seeded().seed();
+  }
+  return result;
+}
+
+}  // namespace
+
+std::string PrincipalOf(const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("summon-principal");
+  if (it == metadata.end() || it->second.empty()) return "anonymous";
+  return std::string(it->second.data(), it->second.size());
+}
+
+SummonServiceImpl::SummonServiceImpl(ModelRegistry* registry,
+                                     SessionManager* sessions,
+                                     std::string path_root)
+    : registry_(registry),
+      sessions_(sessions),
+      path_root_(std::move(path_root)) {}
+
+std::string SummonServiceImpl::ResolvePath(const std::string& path) const {
+  std::filesystem::path resolved(path);
+  if (resolved.is_absolute() || path_root_.empty()) return path;
+  return (std::filesystem::path(path_root_) / resolved).string();
+}
+
+grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext*,
+                                           const v1::ListModelsRequest*,
+                                           v1::ListModelsResponse* response) {
+  for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
+    v1::ModelSummary* summary = response->add_models();
+    summary->set_name(model->name);
+    summary->set_strategy(StrategyToProto(model->spec.groups.declared));
+    summary->set_world_size(model->spec.groups.topology.world_size());
+    summary->set_unit_count(static_cast<int>(model->spec.units.size()));
+    int params = 0;
+    int64_t numel = 0;
+    for (const core::UnitSpec& unit : model->spec.units) {
+      params += static_cast<int>(unit.layout.params().size());
+      for (const core::FlatParamEntry& param : unit.layout.params()) {
+        numel += param.numel;
+      }
+    }
+    summary->set_param_count(params);
+    summary->set_numel(numel);
+    absl::MutexLock lock(&model->runtime_mu);
+    summary->set_open_sessions(model->open_sessions);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::DescribeModel(
+    grpc::ServerContext*, const v1::DescribeModelRequest* request,
+    v1::Model* response) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  ModelToProto(**model, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::CreateModel(
+    grpc::ServerContext*, const v1::CreateModelRequest* request,
+    v1::Model* response) {
+  std::optional<core::Strategy> strategy;
+  if (request->has_strategy()) {
+    absl::StatusOr<core::Strategy> parsed =
+        StrategyFromProto(request->strategy(), "strategy");
+    if (!parsed.ok()) return ToGrpcStatus(parsed.status());
+    strategy = *parsed;
+  }
+  absl::StatusOr<ModelInit> init = InitFromProto(request->init());
+  absl::StatusOr<ModelInit> grad_init = InitFromProto(request->grads().init());
+  std::vector<int> grad_ranks;
+  if (request->has_grads()) {
+    grad_ranks.assign(request->grads().ranks().begin(),
+                      request->grads().ranks().end());
+    if (grad_ranks.empty()) {
+      for (int rank = 0;
+           rank < registry_->options().topology.world_size(); ++rank) {
+        grad_ranks.push_back(rank);
+      }
+    }
+  }
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Create(request->name(), request->layout_json(), strategy,
+                        *init, grad_ranks, *grad_init);
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  ModelToProto(**model, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext*,
+                                          const v1::LoadModelRequest* request,
+                                          v1::LoadModelResponse* response) {
+  if (request->path().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("path must be set"));
+  }
+  const std::string path = ResolvePath(request->path());
+  int64_t bytes = 0;
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model;
+  if (request->has_create()) {
+    const v1::CheckpointWrapRule& rule = request->create();
+    core::Strategy strategy = core::Strategy::kFullShard;
+    if (rule.strategy() != v1::SHARDING_STRATEGY_UNSPECIFIED) {
+      absl::StatusOr<core::Strategy> parsed =
+          StrategyFromProto(rule.strategy(), "create.strategy");
+      if (!parsed.ok()) return ToGrpcStatus(parsed.status());
+      strategy = *parsed;
+    }
+    model = registry_->CreateFromCheckpoint(
+        request->model(), path,
+        {rule.unit_prefixes().begin(), rule.unit_prefixes().end()}, strategy,
+        rule.has_use_orig_params() ? rule.use_orig_params() : true, &bytes);
+  } else {
+    model = registry_->Get(request->model());
+    if (model.ok()) {
+      absl::StatusOr<int64_t> loaded = registry_->LoadCheckpoint(**model, path);
+      if (!loaded.ok()) return ToGrpcStatus(loaded.status());
+      bytes = *loaded;
+    }
+  }
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  ModelToProto(**model, response->mutable_model());
+  response->set_bytes_read(bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::SaveModel(grpc::ServerContext*,
+                                          const v1::SaveModelRequest* request,
+                                          v1::SaveModelResponse* response) {
+  if (request->path().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("path must be set"));
+  }
+  if (request->max_file_bytes() > static_cast<uint64_t>(INT64_MAX)) {
+    return ToGrpcStatus(absl::InvalidArgumentError("max_file_bytes too large"));
+  }
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  absl::StatusOr<std::vector<std::string>> files = registry_->SaveCheckpoint(
+      **model, ResolvePath(request->path()),
+      static_cast<int64_t>(request->max_file_bytes()));
+  if (!files.ok()) return ToGrpcStatus(files.status());
+  int64_t bytes = 0;
+  for (const std::string& file : *files) {
+    response->add_files(file);
+    std::error_code error;
+    const auto size = std::filesystem::file_size(file, error);
+    if (!error) bytes += static_cast<int64_t>(size);
+  }
+  response->set_bytes_written(bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::ModelChecksum(
+    grpc::ServerContext*, const v1::ModelChecksumRequest* request,
+    v1::ModelChecksumResponse* response) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  for (const ShardChecksums& sums : registry_->Checksums(**model)) {
+    v1::ShardChecksum* out = response->add_shards();
+    out->set_rank(sums.rank);
+    out->set_unit((*model)->spec.units[sums.unit].fqn);
+    out->set_params(sums.params);
+    if (sums.grads.has_value()) out->set_grads(*sums.grads);
+    out->set_generation(sums.generation);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::OpenSession(
+    grpc::ServerContext* context, const v1::OpenSessionRequest* request,
+    v1::Session* response) {
+  absl::StatusOr<SessionOptions> options =
+      SessionOptionsFromProto(request->options());
+  if (!options.ok()) return ToGrpcStatus(options.status());
+  absl::StatusOr<SessionInfo> info =
+      sessions_->Open(request->model(), *options, PrincipalOf(*context));
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  SessionInfoToProto(*info, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::GetSession(grpc::ServerContext* context,
+                                           const v1::GetSessionRequest* request,
+                                           v1::Session* response) {
+  absl::StatusOr<SessionInfo> info =
+      sessions_->Get(request->session_id(), PrincipalOf(*context));
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  SessionInfoToProto(*info, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::ListSessions(
+    grpc::ServerContext* context, const v1::ListSessionsRequest* request,
+    v1::ListSessionsResponse* response) {
+  if (!request->model().empty()) {
+    absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+        registry_->Get(request->model());
+    if (!model.ok()) return ToGrpcStatus(model.status());
+  }
+  for (const SessionInfo& info :
+       sessions_->List(request->model(), PrincipalOf(*context))) {
+    SessionInfoToProto(info, response->add_sessions());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::RenewSession(
+    grpc::ServerContext* context, const v1::RenewSessionRequest* request,
+    v1::Session* response) {
+  std::optional<absl::Duration> lease;
+  if (request->has_lease_seconds()) {
+    lease = absl::Seconds(request->lease_seconds());
+  }
+  absl::StatusOr<SessionInfo> info = sessions_->Renew(
+      request->session_id(), lease, PrincipalOf(*context));
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  SessionInfoToProto(*info, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::CloseSession(
+    grpc::ServerContext* context, const v1::CloseSessionRequest* request,
+    v1::CloseSessionResponse* response) {
+  absl::StatusOr<CloseResult> result =
+      sessions_->Close(request->session_id(), request->abort(),
+                       request->force(), PrincipalOf(*context));
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  response->set_written_back(result->written_back);
+  response->set_bytes_written(result->bytes_written);
+  for (const auto& [unit, generation] : result->generations) {
+    v1::UnitGeneration* entry = response->add_generations();
+    entry->set_unit(unit);
+    entry->set_generation(generation);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::ReadTensor(
+    grpc::ServerContext* context, const v1::ReadTensorRequest* request,
+    grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
+  std::optional<core::DType> dtype;
+  if (request->dtype() != v1::DTYPE_UNSPECIFIED) {
+    absl::StatusOr<core::DType> parsed =
+        DTypeFromProto(request->dtype(), "dtype");
+    if (!parsed.ok()) return ToGrpcStatus(parsed.status());
+    dtype = *parsed;
+  }
+  std::optional<int64_t> count;
+  if (request->has_element_count()) count = request->element_count();
+  const std::string principal = PrincipalOf(*context);
+  absl::StatusOr<SessionInfo> session =
+      sessions_->Get(request->session_id(), principal);
+  if (!session.ok()) return ToGrpcStatus(session.status());
+  absl::StatusOr<core::SessionTensor> tensor = sessions_->DescribeTensor(
+      request->session_id(), request->fqn(), request->grad(), principal);
+  if (!tensor.ok()) return ToGrpcStatus(tensor.status());
+  // The first chunk describes the tensor as sent (after any conversion).
+  v1::TensorInfo info;
+  TensorInfoToProto(*tensor, &info);
+  if (dtype.has_value()) {
+    info.set_dtype(DTypeToProto(*dtype));
+  } else if (session->options.read_dtype.has_value()) {
+    info.set_dtype(DTypeToProto(*session->options.read_dtype));
+  }
+  bool first = true;
+  absl::Status status = sessions_->Read(
+      request->session_id(), request->fqn(), request->grad(), dtype,
+      request->element_offset(), count, request->chunk_bytes(), principal,
+      [&](int64_t offset, absl::string_view bytes) {
+        v1::ReadTensorResponse chunk;
+        if (first) {
+          *chunk.mutable_info() = info;
+          first = false;
+        }
+        chunk.set_element_offset(offset);
+        chunk.set_data(bytes.data(), bytes.size());
+        return !context->IsCancelled() && writer->Write(chunk);
+      });
+  return ToGrpcStatus(status);
+}
+
+grpc::Status SummonServiceImpl::WriteTensor(
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::WriteTensorRequest>* reader,
+    v1::WriteTensorResponse* response) {
+  const std::string principal = PrincipalOf(*context);
+  v1::WriteTensorRequest message;
+  if (!reader->Read(&message) || !message.has_header()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "the first message of a write must be its header"));
+  }
+  const v1::WriteTensorHeader header = message.header();
+  absl::StatusOr<core::DType> dtype = DTypeFromProto(header.dtype(), "dtype");
+  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
+  // The target is checked before any data is accepted; the data is staged
+  // and applied only once every declared byte arrived, so a truncated
+  // stream changes nothing.
+  absl::StatusOr<core::SessionTensor> tensor = sessions_->DescribeTensor(
+      header.session_id(), header.fqn(), header.grad(), principal);
+  if (!tensor.ok()) return ToGrpcStatus(tensor.status());
+  const int64_t count = header.has_element_count()
+                            ? header.element_count()
+                            : tensor->numel - header.element_offset();
+  absl::StatusOr<core::SessionTensor> target = sessions_->CheckWriteTarget(
+      header.session_id(), header.fqn(), header.grad(), *dtype,
+      header.element_offset(), count, principal);
+  if (!target.ok()) return ToGrpcStatus(target.status());
+  const int64_t expected =
+      count * static_cast<int64_t>(core::ElementSize(*dtype));
+  std::string staged;
+  staged.reserve(static_cast<size_t>(expected));
+  while (reader->Read(&message)) {
+    if (message.has_header()) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          "a write has exactly one header, as its first message; nothing "
+          "was applied"));
+    }
+    if (static_cast<int64_t>(staged.size() + message.data().size()) >
+        expected) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "write sends more than the declared ", expected,
+          " bytes; nothing was applied")));
+    }
+    staged += message.data();
+  }
+  if (context->IsCancelled()) {
+    return ToGrpcStatus(
+        absl::CancelledError("write stream cancelled; nothing was applied"));
+  }
+  if (static_cast<int64_t>(staged.size()) != expected) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("write stream ended after ", staged.size(), " of ",
+                     expected, " bytes; nothing was applied")));
+  }
+  absl::StatusOr<core::SessionTensor> written =
+      sessions_->Write(header.session_id(), header.fqn(), header.grad(),
+                       *dtype, header.element_offset(), staged, principal);
+  if (!written.ok()) return ToGrpcStatus(written.status());
+  TensorInfoToProto(*written, response->mutable_info());
+  response->set_elements_written(count);
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::TensorStats(
+    grpc::ServerContext* context, const v1::TensorStatsRequest* request,
+    v1::TensorStatsResponse* response) {
+  const int bins = request->has_histogram_bins()
+                       ? static_cast<int>(request->histogram_bins())
+                       : kDefaultHistogramBins;
+  auto stats = sessions_->Stats(
+      request->session_id(),
+      {request->fqns().begin(), request->fqns().end()}, request->grad(),
+      bins, PrincipalOf(*context));
+  if (!stats.ok()) return ToGrpcStatus(stats.status());
+  for (const auto& [tensor, numbers] : *stats) {
+    TensorStatisticsToProto(tensor, numbers, response->add_tensors());
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace summon::server

@@ -1,0 +1,96 @@
+#ifndef SUMMON_SERVER_SUMMON_SERVICE_H_
+#define SUMMON_SERVER_SUMMON_SERVICE_H_
+
+#include <string>
+
+#include "server/model_registry.h"
+#include "server/session_manager.h"
+#include "summon/v1/summon.grpc.pb.h"
+#include "summon/v1/trainer.grpc.pb.h"
+
+namespace summon::server {
+
+// The principal a call runs as: its "summon-principal" metadata, or
+// "anonymous" when absent.
+std::string PrincipalOf(const grpc::ServerContext& context);
+
+// summon.v1.Summon over a node's registry and session manager. Every
+// handler converts its absl::Status through ToGrpcStatus, the one place
+// statuses cross to gRPC.
+class SummonServiceImpl final : public v1::Summon::Service {
+ public:
+  SummonServiceImpl(ModelRegistry* registry, SessionManager* sessions,
+                    std::string path_root);
+
+  grpc::Status ListModels(grpc::ServerContext* context,
+                          const v1::ListModelsRequest* request,
+                          v1::ListModelsResponse* response) override;
+  grpc::Status DescribeModel(grpc::ServerContext* context,
+                             const v1::DescribeModelRequest* request,
+                             v1::Model* response) override;
+  grpc::Status CreateModel(grpc::ServerContext* context,
+                           const v1::CreateModelRequest* request,
+                           v1::Model* response) override;
+  grpc::Status LoadModel(grpc::ServerContext* context,
+                         const v1::LoadModelRequest* request,
+                         v1::LoadModelResponse* response) override;
+  grpc::Status SaveModel(grpc::ServerContext* context,
+                         const v1::SaveModelRequest* request,
+                         v1::SaveModelResponse* response) override;
+  grpc::Status ModelChecksum(grpc::ServerContext* context,
+                             const v1::ModelChecksumRequest* request,
+                             v1::ModelChecksumResponse* response) override;
+  grpc::Status OpenSession(grpc::ServerContext* context,
+                           const v1::OpenSessionRequest* request,
+                           v1::Session* response) override;
+  grpc::Status GetSession(grpc::ServerContext* context,
+                          const v1::GetSessionRequest* request,
+                          v1::Session* response) override;
+  grpc::Status ListSessions(grpc::ServerContext* context,
+                            const v1::ListSessionsRequest* request,
+                            v1::ListSessionsResponse* response) override;
+  grpc::Status RenewSession(grpc::ServerContext* context,
+                            const v1::RenewSessionRequest* request,
+                            v1::Session* response) override;
+  grpc::Status CloseSession(grpc::ServerContext* context,
+                            const v1::CloseSessionRequest* request,
+                            v1::CloseSessionResponse* response) override;
+  grpc::Status ReadTensor(
+      grpc::ServerContext* context, const v1::ReadTensorRequest* request,
+      grpc::ServerWriter<v1::ReadTensorResponse>* writer) override;
+  grpc::Status WriteTensor(grpc::ServerContext* context,
+                           grpc::ServerReader<v1::WriteTensorRequest>* reader,
+                           v1::WriteTensorResponse* response) override;
+  grpc::Status TensorStats(grpc::ServerContext* context,
+                           const v1::TensorStatsRequest* request,
+                           v1::TensorStatsResponse* response) override;
+
+ private:
+  // Checkpoint paths are relative to the daemon's data directory.
+  std::string ResolvePath(const std::string& path) const;
+
+  ModelRegistry* const registry_;
+  SessionManager* const sessions_;
+  const std::string path_root_;
+};
+
+// summon.v1.Trainer: training phases (R1, R3, R4 inputs) and shard mapping.
+class TrainerServiceImpl final : public v1::Trainer::Service {
+ public:
+  TrainerServiceImpl(ModelRegistry* registry, SessionManager* sessions);
+
+  grpc::Status ReportPhase(grpc::ServerContext* context,
+                           const v1::ReportPhaseRequest* request,
+                           v1::ReportPhaseResponse* response) override;
+  grpc::Status MapShards(grpc::ServerContext* context,
+                         const v1::MapShardsRequest* request,
+                         v1::MapShardsResponse* response) override;
+
+ private:
+  ModelRegistry* const registry_;
+  SessionManager* const sessions_;
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_SUMMON_SERVICE_H_
