@@ -1,0 +1,80 @@
+#ifndef SUMMON_CLIENT_CLI_PARSER_H_
+#define SUMMON_CLIENT_CLI_PARSER_H_
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace summon::client {
+
+// A command line "TOOL [global flags] NOUN VERB POSITIONAL... [flags]" parsed
+// against a table of CommandSpecs: the table says which positionals and flags
+// each verb takes, so adding a verb is adding a row.
+
+struct CommandContext;
+using CommandHandler = absl::Status (*)(const CommandContext& context);
+
+struct FlagSpec {
+  // Without the leading "--".
+  absl::string_view name;
+  // Empty: a switch taking no value. Otherwise the value's name for usage.
+  absl::string_view value_name;
+  bool required = false;
+};
+
+struct CommandSpec {
+  absl::string_view noun;
+  absl::string_view verb;
+  // Required positionals, by their usage names.
+  std::vector<absl::string_view> positionals;
+  // Optional trailing positionals: one ("[M]") or, with repeated, any number
+  // ("[FQN...]"). Empty: none.
+  absl::string_view optional_positional;
+  bool repeated = false;
+  std::vector<FlagSpec> flags;
+  CommandHandler handler = nullptr;
+};
+
+struct Invocation {
+  // Null when the command line asked for help.
+  const CommandSpec* command = nullptr;
+  // Required positionals, then optional ones.
+  std::vector<std::string> positionals;
+  // Flags given, global and command ones; switches map to "".
+  std::map<std::string, std::string, std::less<>> flags;
+
+  bool Has(absl::string_view flag) const;
+  // The flag's value; nullopt when not given.
+  std::optional<std::string> Get(absl::string_view flag) const;
+  // The value of a flag given or required (empty when absent).
+  const std::string& Value(absl::string_view flag) const;
+  // Positionals after the required ones.
+  std::vector<std::string> OptionalPositionals() const;
+};
+
+// Parses `args` (without the program name). Global flags are accepted
+// anywhere, the command's flags after its verb; "--flag value" and
+// "--flag=value" are both accepted; "--help" anywhere gives an Invocation
+// without command. Errors (unknown noun, verb or flag, a missing positional,
+// value or required flag, a flag given twice, a surplus argument) are
+// INVALID_ARGUMENT whose message ends with a usage line.
+absl::StatusOr<Invocation> ParseCommandLine(
+    const std::vector<std::string>& args, absl::string_view program,
+    const std::vector<FlagSpec>& global_flags,
+    const std::vector<CommandSpec>& commands);
+
+// "summonctl tensor read ID FQN --out FILE.npy [--grad] [--dtype D]".
+std::string UsageLine(absl::string_view program, const CommandSpec& command);
+// The global flags' line, then every command's usage line.
+std::string Usage(absl::string_view program,
+                  const std::vector<FlagSpec>& global_flags,
+                  const std::vector<CommandSpec>& commands);
+
+}  // namespace summon::client
+
+#endif  // SUMMON_CLIENT_CLI_PARSER_H_

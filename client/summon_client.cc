@@ -1,0 +1,351 @@
+#include "client/summon_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/wire_dtype.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace summon::client {
+namespace {
+
+// ReadTensor chunks carry up to 4 MiB of payload plus framing, over gRPC's
+// default 4 MiB receive limit.
+constexpr int kMaxReceiveMessageBytes = 16 << 20;
+
+std::shared_ptr<grpc::Channel> ChannelTo(const std::string& target) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                   arguments);
+}
+
+// One unary call on a generated stub.
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> Unary(
+    Stub& stub,
+    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                 Response*),
+    absl::StatusOr<std::unique_ptr<grpc::ClientContext>> context,
+    const Request& request) {
+  if (!context.ok()) return context.status();
+  Response response;
+  const grpc::Status status =
+      (stub.*method)(context->get(), request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::Status ReadStreamError(absl::string_view what) {
+  return absl::InternalError(absl::StrCat("ReadTensor stream: ", what));
+}
+
+// Appends ReadTensor chunks, checking that they line up.
+class ChunkAssembler {
+ public:
+  explicit ChunkAssembler(const ReadTensorParams& params) : params_(params) {}
+
+  absl::Status Add(v1::ReadTensorResponse& chunk) {
+    if (element_size_ == 0) {
+      if (!chunk.has_info()) return ReadStreamError("first chunk has no info");
+      data_.info = chunk.info();
+      data_.element_offset = params_.element_offset;
+      element_size_ = ElementSize(data_.info.dtype());
+      if (element_size_ == 0) {
+        return ReadStreamError(
+            absl::StrCat("unknown dtype ", data_.info.dtype()));
+      }
+      expected_elements_ = params_.element_count.value_or(
+          data_.info.numel() - params_.element_offset);
+      next_element_ = params_.element_offset;
+    }
+    if (chunk.element_offset() != next_element_) {
+      return ReadStreamError(absl::StrCat("chunk at element ",
+                                          chunk.element_offset(), ", expected ",
+                                          next_element_));
+    }
+    const size_t size = chunk.data().size();
+    if (size % element_size_ != 0) {
+      return ReadStreamError(absl::StrCat(size, " bytes is not whole ",
+                                          element_size_, "-byte elements"));
+    }
+    next_element_ += static_cast<int64_t>(size / element_size_);
+    if (next_element_ - params_.element_offset > expected_elements_) {
+      return ReadStreamError(absl::StrCat("more than the ", expected_elements_,
+                                          " elements asked for"));
+    }
+    data_.data.append(chunk.data());
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<TensorData> Finish() && {
+    if (element_size_ == 0) return ReadStreamError("no chunk arrived");
+    const int64_t received = next_element_ - params_.element_offset;
+    if (received != expected_elements_) {
+      return ReadStreamError(absl::StrCat("ended after ", received, " of ",
+                                          expected_elements_, " elements"));
+    }
+    return std::move(data_);
+  }
+
+ private:
+  const ReadTensorParams& params_;
+  TensorData data_;
+  size_t element_size_ = 0;
+  int64_t expected_elements_ = 0;
+  int64_t next_element_ = 0;
+};
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+SummonClient::SummonClient(const std::string& target, ClientOptions options)
+    : SummonClient(ChannelTo(target), std::move(options)) {}
+
+SummonClient::SummonClient(std::shared_ptr<grpc::ChannelInterface> channel,
+                           ClientOptions options)
+    : options_(std::move(options)),
+      summon_(v1::Summon::NewStub(channel)),
+      trainer_(v1::Trainer::NewStub(channel)) {}
+
+absl::StatusOr<std::unique_ptr<grpc::ClientContext>> SummonClient::NewContext(
+    absl::Duration extra) const {
+  // gRPC aborts the process on an illegal metadata value, so check first.
+  for (const char c : options_.principal) {
+    if (c < 0x20 || c > 0x7E) {
+      return absl::InvalidArgumentError(
+          "the principal must be printable ASCII (it travels as gRPC "
+          "metadata)");
+    }
+  }
+  auto context = std::make_unique<grpc::ClientContext>();
+  if (!options_.principal.empty()) {
+    context->AddMetadata(kPrincipalMetadataKey, options_.principal);
+  }
+  if (options_.timeout != absl::InfiniteDuration()) {
+    context->set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.timeout + extra));
+  }
+  return context;
+}
+
+absl::StatusOr<v1::ListModelsResponse> SummonClient::ListModels() const {
+  return Unary(*summon_, &v1::Summon::Stub::ListModels, NewContext(),
+               v1::ListModelsRequest());
+}
+
+absl::StatusOr<v1::Model> SummonClient::DescribeModel(
+    const std::string& model) const {
+  v1::DescribeModelRequest request;
+  request.set_model(model);
+  return Unary(*summon_, &v1::Summon::Stub::DescribeModel, NewContext(),
+               request);
+}
+
+absl::StatusOr<v1::Model> SummonClient::CreateModel(
+    const CreateModelParams& params) const {
+  v1::CreateModelRequest request;
+  request.set_name(params.name);
+  request.set_layout_json(params.layout_json);
+  if (params.strategy) request.set_strategy(*params.strategy);
+  *request.mutable_init() = params.init;
+  if (params.grad_ranks) {
+    // An empty but present GradientShards message means "every rank".
+    v1::GradientShards& grads = *request.mutable_grads();
+    grads.mutable_ranks()->Add(params.grad_ranks->begin(),
+                               params.grad_ranks->end());
+  }
+  return Unary(*summon_, &v1::Summon::Stub::CreateModel, NewContext(), request);
+}
+
+absl::StatusOr<v1::LoadModelResponse> SummonClient::LoadModel(
+    const std::string& model, const std::string& path,
+    const std::optional<v1::CheckpointWrapRule>& create) const {
+  v1::LoadModelRequest request;
+  request.set_model(model);
+  request.set_path(path);
+  if (create) *request.mutable_create() = *create;
+  return Unary(*summon_, &v1::Summon::Stub::LoadModel, NewContext(), request);
+}
+
+absl::StatusOr<v1::SaveModelResponse> SummonClient::SaveModel(
+    const std::string& model, const std::string& path,
+    uint64_t max_file_bytes) const {
+  v1::SaveModelRequest request;
+  request.set_model(model);
+  request.set_path(path);
+  request.set_max_file_bytes(max_file_bytes);
+  return Unary(*summon_, &v1::Summon::Stub::SaveModel, NewContext(), request);
+}
+
+absl::StatusOr<v1::ModelChecksumResponse> SummonClient::ModelChecksum(
+    const std::string& model) const {
+  v1::ModelChecksumRequest request;
+  request.set_model(model);
+  return Unary(*summon_, &v1::Summon::Stub::ModelChecksum, NewContext(),
+               request);
+}
+
+absl::StatusOr<v1::Session> SummonClient::OpenSession(
+    const std::string& model, const v1::SessionOptions& options) const {
+  v1::OpenSessionRequest request;
+  request.set_model(model);
+  *request.mutable_options() = options;
+  return Unary(*summon_, &v1::Summon::Stub::OpenSession, NewContext(), request);
+}
+
+absl::StatusOr<v1::Session> SummonClient::GetSession(
+    const std::string& session_id) const {
+  v1::GetSessionRequest request;
+  request.set_session_id(session_id);
+  return Unary(*summon_, &v1::Summon::Stub::GetSession, NewContext(), request);
+}
+
+absl::StatusOr<v1::ListSessionsResponse> SummonClient::ListSessions(
+    const std::string& model) const {
+  v1::ListSessionsRequest request;
+  request.set_model(model);
+  return Unary(*summon_, &v1::Summon::Stub::ListSessions, NewContext(),
+               request);
+}
+
+absl::StatusOr<v1::Session> SummonClient::RenewSession(
+    const std::string& session_id,
+    std::optional<uint32_t> lease_seconds) const {
+  v1::RenewSessionRequest request;
+  request.set_session_id(session_id);
+  if (lease_seconds) request.set_lease_seconds(*lease_seconds);
+  return Unary(*summon_, &v1::Summon::Stub::RenewSession, NewContext(),
+               request);
+}
+
+absl::StatusOr<v1::CloseSessionResponse> SummonClient::CloseSession(
+    const std::string& session_id, bool abort, bool force) const {
+  v1::CloseSessionRequest request;
+  request.set_session_id(session_id);
+  request.set_abort(abort);
+  request.set_force(force);
+  return Unary(*summon_, &v1::Summon::Stub::CloseSession, NewContext(),
+               request);
+}
+
+absl::StatusOr<TensorData> SummonClient::ReadTensor(
+    const ReadTensorParams& params) const {
+  v1::ReadTensorRequest request;
+  request.set_session_id(params.tensor.session_id);
+  request.set_fqn(params.tensor.fqn);
+  request.set_grad(params.tensor.grad);
+  request.set_dtype(params.dtype);
+  request.set_element_offset(params.element_offset);
+  if (params.element_count) request.set_element_count(*params.element_count);
+  request.set_chunk_bytes(params.chunk_bytes);
+
+  absl::StatusOr<std::unique_ptr<grpc::ClientContext>> context = NewContext();
+  if (!context.ok()) return context.status();
+  std::unique_ptr<grpc::ClientReader<v1::ReadTensorResponse>> reader =
+      summon_->ReadTensor(context->get(), request);
+  ChunkAssembler assembler(params);
+  absl::Status assembled;
+  v1::ReadTensorResponse chunk;
+  while (reader->Read(&chunk)) {
+    assembled = assembler.Add(chunk);
+    if (!assembled.ok()) {
+      // Stop the server's stream; Finish then reports CANCELLED, which the
+      // assembly error explains better.
+      (*context)->TryCancel();
+      while (reader->Read(&chunk)) {
+      }
+      break;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!assembled.ok()) return assembled;
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::move(assembler).Finish();
+}
+
+absl::StatusOr<v1::WriteTensorResponse> SummonClient::WriteTensor(
+    const WriteTensorParams& params, absl::string_view bytes) const {
+  const size_t element_size = ElementSize(params.dtype);
+  if (element_size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteTensor needs a dtype, got ", v1::DType_Name(params.dtype)));
+  }
+  if (bytes.size() % element_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WriteTensor: ", bytes.size(), " bytes is not whole ",
+                     v1::DType_Name(params.dtype), " elements"));
+  }
+  v1::WriteTensorRequest header_message;
+  v1::WriteTensorHeader& header = *header_message.mutable_header();
+  header.set_session_id(params.tensor.session_id);
+  header.set_fqn(params.tensor.fqn);
+  header.set_grad(params.tensor.grad);
+  header.set_dtype(params.dtype);
+  header.set_element_offset(params.element_offset);
+  header.set_element_count(static_cast<int64_t>(bytes.size() / element_size));
+
+  absl::StatusOr<std::unique_ptr<grpc::ClientContext>> context = NewContext();
+  if (!context.ok()) return context.status();
+  v1::WriteTensorResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::WriteTensorRequest>> writer =
+      summon_->WriteTensor(context->get(), &response);
+  const size_t chunk_bytes = std::max(
+      element_size, options_.write_chunk_bytes / element_size * element_size);
+  // A failed Write means the server ended the stream; Finish says why.
+  bool open = writer->Write(header_message);
+  v1::WriteTensorRequest data_message;
+  for (size_t start = 0; open && start < bytes.size(); start += chunk_bytes) {
+    const absl::string_view chunk = bytes.substr(start, chunk_bytes);
+    data_message.set_data(chunk.data(), chunk.size());
+    open = writer->Write(data_message);
+  }
+  if (open) writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::TensorStatsResponse> SummonClient::TensorStats(
+    const std::string& session_id, const std::vector<std::string>& fqns,
+    bool grad, std::optional<uint32_t> histogram_bins) const {
+  v1::TensorStatsRequest request;
+  request.set_session_id(session_id);
+  for (const std::string& fqn : fqns) request.add_fqns(fqn);
+  request.set_grad(grad);
+  if (histogram_bins) request.set_histogram_bins(*histogram_bins);
+  return Unary(*summon_, &v1::Summon::Stub::TensorStats, NewContext(), request);
+}
+
+absl::StatusOr<v1::ReportPhaseResponse> SummonClient::ReportPhase(
+    const std::string& model, int32_t rank, v1::TrainingPhase phase,
+    std::optional<int64_t> step, std::optional<uint32_t> deadline_ms) const {
+  v1::ReportPhaseRequest request;
+  request.set_model(model);
+  request.set_rank(rank);
+  request.set_phase(phase);
+  if (step) request.set_step(*step);
+  if (deadline_ms) request.set_deadline_ms(*deadline_ms);
+  return Unary(*trainer_, &v1::Trainer::Stub::ReportPhase,
+               NewContext(absl::Milliseconds(deadline_ms.value_or(0))),
+               request);
+}
+
+absl::StatusOr<v1::MapShardsResponse> SummonClient::MapShards(
+    const std::string& model, int32_t rank) const {
+  v1::MapShardsRequest request;
+  request.set_model(model);
+  request.set_rank(rank);
+  return Unary(*trainer_, &v1::Trainer::Stub::MapShards, NewContext(), request);
+}
+
+}  // namespace summon::client

@@ -1,0 +1,175 @@
+#ifndef SUMMON_CLIENT_SUMMON_CLIENT_H_
+#define SUMMON_CLIENT_SUMMON_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/support/status.h"
+#include "summon/v1/summon.grpc.pb.h"
+#include "summon/v1/trainer.grpc.pb.h"
+
+namespace summon::client {
+
+class Session;
+
+// The gRPC metadata key carrying the caller's principal. Without it the
+// daemon treats the caller as "anonymous".
+inline constexpr char kPrincipalMetadataKey[] = "summon-principal";
+
+// gRPC and absl share the canonical code numbers 0..16: codes map by number
+// and the message is kept.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+struct ClientOptions {
+  // Sent as `summon-principal` metadata on every call when not empty. Must
+  // be printable ASCII; otherwise every call fails with INVALID_ARGUMENT.
+  std::string principal;
+  // Deadline of every call from its start; absl::InfiniteDuration(): none.
+  // Trainer.ReportPhase adds its own wait deadline on top.
+  absl::Duration timeout = absl::Seconds(60);
+  // Payload bytes per WriteTensor data message, rounded down to whole
+  // elements (at least one element).
+  size_t write_chunk_bytes = size_t{1} << 20;
+};
+
+// Parameters of Summon.CreateModel.
+struct CreateModelParams {
+  std::string name;
+  // The layout file's JSON text (DESIGN.md section 6).
+  std::string layout_json;
+  // Overrides the layout's strategy when set.
+  std::optional<v1::ShardingStrategy> strategy = std::nullopt;
+  // Parameter values; the default InitMethod is zeros.
+  v1::InitMethod init;
+  // Ranks holding gradient shards (zeros). Unset: no gradients; empty: every
+  // rank.
+  std::optional<std::vector<int32_t>> grad_ranks = std::nullopt;
+};
+
+// Which tensor of a session a ReadTensor or WriteTensor call addresses.
+struct TensorRef {
+  std::string session_id;
+  std::string fqn;
+  // The gradient instead of the parameter.
+  bool grad = false;
+};
+
+struct ReadTensorParams {
+  TensorRef tensor;
+  // DTYPE_UNSPECIFIED: the session's read_dtype, else the stored dtype.
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  int64_t element_offset = 0;
+  // Unset: up to the end of the tensor.
+  std::optional<int64_t> element_count = std::nullopt;
+  // Preferred chunk payload; 0: the server's default (1 MiB).
+  uint32_t chunk_bytes = 0;
+};
+
+// A tensor (or an element range of it) assembled from ReadTensor's stream.
+struct TensorData {
+  // Dtype of `data`; the shape is the full tensor's.
+  v1::TensorInfo info;
+  int64_t element_offset = 0;
+  // Whole little-endian elements from element_offset on.
+  std::string data;
+};
+
+struct WriteTensorParams {
+  TensorRef tensor;
+  // Must be the stored dtype (R5).
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  int64_t element_offset = 0;
+};
+
+// A typed client of a summond's Summon and Trainer services. Every call
+// returns the daemon's status converted by FromGrpcStatus. Copies share the
+// channel; all calls are thread-safe.
+class SummonClient {
+ public:
+  // `target` is a gRPC target: "127.0.0.1:7070", "dns:host:7070",
+  // "unix:/run/summon.sock". Connects lazily, on the first call.
+  explicit SummonClient(const std::string& target, ClientOptions options = {});
+  SummonClient(std::shared_ptr<grpc::ChannelInterface> channel,
+               ClientOptions options = {});
+
+  const ClientOptions& options() const { return options_; }
+
+  // Models.
+  absl::StatusOr<v1::ListModelsResponse> ListModels() const;
+  absl::StatusOr<v1::Model> DescribeModel(const std::string& model) const;
+  absl::StatusOr<v1::Model> CreateModel(const CreateModelParams& params) const;
+  // `create` set: the model is created from the checkpoint with that rule.
+  absl::StatusOr<v1::LoadModelResponse> LoadModel(
+      const std::string& model, const std::string& path,
+      const std::optional<v1::CheckpointWrapRule>& create = std::nullopt) const;
+  absl::StatusOr<v1::SaveModelResponse> SaveModel(
+      const std::string& model, const std::string& path,
+      uint64_t max_file_bytes = 0) const;
+  absl::StatusOr<v1::ModelChecksumResponse> ModelChecksum(
+      const std::string& model) const;
+
+  // Sessions.
+  absl::StatusOr<v1::Session> OpenSession(
+      const std::string& model, const v1::SessionOptions& options) const;
+  // Opens a session owned by the returned handle, which renews its lease and
+  // closes it when destroyed (client/session_handle.h defines Session).
+  absl::StatusOr<std::unique_ptr<Session>> Open(
+      const std::string& model, const v1::SessionOptions& options) const;
+  absl::StatusOr<v1::Session> GetSession(const std::string& session_id) const;
+  // Empty `model`: every model's sessions.
+  absl::StatusOr<v1::ListSessionsResponse> ListSessions(
+      const std::string& model = "") const;
+  // Unset `lease_seconds`: the session's current lease length.
+  absl::StatusOr<v1::Session> RenewSession(
+      const std::string& session_id,
+      std::optional<uint32_t> lease_seconds = std::nullopt) const;
+  absl::StatusOr<v1::CloseSessionResponse> CloseSession(
+      const std::string& session_id, bool abort = false,
+      bool force = false) const;
+
+  // Tensors. ReadTensor concatenates the stream's chunks, checking that each
+  // continues where the previous one ended and that the expected element
+  // count arrived (INTERNAL otherwise). WriteTensor sends a header with the
+  // element count, then `bytes` in chunks of options().write_chunk_bytes.
+  absl::StatusOr<TensorData> ReadTensor(const ReadTensorParams& params) const;
+  absl::StatusOr<v1::WriteTensorResponse> WriteTensor(
+      const WriteTensorParams& params, absl::string_view bytes) const;
+  // Empty `fqns`: every parameter of the session. Unset `histogram_bins`: the
+  // server's default (16).
+  absl::StatusOr<v1::TensorStatsResponse> TensorStats(
+      const std::string& session_id, const std::vector<std::string>& fqns,
+      bool grad = false,
+      std::optional<uint32_t> histogram_bins = std::nullopt) const;
+
+  // Trainer. With `deadline_ms` the call's own deadline is extended by it,
+  // since the daemon may wait that long for writable sessions (R3).
+  absl::StatusOr<v1::ReportPhaseResponse> ReportPhase(
+      const std::string& model, int32_t rank, v1::TrainingPhase phase,
+      std::optional<int64_t> step = std::nullopt,
+      std::optional<uint32_t> deadline_ms = std::nullopt) const;
+  absl::StatusOr<v1::MapShardsResponse> MapShards(const std::string& model,
+                                                  int32_t rank) const;
+
+ private:
+  // A context with the principal metadata and the deadline `extra` beyond
+  // the default timeout; INVALID_ARGUMENT for a principal that gRPC metadata
+  // cannot carry.
+  absl::StatusOr<std::unique_ptr<grpc::ClientContext>> NewContext(
+      absl::Duration extra = absl::ZeroDuration()) const;
+
+  ClientOptions options_;
+  std::shared_ptr<v1::Summon::Stub> summon_;
+  std::shared_ptr<v1::Trainer::Stub> trainer_;
+};
+
+}  // namespace summon::client
+
+#endif  // SUMMON_CLIENT_SUMMON_CLIENT_H_

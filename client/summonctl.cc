@@ -1,0 +1,14 @@
+// summonctl: the command-line client of summond. See summonctl_commands.h.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/summonctl_commands.h"
+
+int main(int argc, char** argv) {
+  const char* server = std::getenv(summon::client::kServerEnvironmentVariable);
+  return summon::client::RunSummonctl(
+      std::vector<std::string>(argv + 1, argv + argc),
+      server == nullptr ? "" : server, std::cout, std::cerr);
+}

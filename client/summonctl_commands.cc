@@ -1,0 +1,461 @@
+#include "client/summonctl_commands.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "client/cli_output.h"
+#include "client/cli_values.h"
+#include "client/npy.h"
+#include "client/wire_dtype.h"
+
+namespace summon::client {
+namespace {
+
+constexpr absl::string_view kProgram = "summonctl";
+
+template <typename Message>
+absl::Status Print(const CommandContext& context,
+                   const absl::StatusOr<Message>& response,
+                   std::string (*table)(const Message&)) {
+  if (!response.ok()) return response.status();
+  context.out << (context.format == OutputFormat::kJson ? ToJson(*response)
+                                                        : table(*response));
+  return absl::OkStatus();
+}
+
+// A numeric flag's value; nullopt when the flag is absent.
+template <typename T>
+absl::StatusOr<std::optional<T>> OptionalNumber(const Invocation& args,
+                                                absl::string_view flag) {
+  const std::optional<std::string> text = args.Get(flag);
+  if (!text) return std::optional<T>();
+  absl::StatusOr<T> value = ParseNumber<T>(absl::StrCat("--", flag), *text);
+  if (!value.ok()) return value.status();
+  return std::optional<T>(*value);
+}
+
+// An enum flag's value; `absent` when the flag is not given.
+template <typename Enum>
+absl::StatusOr<Enum> EnumFlag(const Invocation& args, absl::string_view flag,
+                              Enum absent) {
+  const std::optional<std::string> text = args.Get(flag);
+  if (!text) return absent;
+  return ParseEnum<Enum>(absl::StrCat("--", flag), *text);
+}
+
+// Models ----------------------------------------------------------------------
+
+absl::Status ModelList(const CommandContext& c) {
+  return Print(c, c.client.ListModels(), &ModelListTable);
+}
+
+absl::Status ModelDescribe(const CommandContext& c) {
+  return Print(c, c.client.DescribeModel(c.args.positionals[0]), &ModelTable);
+}
+
+absl::Status ModelCreate(const CommandContext& c) {
+  CreateModelParams params;
+  params.name = c.args.positionals[0];
+  absl::StatusOr<std::string> layout = ReadFileToString(c.args.Value("layout"));
+  if (!layout.ok()) return layout.status();
+  params.layout_json = *std::move(layout);
+  if (c.args.Has("strategy")) {
+    absl::StatusOr<v1::ShardingStrategy> strategy =
+        ParseEnum<v1::ShardingStrategy>("--strategy", c.args.Value("strategy"));
+    if (!strategy.ok()) return strategy.status();
+    params.strategy = *strategy;
+  }
+  if (c.args.Has("init")) {
+    absl::StatusOr<v1::InitMethod> init =
+        ParseInitMethod("--init", c.args.Value("init"));
+    if (!init.ok()) return init.status();
+    params.init = *std::move(init);
+  }
+  if (c.args.Has("grad-ranks")) {
+    absl::StatusOr<std::vector<int32_t>> ranks =
+        ParseRankList("--grad-ranks", c.args.Value("grad-ranks"));
+    if (!ranks.ok()) return ranks.status();
+    params.grad_ranks = *std::move(ranks);
+  }
+  return Print(c, c.client.CreateModel(params), &ModelTable);
+}
+
+absl::Status ModelLoad(const CommandContext& c) {
+  // --wrap or --strategy asks for the model to be created from the
+  // checkpoint; without both it is loaded into the existing model.
+  std::optional<v1::CheckpointWrapRule> create;
+  if (c.args.Has("wrap") || c.args.Has("strategy")) {
+    create.emplace();
+    absl::StatusOr<std::vector<std::string>> prefixes =
+        ParseList("--wrap", c.args.Value("wrap"));
+    if (!prefixes.ok()) return prefixes.status();
+    for (std::string& prefix : *prefixes) {
+      create->add_unit_prefixes(std::move(prefix));
+    }
+    absl::StatusOr<v1::ShardingStrategy> strategy =
+        EnumFlag(c.args, "strategy", v1::SHARDING_STRATEGY_UNSPECIFIED);
+    if (!strategy.ok()) return strategy.status();
+    create->set_strategy(*strategy);
+  }
+  return Print(
+      c,
+      c.client.LoadModel(c.args.positionals[0], c.args.Value("from"), create),
+      &LoadModelTable);
+}
+
+absl::Status ModelSave(const CommandContext& c) {
+  return Print(c, c.client.SaveModel(c.args.positionals[0], c.args.Value("to")),
+               &SaveModelTable);
+}
+
+absl::Status ModelChecksum(const CommandContext& c) {
+  return Print(c, c.client.ModelChecksum(c.args.positionals[0]),
+               &ChecksumTable);
+}
+
+// Sessions --------------------------------------------------------------------
+
+absl::Status SessionOpen(const CommandContext& c) {
+  absl::StatusOr<v1::SessionOptions> options = SessionOptionsFromFlags(c.args);
+  if (!options.ok()) return options.status();
+  absl::StatusOr<v1::Session> session =
+      c.client.OpenSession(c.args.positionals[0], *options);
+  if (!session.ok()) return session.status();
+  if (c.format == OutputFormat::kJson) {
+    c.out << ToJson(*session);
+    return absl::OkStatus();
+  }
+  // Only the id on stdout, so that scripts can capture it.
+  c.out << session->id() << "\n";
+  for (const std::string& warning : session->warnings()) {
+    c.err << "warning: " << warning << "\n";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionList(const CommandContext& c) {
+  const std::vector<std::string> model = c.args.OptionalPositionals();
+  return Print(c, c.client.ListSessions(model.empty() ? "" : model[0]),
+               &SessionListTable);
+}
+
+absl::Status SessionGet(const CommandContext& c) {
+  return Print(c, c.client.GetSession(c.args.positionals[0]), &SessionTable);
+}
+
+std::string RenewedSessionTable(const v1::Session& session) {
+  v1::ListSessionsResponse one;
+  *one.add_sessions() = session;
+  return SessionListTable(one);
+}
+
+absl::Status SessionRenew(const CommandContext& c) {
+  return Print(c, c.client.RenewSession(c.args.positionals[0]),
+               &RenewedSessionTable);
+}
+
+absl::Status SessionClose(const CommandContext& c) {
+  return Print(c,
+               c.client.CloseSession(c.args.positionals[0], c.args.Has("abort"),
+                                     c.args.Has("force")),
+               &CloseSessionTable);
+}
+
+// Tensors ---------------------------------------------------------------------
+
+TensorRef TensorFromArgs(const Invocation& args) {
+  return {args.positionals[0], args.positionals[1], args.Has("grad")};
+}
+
+absl::Status TensorRead(const CommandContext& c) {
+  ReadTensorParams params;
+  params.tensor = TensorFromArgs(c.args);
+  absl::StatusOr<v1::DType> dtype =
+      EnumFlag(c.args, "dtype", v1::DTYPE_UNSPECIFIED);
+  if (!dtype.ok()) return dtype.status();
+  params.dtype = *dtype;
+  absl::StatusOr<TensorData> tensor = c.client.ReadTensor(params);
+  if (!tensor.ok()) return tensor.status();
+  const std::optional<core::DType> core_dtype = CoreDType(tensor->info.dtype());
+  if (!core_dtype) {
+    return absl::InternalError(absl::StrCat("the server sent dtype ",
+                                            tensor->info.dtype(), " for ",
+                                            params.tensor.fqn));
+  }
+  NpyArray array;
+  array.dtype = *core_dtype;
+  array.shape.assign(tensor->info.shape().begin(), tensor->info.shape().end());
+  array.data = std::move(tensor->data);
+  absl::Status written = WriteNpyFile(c.args.Value("out"), array);
+  if (!written.ok()) return written;
+  return Print(c, absl::StatusOr<v1::TensorInfo>(tensor->info),
+               &TensorInfoTable);
+}
+
+// The session's description of the tensor `ref` names, when it lists it
+// (a tied alias is listed under its primary's name only).
+absl::StatusOr<std::optional<v1::TensorInfo>> FindSessionTensor(
+    const SummonClient& client, const TensorRef& ref) {
+  absl::StatusOr<v1::Session> session = client.GetSession(ref.session_id);
+  if (!session.ok()) return session.status();
+  for (const v1::TensorInfo& info :
+       ref.grad ? session->grads() : session->params()) {
+    if (info.fqn() == ref.fqn) return std::optional<v1::TensorInfo>(info);
+  }
+  return std::optional<v1::TensorInfo>();
+}
+
+// Checks that `array` has the tensor's shape and converts it to the stored
+// dtype: writes never convert on the server (R5), so a float32 .npy edited
+// after a `--dtype float32` read of a bfloat16 tensor is rounded here.
+absl::Status MatchStoredTensor(const v1::TensorInfo& info, NpyArray& array) {
+  if (!std::equal(array.shape.begin(), array.shape.end(), info.shape().begin(),
+                  info.shape().end())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the .npy shape ", core::ShapeToString(array.shape),
+                     " is not ", info.fqn(), "'s shape ",
+                     core::ShapeToString(core::Shape(info.shape().begin(),
+                                                     info.shape().end()))));
+  }
+  const std::optional<core::DType> stored = CoreDType(info.dtype());
+  if (!stored || *stored == array.dtype) return absl::OkStatus();
+  const int64_t count =
+      static_cast<int64_t>(array.data.size() / core::ElementSize(array.dtype));
+  std::string converted(static_cast<size_t>(count) * core::ElementSize(*stored),
+                        '\0');
+  absl::Status status = core::ConvertElements(array.dtype, array.data.data(),
+                                              *stored, converted.data(), count);
+  if (!status.ok()) return status;
+  array.dtype = *stored;
+  array.data = std::move(converted);
+  return absl::OkStatus();
+}
+
+absl::Status TensorWrite(const CommandContext& c) {
+  const TensorRef ref = TensorFromArgs(c.args);
+  absl::StatusOr<NpyArray> array = ReadNpyFile(c.args.Value("in"));
+  if (!array.ok()) return array.status();
+  absl::StatusOr<std::optional<v1::TensorInfo>> info =
+      FindSessionTensor(c.client, ref);
+  if (!info.ok()) return info.status();
+  if (info->has_value()) {
+    absl::Status matched = MatchStoredTensor(**info, *array);
+    if (!matched.ok()) return matched;
+  }
+  WriteTensorParams params;
+  params.tensor = ref;
+  params.dtype = WireDType(array->dtype);
+  return Print(c, c.client.WriteTensor(params, array->data), &WriteTensorTable);
+}
+
+absl::Status TensorStats(const CommandContext& c) {
+  absl::StatusOr<std::optional<uint32_t>> bins =
+      OptionalNumber<uint32_t>(c.args, "bins");
+  if (!bins.ok()) return bins.status();
+  return Print(
+      c,
+      c.client.TensorStats(c.args.positionals[0], c.args.OptionalPositionals(),
+                           c.args.Has("grad"), *bins),
+      &TensorStatsTable);
+}
+
+// Trainer ---------------------------------------------------------------------
+
+absl::Status TrainerPhase(const CommandContext& c) {
+  absl::StatusOr<int32_t> rank =
+      ParseNumber<int32_t>("RANK", c.args.positionals[1]);
+  if (!rank.ok()) return rank.status();
+  absl::StatusOr<v1::TrainingPhase> phase =
+      ParseEnum<v1::TrainingPhase>("PHASE", c.args.positionals[2]);
+  if (!phase.ok()) return phase.status();
+  absl::StatusOr<std::optional<int64_t>> step =
+      OptionalNumber<int64_t>(c.args, "step");
+  if (!step.ok()) return step.status();
+  absl::StatusOr<std::optional<uint32_t>> deadline_ms =
+      OptionalNumber<uint32_t>(c.args, "deadline-ms");
+  if (!deadline_ms.ok()) return deadline_ms.status();
+  return Print(c,
+               c.client.ReportPhase(c.args.positionals[0], *rank, *phase, *step,
+                                    *deadline_ms),
+               &ReportPhaseTable);
+}
+
+FlagSpec Switch(absl::string_view name) { return {name, "", false}; }
+FlagSpec Valued(absl::string_view name, absl::string_view value_name) {
+  return {name, value_name, false};
+}
+FlagSpec Required(absl::string_view name, absl::string_view value_name) {
+  return {name, value_name, true};
+}
+
+absl::Status Fail(std::ostream& err, const absl::Status& status) {
+  err << "ERROR " << absl::StatusCodeToString(status.code()) << ": "
+      << status.message() << "\n";
+  return status;
+}
+
+}  // namespace
+
+const std::vector<FlagSpec>& SummonctlGlobalFlags() {
+  static const auto* const kFlags = new std::vector<FlagSpec>{
+      Valued("server", "ADDR"),
+      Valued("output", "table|json"),
+      Valued("principal", "P"),
+  };
+  return *kFlags;
+}
+
+const std::vector<CommandSpec>& SummonctlCommands() {
+  static const auto* const kCommands = new std::vector<CommandSpec>{
+      {"model", "list", {}, "", false, {}, &ModelList},
+      {"model", "describe", {"M"}, "", false, {}, &ModelDescribe},
+      {"model",
+       "create",
+       {"M"},
+       "",
+       false,
+       {Required("layout", "FILE.json"), Valued("strategy", "S"),
+        Valued("init", "zeros|seeded:SEED"), Valued("grad-ranks", "R,R|all")},
+       &ModelCreate},
+      {"model",
+       "load",
+       {"M"},
+       "",
+       false,
+       {Required("from", "PATH"), Valued("wrap", "PREFIX,..."),
+        Valued("strategy", "S")},
+       &ModelLoad},
+      {"model", "save", {"M"}, "", false, {Required("to", "PATH")}, &ModelSave},
+      {"model", "checksum", {"M"}, "", false, {}, &ModelChecksum},
+      {"session",
+       "open",
+       {"M"},
+       "",
+       false,
+       {Valued("scope", "FQN"), Switch("no-recurse"), Valued("params", "A,B"),
+        Switch("no-writeback"), Switch("rank0-only"), Valued("home-rank", "R"),
+        Switch("offload-to-cpu"), Switch("with-grads"),
+        Valued("read-dtype", "D"), Valued("lease", "SECONDS")},
+       &SessionOpen},
+      {"session", "list", {}, "M", false, {}, &SessionList},
+      {"session", "get", {"ID"}, "", false, {}, &SessionGet},
+      {"session", "renew", {"ID"}, "", false, {}, &SessionRenew},
+      {"session",
+       "close",
+       {"ID"},
+       "",
+       false,
+       {Switch("abort"), Switch("force")},
+       &SessionClose},
+      {"tensor",
+       "read",
+       {"ID", "FQN"},
+       "",
+       false,
+       {Required("out", "FILE.npy"), Switch("grad"), Valued("dtype", "D")},
+       &TensorRead},
+      {"tensor",
+       "write",
+       {"ID", "FQN"},
+       "",
+       false,
+       {Required("in", "FILE.npy"), Switch("grad")},
+       &TensorWrite},
+      {"tensor",
+       "stats",
+       {"ID"},
+       "FQN",
+       true,
+       {Switch("grad"), Valued("bins", "N")},
+       &TensorStats},
+      {"trainer",
+       "phase",
+       {"M", "RANK", "PHASE"},
+       "",
+       false,
+       {Valued("step", "N"), Valued("deadline-ms", "N")},
+       &TrainerPhase},
+  };
+  return *kCommands;
+}
+
+absl::StatusOr<v1::SessionOptions> SessionOptionsFromFlags(
+    const Invocation& args) {
+  v1::SessionOptions options;
+  if (args.Has("params")) {
+    if (args.Has("scope") || args.Has("no-recurse")) {
+      return absl::InvalidArgumentError(
+          "--params names the parameters itself: it cannot be combined with "
+          "--scope or --no-recurse");
+    }
+    absl::StatusOr<std::vector<std::string>> fqns =
+        ParseList("--params", args.Value("params"));
+    if (!fqns.ok()) return fqns.status();
+    if (fqns->empty()) {
+      return absl::InvalidArgumentError("--params: needs at least one FQN");
+    }
+    for (std::string& fqn : *fqns) {
+      options.mutable_params()->add_fqns(std::move(fqn));
+    }
+  } else if (args.Has("scope") || args.Has("no-recurse")) {
+    v1::ModuleScope& module = *options.mutable_module();
+    module.set_fqn(args.Value("scope"));
+    if (args.Has("no-recurse")) module.set_recurse(false);
+  }
+  if (args.Has("no-writeback")) options.set_writeback(false);
+  options.set_rank0_only(args.Has("rank0-only"));
+  absl::StatusOr<std::optional<int32_t>> home_rank =
+      OptionalNumber<int32_t>(args, "home-rank");
+  if (!home_rank.ok()) return home_rank.status();
+  if (*home_rank) options.set_home_rank(**home_rank);
+  options.set_offload_to_cpu(args.Has("offload-to-cpu"));
+  options.set_with_grads(args.Has("with-grads"));
+  absl::StatusOr<v1::DType> read_dtype =
+      EnumFlag(args, "read-dtype", v1::DTYPE_UNSPECIFIED);
+  if (!read_dtype.ok()) return read_dtype.status();
+  options.set_read_dtype(*read_dtype);
+  absl::StatusOr<std::optional<uint32_t>> lease =
+      OptionalNumber<uint32_t>(args, "lease");
+  if (!lease.ok()) return lease.status();
+  if (*lease) options.set_lease_seconds(**lease);
+  return options;
+}
+
+int RunSummonctl(const std::vector<std::string>& args,
+                 absl::string_view environment_server, std::ostream& out,
+                 std::ostream& err) {
+  const absl::StatusOr<Invocation> invocation = ParseCommandLine(
+      args, kProgram, SummonctlGlobalFlags(), SummonctlCommands());
+  if (!invocation.ok()) return Fail(err, invocation.status()).raw_code();
+  if (invocation->command == nullptr) {
+    out << "usage: "
+        << Usage(kProgram, SummonctlGlobalFlags(), SummonctlCommands())
+        << "\n\nThe server is --server, else $" << kServerEnvironmentVariable
+        << ", else " << kDefaultServer << ". The exit code is the gRPC status "
+        << "code (0 = OK).\n";
+    return 0;
+  }
+  OutputFormat format = OutputFormat::kTable;
+  const std::string& output = invocation->Value("output");
+  if (output == "json") {
+    format = OutputFormat::kJson;
+  } else if (!output.empty() && output != "table") {
+    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
+                         "--output: '", output, "' is neither table nor json")))
+        .raw_code();
+  }
+  std::string server(environment_server.empty() ? kDefaultServer
+                                                : environment_server);
+  if (invocation->Has("server")) server = invocation->Value("server");
+  ClientOptions options;
+  options.principal = invocation->Value("principal");
+  const SummonClient client(server, options);
+  const CommandContext context{*invocation, client, format, out, err};
+  const absl::Status status = invocation->command->handler(context);
+  return status.ok() ? 0 : Fail(err, status).raw_code();
+}
+
+}  // namespace summon::client
