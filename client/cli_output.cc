@@ -164,6 +164,10 @@ std::string SaveModelTable(const v1::SaveModelResponse& response) {
                       response.bytes_written(), "\n");
 }
 
+std::string DeleteModelTable(const v1::DeleteModelResponse&) {
+  return "deleted\n";
+}
+
 std::string ChecksumTable(const v1::ModelChecksumResponse& response) {
   Table table({"RANK", "UNIT", "PARAMS", "GRADS", "GENERATION"});
   for (const v1::ShardChecksum& shard : response.shards()) {

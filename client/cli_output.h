@@ -35,6 +35,7 @@ std::string ModelTable(const v1::Model& model);
 std::string LoadModelTable(const v1::LoadModelResponse& response);
 std::string SaveModelTable(const v1::SaveModelResponse& response);
 std::string ChecksumTable(const v1::ModelChecksumResponse& response);
+std::string DeleteModelTable(const v1::DeleteModelResponse& response);
 // `session get`: the session's details, tensors and generations.
 std::string SessionTable(const v1::Session& session);
 // `session list` and `session renew`: one row per session.

@@ -195,6 +195,14 @@ absl::StatusOr<v1::ModelChecksumResponse> SummonClient::ModelChecksum(
                request);
 }
 
+absl::StatusOr<v1::DeleteModelResponse> SummonClient::DeleteModel(
+    const std::string& model) const {
+  v1::DeleteModelRequest request;
+  request.set_model(model);
+  return Unary(*summon_, &v1::Summon::Stub::DeleteModel, NewContext(),
+               request);
+}
+
 absl::StatusOr<v1::Session> SummonClient::OpenSession(
     const std::string& model, const v1::SessionOptions& options) const {
   v1::OpenSessionRequest request;

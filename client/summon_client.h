@@ -115,6 +115,8 @@ class SummonClient {
       uint64_t max_file_bytes = 0) const;
   absl::StatusOr<v1::ModelChecksumResponse> ModelChecksum(
       const std::string& model) const;
+  absl::StatusOr<v1::DeleteModelResponse> DeleteModel(
+      const std::string& model) const;
 
   // Sessions.
   absl::StatusOr<v1::Session> OpenSession(

@@ -116,6 +116,11 @@ absl::Status ModelChecksum(const CommandContext& c) {
                &ChecksumTable);
 }
 
+absl::Status ModelDelete(const CommandContext& c) {
+  return Print(c, c.client.DeleteModel(c.args.positionals[0]),
+               &DeleteModelTable);
+}
+
 // Sessions --------------------------------------------------------------------
 
 absl::Status SessionOpen(const CommandContext& c) {
@@ -330,6 +335,7 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        &ModelLoad},
       {"model", "save", {"M"}, "", false, {Required("to", "PATH")}, &ModelSave},
       {"model", "checksum", {"M"}, "", false, {}, &ModelChecksum},
+      {"model", "delete", {"M"}, "", false, {}, &ModelDelete},
       {"session",
        "open",
        {"M"},

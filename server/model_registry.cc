@@ -87,6 +87,17 @@ std::string InstanceForDataDir(const std::string& data_dir) {
 
 ModelRegistry::ModelRegistry(Options options) : options_(std::move(options)) {}
 
+ModelRegistry::~ModelRegistry() {
+  if (!options_.data_dir.empty()) return;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, model] : models_) {
+    if (absl::Status status = model->store->Destroy(); !status.ok()) {
+      spdlog::warn("model {}: shards not unlinked: {}", name,
+                   status.ToString());
+    }
+  }
+}
+
 absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Build(
     const std::string& name, const std::string& layout_json,
     std::optional<core::Strategy> strategy, AttachMode mode) {

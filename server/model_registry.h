@@ -73,6 +73,9 @@ class ModelRegistry {
   };
 
   explicit ModelRegistry(Options options);
+  // Without a data directory nothing could re-attach the shards later, so
+  // they are unlinked with the registry; with one they stay for a restart.
+  ~ModelRegistry();
 
   // Re-attaches the models recorded in the data directory. Models whose
   // shards are gone (e.g. after a reboot) are reported, not silently

@@ -190,6 +190,12 @@ grpc::Status SummonServiceImpl::ModelChecksum(
   return grpc::Status::OK;
 }
 
+grpc::Status SummonServiceImpl::DeleteModel(grpc::ServerContext*,
+                                            const v1::DeleteModelRequest* request,
+                                            v1::DeleteModelResponse*) {
+  return ToGrpcStatus(registry_->Remove(request->model()));
+}
+
 grpc::Status SummonServiceImpl::OpenSession(
     grpc::ServerContext* context, const v1::OpenSessionRequest* request,
     v1::Session* response) {

@@ -40,6 +40,9 @@ class SummonServiceImpl final : public v1::Summon::Service {
   grpc::Status ModelChecksum(grpc::ServerContext* context,
                              const v1::ModelChecksumRequest* request,
                              v1::ModelChecksumResponse* response) override;
+  grpc::Status DeleteModel(grpc::ServerContext* context,
+                           const v1::DeleteModelRequest* request,
+                           v1::DeleteModelResponse* response) override;
   grpc::Status OpenSession(grpc::ServerContext* context,
                            const v1::OpenSessionRequest* request,
                            v1::Session* response) override;
