@@ -184,7 +184,7 @@ void ExecuteGather(const std::vector<Transfer>& transfers,
 }
 
 void ExecuteWriteback(const std::vector<Transfer>& transfers,
-                      const ShardAddress& shard, const CopyAddress& copy) {
+                      const ShardAddress& shard, const ConstCopyAddress& copy) {
   for (const Transfer& transfer : transfers) {
     std::memcpy(shard(transfer.rank, transfer.unit) + transfer.shard_offset,
                 copy(transfer.copy) + transfer.buffer_offset,

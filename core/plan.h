@@ -104,10 +104,11 @@ int64_t CrossNodeBytes(const ModelSpec& model,
 // address of (rank, unit)'s shard and of a copy's buffer.
 using ShardAddress = std::function<uint8_t*(int rank, int unit)>;
 using CopyAddress = std::function<uint8_t*(int copy)>;
+using ConstCopyAddress = std::function<const uint8_t*(int copy)>;
 void ExecuteGather(const std::vector<Transfer>& transfers,
                    const ShardAddress& shard, const CopyAddress& copy);
 void ExecuteWriteback(const std::vector<Transfer>& transfers,
-                      const ShardAddress& shard, const CopyAddress& copy);
+                      const ShardAddress& shard, const ConstCopyAddress& copy);
 
 }  // namespace summon::core
 

@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/data_plane.h"
 #include "server/session_manager.h"
 
 namespace summon::server {
@@ -21,8 +22,7 @@ struct SessionManager::Gather {
   core::GatherIdentity identity;
   core::SessionBufferLayout layout;
   core::GatherPlan plan;
-  std::vector<uint8_t> params;
-  std::vector<uint8_t> grads;
+  CopyBuffers copy;  // This node's copy.
   bool has_grads = false;
   int64_t bytes = 0;
   int holders = 0;  // Guarded by the manager's mutex.

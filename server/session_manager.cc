@@ -1,7 +1,5 @@
 #include "server/session_manager.h"
 
-#include "server/session_internal.h"
-
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -11,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/session_internal.h"
 #include "spdlog/spdlog.h"
 
 namespace summon::server {
@@ -76,7 +75,13 @@ absl::Status CheckSessionOptions(const core::ModelSpec& spec,
 }  // namespace
 
 SessionManager::SessionManager(ModelRegistry* registry, Options options)
-    : registry_(registry), options_(std::move(options)) {
+    : registry_(registry),
+      options_(std::move(options)),
+      owned_data_plane_(options_.data_plane == nullptr
+                            ? std::make_unique<LocalDataPlane>()
+                            : nullptr),
+      data_plane_(options_.data_plane != nullptr ? options_.data_plane
+                                                 : owned_data_plane_.get()) {
   reaper_ = std::thread([this] { ReaperLoop(); });
 }
 
@@ -210,32 +215,13 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
                          options.rank0_only ? core::Placement::kHomeRank
                                             : core::Placement::kPerNode,
                          options.home_rank);
+    absl::Status gathered = plan.status();
     if (plan.ok()) {
       gather.plan = *std::move(plan);
-      gather.params.assign(gather.layout.total_bytes, 0);
-      absl::ReaderMutexLock shards_lock(&model->shards_mu);
-      core::ExecuteGather(
-          gather.plan.transfers,
-          [&](int rank, int unit) {
-            return model->store->ParamShard(rank, unit);
-          },
-          [&](int) { return gather.params.data(); });
-      if (gather.has_grads) {
-        // Ranks without grads contribute zeros (DESIGN.md section 2).
-        gather.grads.assign(gather.layout.total_bytes, 0);
-        std::vector<core::Transfer> grad_transfers;
-        for (const core::Transfer& transfer : gather.plan.transfers) {
-          if (model->store->HasGrads(transfer.rank)) {
-            grad_transfers.push_back(transfer);
-          }
-        }
-        core::ExecuteGather(
-            grad_transfers,
-            [&](int rank, int unit) {
-              return model->store->GradShard(rank, unit);
-            },
-            [&](int) { return gather.grads.data(); });
-      }
+      gather.copy.params.assign(gather.layout.total_bytes, 0);
+      if (gather.has_grads)
+        gather.copy.grads.assign(gather.layout.total_bytes, 0);
+      gathered = data_plane_->Gather(*model, gather.plan, gather.copy);
     }
     absl::MutexLock lock(&mu_);
     {
@@ -244,9 +230,9 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
         model->runtime.units[unit].read_only_gathering.erase(session->id);
       }
     }
-    if (!plan.ok()) {
+    if (!gathered.ok()) {
       Finish(*session, core::SessionState::kFailed);
-      return plan.status();
+      return gathered;
     }
     session->state = core::SessionState::kOpen;
     session->lease_deadline = core::RenewLease(options_.clock(), options.lease);
@@ -382,8 +368,24 @@ absl::StatusOr<CloseResult> SessionManager::Close(
   }
 
   CloseResult result;
+  absl::StatusOr<int64_t> written;
+  {
+    absl::ReaderMutexLock data_lock(&session->data_mu);
+    written = data_plane_->Writeback(
+        *session->model,
+        core::PlanWriteback(session->model->spec, session->gather->layout,
+                            session->gather->plan),
+        session->gather->copy);
+  }
+  if (!written.ok()) {
+    // Nothing was committed (R8): the session goes back to OPEN so its
+    // owner can retry or abort.
+    absl::MutexLock lock(&mu_);
+    session->state = core::SessionState::kOpen;
+    return written.status();
+  }
   result.written_back = true;
-  result.bytes_written = Writeback(*session);
+  result.bytes_written = *written;
 
   absl::MutexLock lock(&mu_);
   {
@@ -404,36 +406,6 @@ absl::StatusOr<CloseResult> SessionManager::Close(
       result.bytes_written,
       absl::ToInt64Milliseconds(options_.clock() - started));
   return result;
-}
-
-int64_t SessionManager::Writeback(Session& session) {
-  ModelEntry& model = *session.model;
-  Gather& gather = *session.gather;
-  const core::WritebackPlan plan =
-      core::PlanWriteback(model.spec, gather.layout, gather.plan);
-  int64_t bytes = 0;
-  absl::ReaderMutexLock data_lock(&session.data_mu);
-  absl::MutexLock shards_lock(&model.shards_mu);
-  core::ExecuteWriteback(
-      plan.transfers,
-      [&](int rank, int unit) { return model.store->ParamShard(rank, unit); },
-      [&](int) { return gather.params.data(); });
-  for (const core::Transfer& transfer : plan.transfers) bytes += transfer.bytes;
-  if (gather.has_grads) {
-    // A rank without grads keeps none: its grad edits are dropped (FSDP).
-    std::vector<core::Transfer> grad_transfers;
-    for (const core::Transfer& transfer : plan.transfers) {
-      if (model.store->HasGrads(transfer.rank)) {
-        grad_transfers.push_back(transfer);
-        bytes += transfer.bytes;
-      }
-    }
-    core::ExecuteWriteback(
-        grad_transfers,
-        [&](int rank, int unit) { return model.store->GradShard(rank, unit); },
-        [&](int) { return gather.grads.data(); });
-  }
-  return bytes;
 }
 
 void SessionManager::Finish(Session& session, core::SessionState final_state) {
@@ -507,9 +479,9 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
         model.runtime.phase_per_rank[rank] = phase;
         // Entering OPTIMIZER, or reporting a new step number, says the
         // shards changed: every unit's generation moves (R7 relies on it).
-        const bool new_step =
-            step.has_value() && model.steps[rank].has_value() &&
-            *model.steps[rank] != *step;
+        const bool new_step = step.has_value() &&
+                              model.steps[rank].has_value() &&
+                              *model.steps[rank] != *step;
         if (step.has_value()) model.steps[rank] = step;
         report.step = model.steps[rank];
         if (new_step || (phase == core::TrainingPhase::kOptimizer &&

@@ -18,6 +18,7 @@
 #include "core/scope.h"
 #include "core/session_rules.h"
 #include "core/session_state.h"
+#include "server/data_plane.h"
 #include "server/model_registry.h"
 #include "server/tensor_stats.h"
 
@@ -80,6 +81,8 @@ class SessionManager {
     absl::Duration reaper_interval = absl::Milliseconds(200);
     absl::Duration max_lease = absl::Hours(24);
     std::function<absl::Time()> clock = absl::Now;
+    // Moves the bytes; null: a LocalDataPlane (one node, memcpy).
+    DataPlane* data_plane = nullptr;
   };
 
   SessionManager(ModelRegistry* registry, Options options);
@@ -161,7 +164,6 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<Gather>> RunGather(
       ModelEntry& model, const core::Scope& scope,
       const SessionOptions& options, core::GatherIdentity identity);
-  int64_t Writeback(Session& session);
   // The bytes of a tensor as this session sees them; `for_write` first gives
   // the session a private copy when its gather is shared.
   uint8_t* TensorData(Session& session, int tensor, bool grad, bool for_write)
@@ -172,6 +174,8 @@ class SessionManager {
 
   ModelRegistry* const registry_;
   const Options options_;
+  const std::unique_ptr<DataPlane> owned_data_plane_;
+  DataPlane* const data_plane_;
 
   mutable absl::Mutex mu_;
   absl::CondVar released_;  // Signalled when a session leaves a unit.

@@ -54,7 +54,8 @@ uint8_t* SessionManager::TensorData(Session& session, int tensor, bool grad,
     return it->second.data();
   }
   uint8_t* shared =
-      (grad ? gather.grads.data() : gather.params.data()) + info.buffer_offset;
+      (grad ? gather.copy.grads.data() : gather.copy.params.data()) +
+      info.buffer_offset;
   if (!for_write || session.writable()) return shared;
   // A read-only gather may be shared: edits go to this session's own copy.
   std::vector<uint8_t>& copy = privates[tensor];
