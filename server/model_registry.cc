@@ -112,6 +112,7 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Build(
   model->layout_json = layout_json;
   model->spec = *std::move(spec);
   model->local_ranks = LocalRanks(options_.topology, options_.node);
+  model->grads_by_rank.assign(options_.topology.world_size(), false);
   absl::StatusOr<std::unique_ptr<ShardStore>> store = ShardStore::CreateOrAttach(
       options_.instance, name, model->spec, model->local_ranks, mode);
   if (!store.ok()) return store.status();
@@ -152,6 +153,7 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Create(
   std::shared_ptr<ModelEntry> entry = *std::move(model);
   absl::Status status = absl::OkStatus();
   for (int rank : grad_ranks) {
+    entry->grads_by_rank[rank] = true;
     if (!status.ok()) break;
     if (options_.topology.NodeOf(rank) == options_.node) {
       status = entry->store->EnsureGrads(rank);
@@ -237,6 +239,7 @@ absl::Status ModelRegistry::Persist(const ModelEntry& model) const {
       {"strategy", std::string(core::StrategyName(model.spec.groups.declared))},
       {"nodes", options_.topology.nodes},
       {"local_ranks", options_.topology.local_ranks},
+      {"grads_by_rank", model.grads_by_rank},
   };
   const fs::path final_path = dir / (model.name + ".json");
   const fs::path temp_path = dir / (model.name + ".json.tmp");
@@ -289,6 +292,14 @@ absl::Status ModelRegistry::Recover() {
       spdlog::error("model {} not re-attached: {}", name,
                     model.status().ToString());
       continue;
+    }
+    if (record.contains("grads_by_rank") &&
+        record["grads_by_rank"].is_array() &&
+        record["grads_by_rank"].size() == (*model)->grads_by_rank.size()) {
+      for (size_t rank = 0; rank < record["grads_by_rank"].size(); ++rank) {
+        const auto& flag = record["grads_by_rank"][rank];
+        (*model)->grads_by_rank[rank] = flag.is_boolean() && flag.get<bool>();
+      }
     }
     absl::MutexLock lock(&mu_);
     models_[name] = *model;

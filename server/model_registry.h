@@ -32,6 +32,8 @@ struct ModelEntry {
   std::string layout_json;  // As created; persisted for re-attach.
   core::ModelSpec spec;
   std::vector<int> local_ranks;  // Global ranks whose shards live here.
+  // Which global ranks (on any node) hold gradient shards.
+  std::vector<bool> grads_by_rank;
   std::unique_ptr<ShardStore> store;
 
   // Guards `runtime`, `steps` and `open_sessions`. Lock order: the session
@@ -44,6 +46,9 @@ struct ModelEntry {
   // Readers copy shards out (gathers, checksums, saves); writers change them
   // (writeback commits, checkpoint loads, init).
   absl::Mutex shards_mu;
+  // Held by one writeback (PREPARE through COMMIT) at a time: a rank stages
+  // one session's data at a time.
+  absl::Mutex writeback_mu;
 
   // Base address of a local rank's shard of a unit (params or grads; grads
   // may be null when the rank has none).

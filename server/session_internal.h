@@ -6,26 +6,27 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/data_plane.h"
 #include "server/session_manager.h"
 
 namespace summon::server {
 
-// One gathered copy of a scope's tensors (params, and grads when any scoped
-// rank has them). Read-only sessions of the same identity share one.
+// One gather of a scope: its copies live in the nodes' runtimes under
+// `id`. Read-only sessions of the same identity share one.
 struct SessionManager::Gather {
+  std::string id;
   core::GatherIdentity identity;
   core::SessionBufferLayout layout;
-  core::GatherPlan plan;
-  CopyBuffers copy;  // This node's copy.
   bool has_grads = false;
-  int64_t bytes = 0;
-  int holders = 0;  // Guarded by the manager's mutex.
+  // Copy bytes per node (params and grads), released with the gather.
+  std::vector<int64_t> bytes_per_node;
+  int64_t bytes = 0;  // Of one copy.
+  int holders = 0;    // Guarded by the manager's mutex.
 };
 
 struct SessionManager::Session {
@@ -38,13 +39,10 @@ struct SessionManager::Session {
   std::shared_ptr<Gather> gather;
   absl::Time created;
   absl::Time lease_deadline;
-  int64_t private_bytes = 0;  // Guarded by the manager's mutex.
-
-  // Guards the tensor bytes this session sees: reads share, writes exclude.
-  absl::Mutex data_mu;
-  // Copy-on-write tensors of sessions whose gather may be shared.
-  std::map<int, std::vector<uint8_t>> private_params ABSL_GUARDED_BY(data_mu);
-  std::map<int, std::vector<uint8_t>> private_grads ABSL_GUARDED_BY(data_mu);
+  // Guarded by the manager's mutex: tensors (index, grad) this session has
+  // its own copy of, and their bytes on each node.
+  std::set<std::pair<int, bool>> private_tensors;
+  std::vector<int64_t> private_bytes_per_node;
 
   bool writable() const { return options.writeback; }
 };

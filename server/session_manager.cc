@@ -77,11 +77,18 @@ absl::Status CheckSessionOptions(const core::ModelSpec& spec,
 SessionManager::SessionManager(ModelRegistry* registry, Options options)
     : registry_(registry),
       options_(std::move(options)),
-      owned_data_plane_(options_.data_plane == nullptr
-                            ? std::make_unique<LocalDataPlane>()
-                            : nullptr),
-      data_plane_(options_.data_plane != nullptr ? options_.data_plane
-                                                 : owned_data_plane_.get()) {
+      local_runtime_(
+          options_.node_ops != nullptr
+              ? nullptr
+              : std::make_unique<NodeRuntime>(registry_->options().node,
+                                              registry_, &local_communicator_,
+                                              options_.collective_timeout)),
+      local_ops_(local_runtime_
+                     ? std::make_unique<LocalNodeOps>(local_runtime_.get())
+                     : nullptr),
+      ops_(options_.node_ops != nullptr ? options_.node_ops
+                                        : local_ops_.get()) {
+  memory_per_node_.assign(registry_->options().topology.nodes, 0);
   reaper_ = std::thread([this] { ReaperLoop(); });
 }
 
@@ -128,6 +135,7 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
   session->options = options;
   session->scope = *scope;
   session->created = started;
+  session->private_bytes_per_node.assign(memory_per_node_.size(), 0);
 
   core::GatherIdentity identity;
   identity.model = model_name;
@@ -141,6 +149,7 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
   identity.writable = options.writeback;
 
   std::shared_ptr<Gather> shared;
+  GatherOp op;
   {
     absl::MutexLock lock(&mu_);
     absl::MutexLock runtime_lock(&model->runtime_mu);
@@ -171,29 +180,40 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
       session->state = core::SessionState::kOpen;
       session->lease_deadline = core::RenewLease(started, options.lease);
     } else {
-      // R9 before allocating anything: the params copy, plus the grads copy
-      // when any local rank could contribute grads.
-      core::SessionBufferLayout layout =
-          core::LayoutSessionBuffer(spec, *scope);
-      bool any_grads = false;
+      auto gather = std::make_shared<Gather>();
+      gather->id = session->id;
+      gather->identity = identity;
+      gather->layout = core::LayoutSessionBuffer(spec, *scope);
       if (options.with_grads) {
         for (int rank : request.ranks) {
-          any_grads = any_grads || model->store->HasGrads(rank);
+          gather->has_grads = gather->has_grads || model->grads_by_rank[rank];
         }
       }
-      const int64_t bytes = layout.total_bytes * (any_grads ? 2 : 1);
-      if (absl::Status status = core::CheckMemoryBudget(
-              registry_->options().node, options_.memory_budget_bytes,
-              memory_in_use_, bytes);
-          !status.ok()) {
-        return status;
+      absl::StatusOr<core::GatherPlan> plan =
+          core::PlanGather(spec, gather->layout,
+                           options.rank0_only ? core::Placement::kHomeRank
+                                              : core::Placement::kPerNode,
+                           options.home_rank);
+      if (!plan.ok()) return plan.status();
+      // R9 on every node holding a copy, before anything is allocated.
+      gather->bytes = gather->layout.total_bytes * (gather->has_grads ? 2 : 1);
+      gather->bytes_per_node =
+          core::CopyBytesPerNode(spec, gather->layout, *plan);
+      for (int64_t& bytes : gather->bytes_per_node) {
+        if (gather->has_grads) bytes *= 2;
       }
-      memory_in_use_ += bytes;
-      auto gather = std::make_shared<Gather>();
-      gather->identity = identity;
-      gather->layout = std::move(layout);
-      gather->has_grads = any_grads;
-      gather->bytes = bytes;
+      for (size_t node = 0; node < memory_per_node_.size(); ++node) {
+        if (gather->bytes_per_node[node] == 0) continue;
+        if (absl::Status status = core::CheckMemoryBudget(
+                static_cast<int>(node), options_.memory_budget_bytes,
+                memory_per_node_[node], gather->bytes_per_node[node]);
+            !status.ok()) {
+          return status;
+        }
+      }
+      for (size_t node = 0; node < memory_per_node_.size(); ++node) {
+        memory_per_node_[node] += gather->bytes_per_node[node];
+      }
       gather->holders = 1;
       session->gather = gather;
       for (int unit : scope->units) {
@@ -203,26 +223,16 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
           model->runtime.units[unit].read_only_gathering.insert(session->id);
         }
       }
+      op = GatherOp{next_sequence_++, gather->id,         model_name,
+                    options.scope,    options.rank0_only, options.home_rank,
+                    gather->has_grads};
     }
     ++model->open_sessions;
     sessions_[session->id] = session;
   }
 
   if (!shared) {
-    Gather& gather = *session->gather;
-    absl::StatusOr<core::GatherPlan> plan =
-        core::PlanGather(spec, gather.layout,
-                         options.rank0_only ? core::Placement::kHomeRank
-                                            : core::Placement::kPerNode,
-                         options.home_rank);
-    absl::Status gathered = plan.status();
-    if (plan.ok()) {
-      gather.plan = *std::move(plan);
-      gather.copy.params.assign(gather.layout.total_bytes, 0);
-      if (gather.has_grads)
-        gather.copy.grads.assign(gather.layout.total_bytes, 0);
-      gathered = data_plane_->Gather(*model, gather.plan, gather.copy);
-    }
+    const absl::Status gathered = ops_->Gather(op);
     absl::MutexLock lock(&mu_);
     {
       absl::MutexLock runtime_lock(&model->runtime_mu);
@@ -337,6 +347,7 @@ absl::StatusOr<CloseResult> SessionManager::Close(
     const std::string& principal) {
   const absl::Time started = options_.clock();
   std::shared_ptr<Session> session;
+  PrepareOp prepare;
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
@@ -355,47 +366,65 @@ absl::StatusOr<CloseResult> SessionManager::Close(
                    session->gather->bytes);
       return CloseResult{};
     }
-    {
-      absl::MutexLock runtime_lock(&session->model->runtime_mu);
-      if (absl::Status status = core::CheckGenerationsUnchanged(
-              session->model->runtime, id,
-              session->gather->identity.generation_per_unit, force);
-          !status.ok()) {
-        return status;
-      }
+    absl::MutexLock runtime_lock(&session->model->runtime_mu);
+    if (absl::Status status = core::CheckGenerationsUnchanged(
+            session->model->runtime, id,
+            session->gather->identity.generation_per_unit, force);
+        !status.ok()) {
+      return status;
     }
     session->state = core::SessionState::kClosing;
+    prepare.gather_id = session->gather->id;
+    prepare.session_id = id;
+    prepare.expected_generations =
+        session->gather->identity.generation_per_unit;
+    for (int unit : session->scope.units) {
+      prepare.target_generations[unit] =
+          session->model->runtime.units[unit].generation + 1;
+    }
+    prepare.force = force;
+  }
+
+  // Two phases: nothing reaches a shard unless every node staged (R8).
+  // Writebacks of one model run one at a time (a rank stages one session).
+  absl::MutexLock writeback_lock(&session->model->writeback_mu);
+  {
+    absl::MutexLock lock(&mu_);
+    prepare.sequence = next_sequence_++;
+  }
+  absl::StatusOr<int64_t> staged = ops_->Prepare(prepare);
+  if (!staged.ok()) {
+    ops_->Abort(id);
+    absl::MutexLock lock(&mu_);
+    session->state = core::SessionState::kOpen;
+    spdlog::warn("session writeback refused id={} model={}: {}", id,
+                 session->model->name, staged.status().ToString());
+    return staged.status();
+  }
+  CommitOp commit{0, prepare.gather_id, id, prepare.target_generations};
+  {
+    absl::MutexLock lock(&mu_);
+    commit.sequence = next_sequence_++;
+  }
+  if (absl::Status status = ops_->Commit(commit); !status.ok()) {
+    // Staged data stays where it is (shared memory) for a retry.
+    spdlog::error("session commit failed id={} model={}: {}", id,
+                  session->model->name, status.ToString());
+    absl::MutexLock lock(&mu_);
+    session->state = core::SessionState::kOpen;
+    return status;
   }
 
   CloseResult result;
-  absl::StatusOr<int64_t> written;
-  {
-    absl::ReaderMutexLock data_lock(&session->data_mu);
-    written = data_plane_->Writeback(
-        *session->model,
-        core::PlanWriteback(session->model->spec, session->gather->layout,
-                            session->gather->plan),
-        session->gather->copy);
-  }
-  if (!written.ok()) {
-    // Nothing was committed (R8): the session goes back to OPEN so its
-    // owner can retry or abort.
-    absl::MutexLock lock(&mu_);
-    session->state = core::SessionState::kOpen;
-    return written.status();
-  }
   result.written_back = true;
-  result.bytes_written = *written;
-
+  result.bytes_written = *staged;
   absl::MutexLock lock(&mu_);
   {
     ModelEntry& model = *session->model;
     absl::MutexLock runtime_lock(&model.runtime_mu);
-    for (int unit : session->scope.units) {
-      model.store->BumpGeneration(unit);
-      model.runtime.units[unit].generation = model.store->Generation(unit);
-      result.generations[model.spec.units[unit].fqn] =
-          model.runtime.units[unit].generation;
+    for (const auto& [unit, generation] : commit.target_generations) {
+      model.runtime.units[unit].generation = generation;
+      result.generations[model.spec.units[unit].fqn] = generation;
     }
   }
   Finish(*session, core::SessionState::kClosed);
@@ -419,18 +448,24 @@ void SessionManager::Finish(Session& session, core::SessionState final_state) {
     }
     --model.open_sessions;
   }
-  if (--session.gather->holders == 0) {
-    memory_in_use_ -= session.gather->bytes;
+  Gather& gather = *session.gather;
+  for (size_t node = 0; node < memory_per_node_.size(); ++node) {
+    memory_per_node_[node] -= session.private_bytes_per_node[node];
+    if (gather.holders == 1) {
+      memory_per_node_[node] -= gather.bytes_per_node[node];
+    }
+  }
+  if (!session.private_tensors.empty()) ops_->ReleaseSession(session.id);
+  if (--gather.holders == 0) {
+    ops_->Release(gather.id);
     shareable_gathers_.erase(
         std::remove_if(shareable_gathers_.begin(), shareable_gathers_.end(),
                        [&](const std::weak_ptr<Gather>& weak) {
-                         std::shared_ptr<Gather> gather = weak.lock();
-                         return !gather || gather == session.gather;
+                         std::shared_ptr<Gather> other = weak.lock();
+                         return !other || other == session.gather;
                        }),
         shareable_gathers_.end());
   }
-  memory_in_use_ -= session.private_bytes;
-  session.private_bytes = 0;
   session.state = final_state;
   sessions_.erase(session.id);
   released_.SignalAll();
@@ -502,9 +537,9 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
   }
 }
 
-int64_t SessionManager::MemoryInUse() const {
+int64_t SessionManager::MemoryInUse(int node) const {
   absl::MutexLock lock(&mu_);
-  return memory_in_use_;
+  return memory_per_node_[node];
 }
 
 int SessionManager::OpenSessionCount() const {

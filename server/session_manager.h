@@ -18,8 +18,10 @@
 #include "core/scope.h"
 #include "core/session_rules.h"
 #include "core/session_state.h"
-#include "server/data_plane.h"
+#include "server/comm/local_communicator.h"
 #include "server/model_registry.h"
+#include "server/node_ops.h"
+#include "server/node_runtime.h"
 #include "server/tensor_stats.h"
 
 namespace summon::server {
@@ -65,14 +67,12 @@ struct PhaseReport {
   absl::Duration waited;
 };
 
-// Receives a read in chunks; returning false stops the read (client gone).
-using ChunkSink =
-    std::function<bool(int64_t element_offset, absl::string_view bytes)>;
-
-// Sessions of one node: the rules (R1-R12) checked against the node's
-// models, gathers and writebacks per the core's plans (memcpy between local
-// ranks), read-only sessions sharing one gather, leases with a reaper, the
-// node's memory budget and the training-phase interlock.
+// Sessions: the rules (R1-R12) checked against the models' runtime state,
+// read-only sessions sharing one gather, leases with a reaper, the nodes'
+// memory budget and the training-phase interlock. The session manager
+// decides; the nodes' runtimes (NodeOps) move the bytes, every collective
+// under a sequence number the manager hands out, and every writeback in two
+// phases (PREPARE on every node, then COMMIT).
 class SessionManager {
  public:
   struct Options {
@@ -81,8 +81,9 @@ class SessionManager {
     absl::Duration reaper_interval = absl::Milliseconds(200);
     absl::Duration max_lease = absl::Hours(24);
     std::function<absl::Time()> clock = absl::Now;
-    // Moves the bytes; null: a LocalDataPlane (one node, memcpy).
-    DataPlane* data_plane = nullptr;
+    // Moves the bytes. Null: this single node's own runtime.
+    NodeOps* node_ops = nullptr;
+    absl::Duration collective_timeout = absl::Seconds(30);
   };
 
   SessionManager(ModelRegistry* registry, Options options);
@@ -146,7 +147,8 @@ class SessionManager {
   // calls it; tests call it with an injected clock.
   int ReapExpired();
 
-  int64_t MemoryInUse() const;
+  // Bytes of session copies held on `node` (R9's measure).
+  int64_t MemoryInUse(int node = 0) const;
   int OpenSessionCount() const;
 
  private:
@@ -164,25 +166,27 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<Gather>> RunGather(
       ModelEntry& model, const core::Scope& scope,
       const SessionOptions& options, core::GatherIdentity identity);
-  // The bytes of a tensor as this session sees them; `for_write` first gives
-  // the session a private copy when its gather is shared.
-  uint8_t* TensorData(Session& session, int tensor, bool grad, bool for_write)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(session.data_mu);
   absl::StatusOr<int> FindTensor(const Session& session, const std::string& fqn,
                                  bool grad) const;
   void ReaperLoop();
 
   ModelRegistry* const registry_;
   const Options options_;
-  const std::unique_ptr<DataPlane> owned_data_plane_;
-  DataPlane* const data_plane_;
+  // The single-node default when Options::node_ops is null.
+  LocalCommunicator local_communicator_;
+  std::unique_ptr<NodeRuntime> local_runtime_;
+  std::unique_ptr<NodeOps> local_ops_;
+  NodeOps* const ops_;
 
   mutable absl::Mutex mu_;
   absl::CondVar released_;  // Signalled when a session leaves a unit.
   std::map<std::string, std::shared_ptr<Session>> sessions_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<Gather>> shareable_gathers_ ABSL_GUARDED_BY(mu_);
-  int64_t memory_in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes of session copies (and private tensors) held on each node.
+  std::vector<int64_t> memory_per_node_ ABSL_GUARDED_BY(mu_);
+  // Collectives get consecutive numbers; every node runs them in order.
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };

@@ -45,24 +45,6 @@ absl::StatusOr<int> SessionManager::FindTensor(const Session& session,
   return index;
 }
 
-uint8_t* SessionManager::TensorData(Session& session, int tensor, bool grad,
-                                    bool for_write) {
-  Gather& gather = *session.gather;
-  const core::SessionTensor& info = gather.layout.tensors[tensor];
-  auto& privates = grad ? session.private_grads : session.private_params;
-  if (auto it = privates.find(tensor); it != privates.end()) {
-    return it->second.data();
-  }
-  uint8_t* shared =
-      (grad ? gather.copy.grads.data() : gather.copy.params.data()) +
-      info.buffer_offset;
-  if (!for_write || session.writable()) return shared;
-  // A read-only gather may be shared: edits go to this session's own copy.
-  std::vector<uint8_t>& copy = privates[tensor];
-  copy.assign(shared, shared + info.bytes());
-  return copy.data();
-}
-
 absl::Status SessionManager::Read(const std::string& id, const std::string& fqn,
                                   bool grad, std::optional<core::DType> dtype,
                                   int64_t offset, std::optional<int64_t> count,
@@ -101,29 +83,8 @@ absl::Status SessionManager::Read(const std::string& id, const std::string& fqn,
   }
   if (chunk_bytes == 0) chunk_bytes = kDefaultChunkBytes;
   chunk_bytes = std::clamp(chunk_bytes, kMinChunkBytes, kMaxChunkBytes);
-  const int64_t in_size = static_cast<int64_t>(core::ElementSize(info.dtype));
-  const int64_t out_size = static_cast<int64_t>(core::ElementSize(out_dtype));
-  const int64_t per_chunk = std::max<int64_t>(1, chunk_bytes / out_size);
-
-  absl::ReaderMutexLock data_lock(&session->data_mu);
-  const uint8_t* data = TensorData(*session, tensor, grad, false);
-  std::string chunk;
-  for (int64_t done = 0; done < total || (total == 0 && done == 0);) {
-    const int64_t n = std::min(per_chunk, total - done);
-    chunk.resize(static_cast<size_t>(n * out_size));
-    if (absl::Status status =
-            core::ConvertElements(info.dtype, data + (offset + done) * in_size,
-                                  out_dtype, chunk.data(), n);
-        !status.ok()) {
-      return status;
-    }
-    if (!sink(offset + done, chunk)) {
-      return absl::CancelledError("reader went away");
-    }
-    if (n == 0) break;
-    done += n;
-  }
-  return absl::OkStatus();
+  return ops_->Read(session->gather->id, session->id, tensor, grad, out_dtype,
+                    offset, total, chunk_bytes, sink);
 }
 
 absl::StatusOr<core::SessionTensor> SessionManager::DescribeTensor(
@@ -172,34 +133,42 @@ absl::StatusOr<core::SessionTensor> SessionManager::Write(
       CheckWriteTarget(id, fqn, grad, dtype, offset, count, principal);
   if (!info.ok()) return info.status();
 
-  std::shared_ptr<Session> session;
-  int tensor = 0;
+  WriteOp op;
+  op.session_id = id;
+  op.grad = grad;
+  op.element_offset = offset;
+  op.bytes = std::string(bytes);
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
     if (!found.ok()) return found.status();
-    session = *std::move(found);
-    tensor = session->gather->layout.Find(info->fqn);
-    if (!session->writable()) {
-      // The private copy a first edit makes counts against the budget (R9).
-      absl::MutexLock data_lock(&session->data_mu);
-      const auto& privates =
-          grad ? session->private_grads : session->private_params;
-      if (privates.count(tensor) == 0) {
+    Session& session = **found;
+    op.gather_id = session.gather->id;
+    op.tensor = session.gather->layout.Find(info->fqn);
+    op.private_copy = !session.writable();
+    if (op.private_copy &&
+        session.private_tensors.count({op.tensor, grad}) == 0) {
+      // The copy a first edit makes, on every node holding one, counts
+      // against the budget (R9).
+      const std::vector<int64_t>& placed = session.gather->bytes_per_node;
+      for (size_t node = 0; node < memory_per_node_.size(); ++node) {
+        if (placed[node] == 0) continue;
         if (absl::Status status = core::CheckMemoryBudget(
-                registry_->options().node, options_.memory_budget_bytes,
-                memory_in_use_, info->bytes());
+                static_cast<int>(node), options_.memory_budget_bytes,
+                memory_per_node_[node], info->bytes());
             !status.ok()) {
           return status;
         }
-        memory_in_use_ += info->bytes();
-        session->private_bytes += info->bytes();
       }
+      for (size_t node = 0; node < memory_per_node_.size(); ++node) {
+        if (placed[node] == 0) continue;
+        memory_per_node_[node] += info->bytes();
+        session.private_bytes_per_node[node] += info->bytes();
+      }
+      session.private_tensors.insert({op.tensor, grad});
     }
   }
-  absl::MutexLock data_lock(&session->data_mu);
-  uint8_t* data = TensorData(*session, tensor, grad, true);
-  std::memcpy(data + offset * element_size, bytes.data(), bytes.size());
+  if (absl::Status status = ops_->Write(op); !status.ok()) return status;
   return info;
 }
 
@@ -231,15 +200,13 @@ SessionManager::Stats(const std::string& id,
       tensors.push_back(*index);
     }
   }
+  absl::StatusOr<std::vector<TensorStatistics>> stats =
+      ops_->Stats(session->gather->id, session->id, tensors, grad, bins);
+  if (!stats.ok()) return stats.status();
   std::vector<std::pair<core::SessionTensor, TensorStatistics>> result;
-  absl::ReaderMutexLock data_lock(&session->data_mu);
-  for (int tensor : tensors) {
-    const core::SessionTensor& info = session->gather->layout.tensors[tensor];
-    absl::StatusOr<TensorStatistics> stats = ComputeTensorStatistics(
-        info.dtype, TensorData(*session, tensor, grad, false), info.numel,
-        bins);
-    if (!stats.ok()) return stats.status();
-    result.emplace_back(info, *std::move(stats));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    result.emplace_back(session->gather->layout.tensors[tensors[i]],
+                        (*stats)[i]);
   }
   return result;
 }

@@ -1,0 +1,427 @@
+#include "server/node_runtime.h"
+
+#include "server/node_runtime_internal.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace summon::server {
+
+// Gradient slices staged by PREPARE, applied at COMMIT. Parameters are
+// staged in shared memory (ShardStore) so a restarted daemon can finish a
+// commit; gradients are staged here.
+struct NodeRuntime::StagedGrads {
+  struct Slice {
+    int rank;
+    int unit;
+    int64_t shard_offset;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Slice> slices;
+};
+
+namespace {
+
+// A range of one rank's shard of one unit.
+using ShardRange = std::tuple<int, int, int64_t, int64_t>;  // rank, unit,
+                                                            // offset, bytes
+
+// What each node must send for a gather: the distinct shard ranges of its
+// ranks that a copy on another node needs, in one deterministic order that
+// every node computes alike.
+std::vector<std::vector<ShardRange>> RangesSentByNode(
+    const core::ModelSpec& spec, const core::GatherPlan& plan) {
+  std::vector<std::set<ShardRange>> sets(spec.groups.topology.nodes);
+  for (const core::Transfer& transfer : plan.transfers) {
+    const int source = spec.groups.topology.NodeOf(transfer.rank);
+    if (source == plan.copies[transfer.copy].node) continue;
+    sets[source].insert(ShardRange{transfer.rank, transfer.unit,
+                                   transfer.shard_offset, transfer.bytes});
+  }
+  std::vector<std::vector<ShardRange>> ranges;
+  for (const auto& set : sets) ranges.emplace_back(set.begin(), set.end());
+  return ranges;
+}
+
+int64_t RangesBytes(const std::vector<ShardRange>& ranges) {
+  int64_t bytes = 0;
+  for (const ShardRange& range : ranges) bytes += std::get<3>(range);
+  return bytes;
+}
+
+}  // namespace
+
+NodeRuntime::NodeRuntime(int node, ModelRegistry* registry,
+                         Communicator* communicator,
+                         absl::Duration collective_timeout)
+    : node_(node),
+      registry_(registry),
+      communicator_(communicator),
+      collective_timeout_(collective_timeout) {}
+
+NodeRuntime::~NodeRuntime() = default;
+
+CollectiveOptions NodeRuntime::Collective(uint64_t sequence) const {
+  CollectiveOptions options;
+  options.tag = sequence;
+  options.timeout = collective_timeout_;
+  return options;
+}
+
+absl::Status NodeRuntime::InSequence(
+    uint64_t sequence, const std::function<absl::Status()>& body) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto turn = [this, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return next_sequence_ >= sequence;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&turn), collective_timeout_)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "node ", node_, " waited ", absl::FormatDuration(collective_timeout_),
+          " for operation ", sequence, " but is still at ", next_sequence_));
+    }
+    if (next_sequence_ != sequence) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("operation ", sequence, " arrived after node ", node_,
+                       " moved on to ", next_sequence_));
+    }
+  }
+  absl::Status status = body();
+  absl::MutexLock lock(&mu_);
+  ++next_sequence_;
+  return status;
+}
+
+absl::StatusOr<std::shared_ptr<NodeRuntime::Copy>> NodeRuntime::FindCopy(
+    const std::string& gather_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = copies_.find(gather_id);
+  if (it == copies_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("node ", node_, " has no gather ", gather_id));
+  }
+  return it->second;
+}
+
+bool NodeRuntime::HasCopy(const std::string& gather_id) const {
+  absl::StatusOr<std::shared_ptr<Copy>> copy = FindCopy(gather_id);
+  return copy.ok() && (*copy)->copy_index >= 0;
+}
+
+int64_t NodeRuntime::CopyBytes() const {
+  absl::MutexLock lock(&mu_);
+  int64_t bytes = 0;
+  for (const auto& [id, copy] : copies_) {
+    if (copy->copy_index >= 0) {
+      bytes += copy->layout.total_bytes * (copy->grads ? 2 : 1);
+    }
+  }
+  return bytes;
+}
+
+absl::Status NodeRuntime::Gather(const GatherOp& op) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry_->Get(op.model);
+  if (!model.ok()) return model.status();
+  const core::ModelSpec& spec = (*model)->spec;
+  absl::StatusOr<core::Scope> scope = core::ResolveScope(spec, op.scope);
+  if (!scope.ok()) return scope.status();
+  auto copy = std::make_shared<Copy>();
+  copy->model = *model;
+  copy->layout = core::LayoutSessionBuffer(spec, *scope);
+  absl::StatusOr<core::GatherPlan> plan = core::PlanGather(
+      spec, copy->layout,
+      op.rank0_only ? core::Placement::kHomeRank : core::Placement::kPerNode,
+      op.home_rank);
+  if (!plan.ok()) return plan.status();
+  copy->plan = *std::move(plan);
+  copy->rank0_only = op.rank0_only;
+  copy->home_node = spec.groups.topology.NodeOf(op.home_rank);
+  copy->grads = op.grads;
+  for (size_t c = 0; c < copy->plan.copies.size(); ++c) {
+    if (copy->plan.copies[c].node == node_) {
+      copy->copy_index = static_cast<int>(c);
+      break;
+    }
+  }
+
+  absl::Status status = InSequence(op.sequence, [&]() -> absl::Status {
+    ModelEntry& entry = **model;
+    ShardStore& store = *entry.store;
+    const int nodes = spec.groups.topology.nodes;
+    const std::vector<std::vector<ShardRange>> sent =
+        RangesSentByNode(spec, copy->plan);
+    const int grads_factor = copy->grads ? 2 : 1;
+    absl::MutexLock copy_lock(&copy->mu);
+    if (copy->copy_index >= 0) {
+      copy->params.assign(copy->layout.total_bytes, 0);
+      if (copy->grads) copy->grad_bytes.assign(copy->layout.total_bytes, 0);
+    }
+    // Pack what this node sends and copy its local slices into its own copy
+    // under one shard lock: the node's part of the snapshot is consistent.
+    std::vector<uint8_t> send(RangesBytes(sent[node_]) * grads_factor);
+    {
+      absl::ReaderMutexLock shards_lock(&entry.shards_mu);
+      int64_t at = 0;
+      const int64_t grads_at = RangesBytes(sent[node_]);
+      for (const auto& [rank, unit, offset, bytes] : sent[node_]) {
+        std::memcpy(send.data() + at, store.ParamShard(rank, unit) + offset,
+                    bytes);
+        if (copy->grads && store.HasGrads(rank)) {
+          std::memcpy(send.data() + grads_at + at,
+                      store.GradShard(rank, unit) + offset, bytes);
+        }
+        at += bytes;
+      }
+      if (copy->copy_index >= 0) {
+        for (const core::Transfer& t : copy->plan.transfers) {
+          if (t.copy != copy->copy_index ||
+              spec.groups.topology.NodeOf(t.rank) != node_) {
+            continue;
+          }
+          std::memcpy(copy->params.data() + t.buffer_offset,
+                      store.ParamShard(t.rank, t.unit) + t.shard_offset,
+                      t.bytes);
+          if (copy->grads && store.HasGrads(t.rank)) {
+            std::memcpy(copy->grad_bytes.data() + t.buffer_offset,
+                        store.GradShard(t.rank, t.unit) + t.shard_offset,
+                        t.bytes);
+          }
+        }
+      }
+    }
+    if (nodes == 1) return absl::OkStatus();
+
+    // Exchange: every node's ranges reach the nodes holding copies.
+    std::vector<int64_t> recv_sizes(nodes);
+    std::vector<int64_t> recv_offsets(nodes);
+    int64_t total = 0;
+    for (int n = 0; n < nodes; ++n) {
+      recv_sizes[n] = RangesBytes(sent[n]) * grads_factor;
+      recv_offsets[n] = total;
+      total += recv_sizes[n];
+    }
+    std::vector<uint8_t> recv(copy->copy_index >= 0 ? total : 0);
+    absl::Status exchanged =
+        copy->rank0_only
+            ? communicator_->Gather(send.data(), send.size(), recv.data(),
+                                    recv_sizes, copy->home_node,
+                                    Collective(op.sequence))
+            : communicator_->AllGatherV(send.data(), send.size(), recv.data(),
+                                        recv_sizes, Collective(op.sequence));
+    if (!exchanged.ok() || copy->copy_index < 0) return exchanged;
+
+    // Unpack the remote slices this node's copy needs.
+    for (int n = 0; n < nodes; ++n) {
+      if (n == node_) continue;
+      int64_t at = 0;
+      std::map<ShardRange, int64_t> position;
+      for (const ShardRange& range : sent[n]) {
+        position[range] = at;
+        at += std::get<3>(range);
+      }
+      const uint8_t* base = recv.data() + recv_offsets[n];
+      const int64_t grads_at = RangesBytes(sent[n]);
+      for (const core::Transfer& t : copy->plan.transfers) {
+        if (t.copy != copy->copy_index ||
+            spec.groups.topology.NodeOf(t.rank) != n) {
+          continue;
+        }
+        const int64_t from =
+            position.at(ShardRange{t.rank, t.unit, t.shard_offset, t.bytes});
+        std::memcpy(copy->params.data() + t.buffer_offset, base + from,
+                    t.bytes);
+        if (copy->grads) {
+          std::memcpy(copy->grad_bytes.data() + t.buffer_offset,
+                      base + grads_at + from, t.bytes);
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  absl::MutexLock lock(&mu_);
+  copies_[op.gather_id] = copy;
+  return absl::OkStatus();
+}
+
+void NodeRuntime::Release(const std::string& gather_id) {
+  absl::MutexLock lock(&mu_);
+  copies_.erase(gather_id);
+}
+
+void NodeRuntime::ReleaseSession(const std::string& session_id) {
+  std::vector<std::shared_ptr<Copy>> copies;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, copy] : copies_) copies.push_back(copy);
+    staged_grads_.erase(session_id);
+  }
+  for (const std::shared_ptr<Copy>& copy : copies) {
+    absl::MutexLock copy_lock(&copy->mu);
+    for (auto it = copy->privates.begin(); it != copy->privates.end();) {
+      it = std::get<0>(it->first) == session_id ? copy->privates.erase(it)
+                                                : std::next(it);
+    }
+  }
+}
+
+absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
+  absl::StatusOr<std::shared_ptr<Copy>> found = FindCopy(op.gather_id);
+  if (!found.ok()) return found.status();
+  Copy& copy = **found;
+  ModelEntry& model = *copy.model;
+  const core::ModelSpec& spec = model.spec;
+  int64_t staged_bytes = 0;
+  absl::Status status = InSequence(op.sequence, [&]() -> absl::Status {
+    for (const auto& [unit, generation] : op.expected_generations) {
+      const uint64_t now = model.store->Generation(unit);
+      if (now != generation && !op.force) {
+        return absl::AbortedError(absl::StrCat(
+            "unit '", spec.units[unit].fqn, "' moved from generation ",
+            generation, " to ", now, " on node ", node_,
+            " since the gather; close with force to overwrite"));
+      }
+    }
+    const core::WritebackPlan plan =
+        core::PlanWriteback(spec, copy.layout, copy.plan);
+    const int nodes = spec.groups.topology.nodes;
+    const int grads_factor = copy.grads ? 2 : 1;
+    // Each node's transfers, in plan order.
+    std::vector<std::vector<core::Transfer>> by_node(nodes);
+    for (const core::Transfer& t : plan.transfers) {
+      by_node[spec.groups.topology.NodeOf(t.rank)].push_back(t);
+    }
+    std::vector<int64_t> sizes(nodes, 0);
+    for (int n = 0; n < nodes; ++n) {
+      for (const core::Transfer& t : by_node[n]) sizes[n] += t.bytes;
+      sizes[n] *= grads_factor;
+    }
+    // The bytes this node stages: its own copy's, or scattered from the home
+    // copy (rank0_only).
+    std::vector<uint8_t> mine(sizes[node_]);
+    absl::MutexLock copy_lock(&copy.mu);
+    auto pack = [&](int n,
+                    uint8_t* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
+      const int64_t grads_at = sizes[n] / grads_factor;
+      int64_t at = 0;
+      for (const core::Transfer& t : by_node[n]) {
+        std::memcpy(out + at, copy.params.data() + t.buffer_offset, t.bytes);
+        if (copy.grads) {
+          std::memcpy(out + grads_at + at,
+                      copy.grad_bytes.data() + t.buffer_offset, t.bytes);
+        }
+        at += t.bytes;
+      }
+    };
+    if (copy.copy_index >= 0 && (!copy.rank0_only || nodes == 1)) {
+      pack(node_, mine.data());
+    } else {
+      std::vector<uint8_t> send;
+      if (node_ == copy.home_node) {
+        int64_t total = 0;
+        for (int64_t size : sizes) total += size;
+        send.resize(total);
+        int64_t at = 0;
+        for (int n = 0; n < nodes; ++n) {
+          pack(n, send.data() + at);
+          at += sizes[n];
+        }
+      }
+      if (absl::Status scattered = communicator_->Scatter(
+              send.data(), sizes, mine.data(), sizes[node_], copy.home_node,
+              Collective(op.sequence));
+          !scattered.ok()) {
+        return scattered;
+      }
+    }
+    // Stage: parameters into the shared-memory staging area, gradients here.
+    auto grads = std::make_unique<StagedGrads>();
+    const int64_t grads_at = sizes[node_] / grads_factor;
+    int64_t at = 0;
+    for (const core::Transfer& t : by_node[node_]) {
+      absl::StatusOr<uint8_t*> staging = model.store->StagingShard(
+          t.rank, t.unit, op.session_id, op.target_generations.at(t.unit));
+      if (!staging.ok()) return staging.status();
+      std::memcpy(*staging + t.shard_offset, mine.data() + at, t.bytes);
+      if (copy.grads && model.store->HasGrads(t.rank)) {
+        const uint8_t* from = mine.data() + grads_at + at;
+        grads->slices.push_back(
+            {t.rank, t.unit, t.shard_offset, {from, from + t.bytes}});
+        staged_bytes += t.bytes;
+      }
+      staged_bytes += t.bytes;
+      at += t.bytes;
+    }
+    absl::MutexLock lock(&mu_);
+    staged_grads_[op.session_id] = std::move(grads);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) {
+    Abort(op.session_id);
+    return status;
+  }
+  return staged_bytes;
+}
+
+absl::Status NodeRuntime::Commit(const CommitOp& op) {
+  absl::StatusOr<std::shared_ptr<Copy>> found = FindCopy(op.gather_id);
+  if (!found.ok()) return found.status();
+  ModelEntry& model = *(*found)->model;
+  // In sequence, so that every node applies a commit at the same point
+  // relative to other sessions' gathers.
+  return InSequence(op.sequence, [&]() -> absl::Status {
+    std::unique_ptr<StagedGrads> grads;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = staged_grads_.find(op.session_id);
+      if (it != staged_grads_.end()) {
+        grads = std::move(it->second);
+        staged_grads_.erase(it);
+      }
+    }
+    absl::MutexLock shards_lock(&model.shards_mu);
+    absl::Status status = model.store->CommitStaging(op.session_id);
+    // A node whose ranks own nothing of the scope staged nothing.
+    if (!status.ok() && !absl::IsNotFound(status)) return status;
+    if (grads) {
+      for (const StagedGrads::Slice& slice : grads->slices) {
+        std::memcpy(
+            model.store->GradShard(slice.rank, slice.unit) + slice.shard_offset,
+            slice.bytes.data(), slice.bytes.size());
+      }
+    }
+    for (const auto& [unit, generation] : op.target_generations) {
+      model.store->SetGeneration(unit, generation);
+    }
+    return absl::OkStatus();
+  });
+}
+
+void NodeRuntime::Abort(const std::string& session_id) {
+  std::vector<std::shared_ptr<Copy>> copies;
+  {
+    absl::MutexLock lock(&mu_);
+    staged_grads_.erase(session_id);
+    for (const auto& [id, copy] : copies_) copies.push_back(copy);
+  }
+  std::set<ModelEntry*> models;
+  for (const std::shared_ptr<Copy>& copy : copies) {
+    models.insert(copy->model.get());
+  }
+  for (ModelEntry* model : models) {
+    for (int rank : model->local_ranks) {
+      std::optional<ShardStore::StagedWriteback> staged =
+          model->store->Staged(rank);
+      if (staged.has_value() && staged->session_id == session_id) {
+        model->store->ClearStaging(rank).IgnoreError();
+      }
+    }
+  }
+}
+
+}  // namespace summon::server

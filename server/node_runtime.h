@@ -1,0 +1,147 @@
+#ifndef SUMMON_SERVER_NODE_RUNTIME_H_
+#define SUMMON_SERVER_NODE_RUNTIME_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/plan.h"
+#include "core/scope.h"
+#include "server/comm/communicator.h"
+#include "server/model_registry.h"
+#include "server/tensor_stats.h"
+
+namespace summon::server {
+
+// Everything a node needs to compute a gather's plan exactly as every other
+// node does: the plan is a pure function of the model and these fields.
+struct GatherOp {
+  uint64_t sequence = 0;  // The leader's global order of collectives.
+  std::string gather_id;
+  std::string model;
+  core::ScopeRequest scope;
+  bool rank0_only = false;  // One copy on the home rank's node, else one per
+  int home_rank = 0;        // node.
+  bool grads = false;       // The session has a gradients buffer.
+};
+
+// A write into the copies of a gather. `private_copy`: the session does not
+// own the gather (read-only, possibly shared), so the write lands in that
+// session's own copy of the tensor.
+struct WriteOp {
+  std::string gather_id;
+  std::string session_id;
+  bool private_copy = false;
+  int tensor = 0;
+  bool grad = false;
+  int64_t element_offset = 0;
+  std::string bytes;
+};
+
+// PREPARE of a two-phase writeback: every node stages its ranks' owned
+// slices (from its own copy, or scattered from the home) and checks that
+// the units did not move since the gather (R7, unless `force`).
+struct PrepareOp {
+  uint64_t sequence = 0;
+  std::string gather_id;
+  std::string session_id;
+  std::map<int, uint64_t> expected_generations;  // Unit -> at gather.
+  std::map<int, uint64_t> target_generations;    // Unit -> after commit.
+  bool force = false;
+};
+
+// COMMIT: staged data goes into the shards and every scoped unit takes its
+// target generation, on every node alike.
+struct CommitOp {
+  uint64_t sequence = 0;
+  std::string gather_id;
+  std::string session_id;
+  std::map<int, uint64_t> target_generations;
+};
+
+// Receives a read in chunks; returning false stops the read (client gone).
+using ChunkSink =
+    std::function<bool(int64_t element_offset, absl::string_view bytes)>;
+
+// One node's data plane: the session copies placed on this node and the
+// movement of shard bytes into and out of them, by the core's plans. Every
+// node of a cluster runs the same operations; collectives (gathers and the
+// scatter of a rank0_only writeback) run strictly in the leader's sequence
+// order, so concurrent sessions can never deadlock or interleave wrongly. A
+// single node is the same code over a one-rank communicator.
+class NodeRuntime {
+ public:
+  NodeRuntime(int node, ModelRegistry* registry, Communicator* communicator,
+              absl::Duration collective_timeout);
+  ~NodeRuntime();
+
+  int node() const { return node_; }
+
+  // This node's part of a gather: its ranks' slices go to the nodes holding
+  // copies (allgatherv for one copy per node, gather to the home for
+  // rank0_only), and the copy placed here, if any, is filled.
+  absl::Status Gather(const GatherOp& op);
+  bool HasCopy(const std::string& gather_id) const;
+  int64_t CopyBytes() const;  // Of all copies held here.
+
+  absl::Status Write(const WriteOp& op);
+  // Elements [offset, offset + count) of a tensor of a local copy, converted
+  // to `dtype`, in chunks of about `chunk_bytes`.
+  absl::Status Read(const std::string& gather_id, const std::string& session_id,
+                    int tensor, bool grad, core::DType dtype, int64_t offset,
+                    int64_t count, int64_t chunk_bytes, const ChunkSink& sink);
+  absl::StatusOr<std::vector<TensorStatistics>> Stats(
+      const std::string& gather_id, const std::string& session_id,
+      const std::vector<int>& tensors, bool grad, int bins);
+
+  // Two-phase writeback. Prepare stages (nothing in the shards changes) and
+  // returns the bytes staged here; Commit copies staged data into the shards
+  // and sets the target generations; Abort drops what was staged.
+  absl::StatusOr<int64_t> Prepare(const PrepareOp& op);
+  absl::Status Commit(const CommitOp& op);
+  void Abort(const std::string& session_id);
+
+  // Frees a gather's copy / a session's private tensors.
+  void Release(const std::string& gather_id);
+  void ReleaseSession(const std::string& session_id);
+
+ private:
+  struct Copy;
+  struct StagedGrads;
+
+  // Runs `body` when `sequence` is this node's next collective.
+  absl::Status InSequence(uint64_t sequence,
+                          const std::function<absl::Status()>& body);
+  absl::StatusOr<std::shared_ptr<Copy>> FindCopy(
+      const std::string& gather_id) const;
+  // The bytes of a tensor as `session_id` sees them; `for_write` with a
+  // private copy first copies the tensor for that session.
+  uint8_t* TensorBytes(Copy& copy, const std::string& session_id, int tensor,
+                       bool grad, bool for_write)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu);
+  CollectiveOptions Collective(uint64_t sequence) const;
+
+  const int node_;
+  ModelRegistry* const registry_;
+  Communicator* const communicator_;
+  const absl::Duration collective_timeout_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Copy>> copies_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<StagedGrads>> staged_grads_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_NODE_RUNTIME_H_
