@@ -42,7 +42,8 @@ absl::Status FillSeededShards(const ModelEntry& model,
       const core::FlatParamLayout& layout = model.spec.units[u].layout;
       uint8_t* shard = grads ? model.store->GradShard(rank, static_cast<int>(u))
                              : model.ParamShard(rank, static_cast<int>(u));
-      const int64_t size = static_cast<int64_t>(core::ElementSize(layout.dtype()));
+      const int64_t size =
+          static_cast<int64_t>(core::ElementSize(layout.dtype()));
       for (size_t p = 0; p < layout.params().size(); ++p) {
         const core::ShardSlice slice =
             layout.SliceOf(static_cast<int>(p), position);
@@ -81,8 +82,7 @@ std::string InstanceForDataDir(const std::string& data_dir) {
   std::error_code error;
   fs::path canonical = fs::weakly_canonical(data_dir, error);
   const std::string text = error ? data_dir : canonical.string();
-  return absl::StrFormat(
-      "%012x", core::Fnv1a64(text) & 0xffffffffffffULL);
+  return absl::StrFormat("%012x", core::Fnv1a64(text) & 0xffffffffffffULL);
 }
 
 ModelRegistry::ModelRegistry(Options options) : options_(std::move(options)) {}
@@ -113,8 +113,9 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Build(
   model->spec = *std::move(spec);
   model->local_ranks = LocalRanks(options_.topology, options_.node);
   model->grads_by_rank.assign(options_.topology.world_size(), false);
-  absl::StatusOr<std::unique_ptr<ShardStore>> store = ShardStore::CreateOrAttach(
-      options_.instance, name, model->spec, model->local_ranks, mode);
+  absl::StatusOr<std::unique_ptr<ShardStore>> store =
+      ShardStore::CreateOrAttach(options_.instance, name, model->spec,
+                                 model->local_ranks, mode);
   if (!store.ok()) return store.status();
   model->store = *std::move(store);
   absl::MutexLock lock(&model->runtime_mu);
@@ -142,9 +143,9 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Create(
   }
   for (int rank : grad_ranks) {
     if (rank < 0 || rank >= options_.topology.world_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradient rank ", rank, " is outside the world of ",
-          options_.topology.world_size(), " ranks"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient rank ", rank, " is outside the world of ",
+                       options_.topology.world_size(), " ranks"));
     }
   }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
@@ -181,12 +182,10 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Create(
   return entry;
 }
 
-absl::StatusOr<std::shared_ptr<ModelEntry>>
-ModelRegistry::CreateFromCheckpoint(const std::string& name,
-                                    const std::string& path,
-                                    const std::vector<std::string>& wrap_patterns,
-                                    core::Strategy strategy,
-                                    bool use_orig_params, int64_t* bytes_read) {
+absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::CreateFromCheckpoint(
+    const std::string& name, const std::string& path,
+    const std::vector<std::string>& wrap_patterns, core::Strategy strategy,
+    bool use_orig_params, int64_t* bytes_read) {
   absl::StatusOr<std::string> layout =
       LayoutJsonFromCheckpoint(path, wrap_patterns, strategy, use_orig_params);
   if (!layout.ok()) return layout.status();
@@ -230,8 +229,8 @@ absl::Status ModelRegistry::Persist(const ModelEntry& model) const {
   const fs::path dir = fs::path(options_.data_dir) / "models";
   fs::create_directories(dir, error);
   if (error) {
-    return absl::InternalError(absl::StrCat("cannot create ", dir.string(),
-                                            ": ", error.message()));
+    return absl::InternalError(
+        absl::StrCat("cannot create ", dir.string(), ": ", error.message()));
   }
   nlohmann::json record = {
       {"name", model.name},
@@ -253,9 +252,8 @@ absl::Status ModelRegistry::Persist(const ModelEntry& model) const {
   }
   fs::rename(temp_path, final_path, error);
   if (error) {
-    return absl::InternalError(absl::StrCat("cannot rename to ",
-                                            final_path.string(), ": ",
-                                            error.message()));
+    return absl::InternalError(absl::StrCat(
+        "cannot rename to ", final_path.string(), ": ", error.message()));
   }
   return absl::OkStatus();
 }
@@ -284,10 +282,10 @@ absl::Status ModelRegistry::Recover() {
         core::ParseStrategy(record["strategy"].get<std::string>());
     const std::string name = record["name"].get<std::string>();
     absl::StatusOr<std::shared_ptr<ModelEntry>> model =
-        strategy.ok() ? Build(name, record["layout_json"].get<std::string>(),
-                              *strategy, AttachMode::kAttach)
-                      : absl::StatusOr<std::shared_ptr<ModelEntry>>(
-                            strategy.status());
+        strategy.ok()
+            ? Build(name, record["layout_json"].get<std::string>(), *strategy,
+                    AttachMode::kAttach)
+            : absl::StatusOr<std::shared_ptr<ModelEntry>>(strategy.status());
     if (!model.ok()) {
       spdlog::error("model {} not re-attached: {}", name,
                     model.status().ToString());
@@ -328,9 +326,9 @@ absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
                                                       const std::string& path) {
   absl::MutexLock runtime_lock(&model.runtime_mu);
   if (model.open_sessions > 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model '", model.name, "' has ", model.open_sessions,
-        " open sessions; close them before loading a checkpoint"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", model.name, "' has ", model.open_sessions,
+                     " open sessions; close them before loading a checkpoint"));
   }
   absl::MutexLock shards_lock(&model.shards_mu);
   absl::StatusOr<int64_t> bytes = server::LoadCheckpoint(
@@ -341,8 +339,7 @@ absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
     model.runtime.units[u].generation =
         model.store->BumpGeneration(static_cast<int>(u));
   }
-  spdlog::info("model load name={} path={} bytes={}", model.name, path,
-               *bytes);
+  spdlog::info("model load name={} path={} bytes={}", model.name, path, *bytes);
   return bytes;
 }
 

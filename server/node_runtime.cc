@@ -1,7 +1,5 @@
 #include "server/node_runtime.h"
 
-#include "server/node_runtime_internal.h"
-
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -9,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/node_runtime_internal.h"
 
 namespace summon::server {
 

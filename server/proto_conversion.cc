@@ -21,7 +21,8 @@ absl::StatusOr<CoreEnum> FromWire(int value, int count,
 constexpr int kDTypeCount = static_cast<int>(core::DType::kBool) + 1;
 constexpr int kStrategyCount =
     static_cast<int>(core::Strategy::kHybridShardZero2) + 1;
-constexpr int kPhaseCount = static_cast<int>(core::TrainingPhase::kOptimizer) + 1;
+constexpr int kPhaseCount =
+    static_cast<int>(core::TrainingPhase::kOptimizer) + 1;
 
 }  // namespace
 
@@ -78,7 +79,7 @@ absl::StatusOr<SessionOptions> SessionOptionsFromProto(
     if (!dtype.ok()) return dtype.status();
     options.read_dtype = *dtype;
   }
-  if (in.has_lease_seconds()) {
+  if (in.lease_seconds() > 0) {  // Unset or 0: the 60 s default.
     options.lease = absl::Seconds(in.lease_seconds());
   }
   return options;
@@ -201,6 +202,7 @@ void TensorStatisticsToProto(const core::SessionTensor& tensor,
   out->set_l2_norm(stats.l2_norm);
   out->set_nan_count(stats.nan_count);
   out->set_inf_count(stats.inf_count);
+  if (stats.histogram.empty()) return;  // Asked for no histogram.
   v1::Histogram* histogram = out->mutable_histogram();
   histogram->set_lower(stats.histogram_lower);
   histogram->set_upper(stats.histogram_upper);

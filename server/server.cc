@@ -62,11 +62,12 @@ absl::Status ValidateSpec(const SummonServer::Spec& spec) {
 }  // namespace
 
 SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
-  core::Topology topology{static_cast<int>(std::max<size_t>(1, spec_.nodes.size())),
-                          spec_.local_ranks};
-  registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
-      spec_.data_dir, InstanceForDataDir(spec_.data_dir), topology,
-      spec_.node_rank});
+  core::Topology topology{
+      static_cast<int>(std::max<size_t>(1, spec_.nodes.size())),
+      spec_.local_ranks};
+  registry_ = std::make_unique<ModelRegistry>(
+      ModelRegistry::Options{spec_.data_dir, InstanceForDataDir(spec_.data_dir),
+                             topology, spec_.node_rank});
   SessionManager::Options session_options;
   session_options.memory_budget_bytes = spec_.memory_budget_bytes;
   session_options.admins = spec_.admins;

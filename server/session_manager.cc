@@ -314,6 +314,10 @@ std::vector<SessionInfo> SessionManager::List(const std::string& model,
     if (!FindSession(id, principal).ok()) continue;
     result.push_back(Describe(*session));
   }
+  std::stable_sort(result.begin(), result.end(),
+                   [](const SessionInfo& a, const SessionInfo& b) {
+                     return a.created < b.created;
+                   });
   return result;
 }
 

@@ -163,9 +163,6 @@ class SessionManager {
   // Releases locks, the gather reference and memory; marks the final state.
   void Finish(Session& session, core::SessionState final_state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::shared_ptr<Gather>> RunGather(
-      ModelEntry& model, const core::Scope& scope,
-      const SessionOptions& options, core::GatherIdentity identity);
   absl::StatusOr<int> FindTensor(const Session& session, const std::string& fqn,
                                  bool grad) const;
   void ReaperLoop();

@@ -59,8 +59,8 @@ class SessionManagerTest : public ::testing::Test {
     options.clock = [this] { return now_; };
     sessions_ = std::make_unique<SessionManager>(registry_.get(), options);
     ModelInit seeded{ModelInit::Kind::kSeeded, kSeed};
-    auto model = registry_->Create("m", kLayout, strategy, seeded, grad_ranks,
-                                   seeded);
+    auto model =
+        registry_->Create("m", kLayout, strategy, seeded, grad_ranks, seeded);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *model;
   }
@@ -196,9 +196,9 @@ TEST_F(SessionManagerTest, R2_SecondWritableSessionOnAUnitIsRefused) {
 
 TEST_F(SessionManagerTest, R1_OpenRefusedDuringForwardBackwardOptimizer) {
   Start(2, core::Strategy::kFullShard);
-  for (auto phase : {core::TrainingPhase::kForward,
-                     core::TrainingPhase::kBackward,
-                     core::TrainingPhase::kOptimizer}) {
+  for (auto phase :
+       {core::TrainingPhase::kForward, core::TrainingPhase::kBackward,
+        core::TrainingPhase::kOptimizer}) {
     ASSERT_TRUE(
         sessions_->ReportPhase("m", 1, phase, std::nullopt, std::nullopt).ok());
     EXPECT_EQ(sessions_->Open("m", {}, "alice").status().code(),
@@ -271,15 +271,15 @@ TEST_F(SessionManagerTest, R5_WritesMustFitTheTensor) {
 
 TEST_F(SessionManagerTest, R7_WritebackRefusedAfterAStepUnlessForced) {
   Start(2, core::Strategy::kFullShard);
-  ASSERT_TRUE(sessions_
-                  ->ReportPhase("m", 0, core::TrainingPhase::kIdle, 1,
-                                std::nullopt)
-                  .ok());
+  ASSERT_TRUE(
+      sessions_
+          ->ReportPhase("m", 0, core::TrainingPhase::kIdle, 1, std::nullopt)
+          .ok());
   SessionInfo info = Open(Scoped("layers.0"));
-  ASSERT_TRUE(sessions_
-                  ->ReportPhase("m", 0, core::TrainingPhase::kIdle, 2,
-                                std::nullopt)
-                  .ok());
+  ASSERT_TRUE(
+      sessions_
+          ->ReportPhase("m", 0, core::TrainingPhase::kIdle, 2, std::nullopt)
+          .ok());
   EXPECT_EQ(sessions_->Close(info.id, false, false, "alice").status().code(),
             absl::StatusCode::kAborted);
   // Still open; force writes back.
@@ -296,9 +296,7 @@ TEST_F(SessionManagerTest, R9_OpenBeyondTheBudgetFailsBeforeAllocating) {
   EXPECT_EQ(sessions_->MemoryInUse(), 0);
   SessionInfo info = Open(Scoped("layers.1"));
   EXPECT_EQ(sessions_->MemoryInUse(), 140);
-  EXPECT_EQ(sessions_->Open("m", Scoped("layers.0"), "alice")
-                .status()
-                .code(),
+  EXPECT_EQ(sessions_->Open("m", Scoped("layers.0"), "alice").status().code(),
             absl::StatusCode::kResourceExhausted);
 }
 
@@ -357,10 +355,8 @@ TEST_F(SessionManagerTest, WithGradsAbsentPartialAndWrittenBackToOwners) {
   SessionInfo none = Open(options);
   EXPECT_FALSE(none.has_grads);
   EXPECT_EQ(sessions_
-                ->Read(none.id, "scale", true, std::nullopt, 0, std::nullopt,
-                       0, "alice", [](int64_t, absl::string_view) {
-                         return true;
-                       })
+                ->Read(none.id, "scale", true, std::nullopt, 0, std::nullopt, 0,
+                       "alice", [](int64_t, absl::string_view) { return true; })
                 .code(),
             absl::StatusCode::kNotFound);
   ASSERT_TRUE(sessions_->Close(none.id, true, false, "alice").ok());
@@ -438,14 +434,14 @@ TEST_F(SessionManagerTest, RestartedRegistryReattachesShardsAndGenerations) {
     auto info = sessions.Open("m", Scoped("layers.1"), "alice");
     ASSERT_TRUE(info.ok());
     const std::vector<float> twice = Doubled(Seeded("layers.1.w", 35));
-    ASSERT_TRUE(sessions
-                    .Write(info->id, "layers.1.w", false,
-                           core::DType::kFloat32, 0,
-                           absl::string_view(
-                               reinterpret_cast<const char*>(twice.data()),
-                               twice.size() * 4),
-                           "alice")
-                    .ok());
+    ASSERT_TRUE(
+        sessions
+            .Write(
+                info->id, "layers.1.w", false, core::DType::kFloat32, 0,
+                absl::string_view(reinterpret_cast<const char*>(twice.data()),
+                                  twice.size() * 4),
+                "alice")
+            .ok());
     ASSERT_TRUE(sessions.Close(info->id, false, false, "alice").ok());
   }
   ModelRegistry registry(

@@ -24,7 +24,7 @@ constexpr int64_t kShardAlignment = 64;
 // Leaves room for the alignment round-ups without overflowing int64.
 constexpr int64_t kMaxSegmentBytes = std::numeric_limits<int64_t>::max() / 2;
 constexpr char kShmDirectory[] = "/dev/shm";
-constexpr size_t kMaxModelNameBytes = 64;
+constexpr size_t kMaxModelNameBytes = 128;
 constexpr size_t kMaxInstanceBytes = 64;
 static_assert(ShardStore::kMaxSessionIdBytes == shm::kSessionIdBytes,
               "a staged segment records any valid session id");

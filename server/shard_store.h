@@ -20,7 +20,7 @@ namespace shm {
 class Segment;  // server/shm_segment.h
 }  // namespace shm
 
-// INVALID_ARGUMENT unless `name` matches [A-Za-z0-9._-]{1,64} and is not "."
+// INVALID_ARGUMENT unless `name` matches [A-Za-z0-9._-]{1,128} and is not "."
 // or "..": model names end up in shared-memory segment and file names.
 absl::Status ValidateModelName(absl::string_view name);
 

@@ -449,11 +449,11 @@ TEST_F(ShardStoreTest, ListSegmentsShowsEveryKindUntilDestroy) {
 
 TEST(ValidateModelNameTest, AcceptsTheDocumentedAlphabetOnly) {
   for (const std::string& good : {std::string("gpt2"), std::string("a.b_c-D9"),
-                                  std::string("..."), std::string(64, 'x')}) {
+                                  std::string("..."), std::string(128, 'x')}) {
     EXPECT_TRUE(ValidateModelName(good).ok()) << good;
   }
   for (const std::string& bad :
-       {std::string(""), std::string(65, 'x'), std::string("a/b"),
+       {std::string(""), std::string(129, 'x'), std::string("a/b"),
         std::string("a b"), std::string("."), std::string(".."),
         std::string("caf\xc3\xa9"), std::string("a\0b", 3)}) {
     const absl::Status status = ValidateModelName(bad);

@@ -12,6 +12,7 @@ namespace summon::server {
 namespace {
 
 constexpr int kDefaultHistogramBins = 16;
+constexpr uint32_t kMaxReadChunkBytes = 4 << 20;
 
 absl::StatusOr<ModelInit> InitFromProto(const v1::InitMethod& init) {
   ModelInit result;
@@ -96,8 +97,8 @@ grpc::Status SummonServiceImpl::CreateModel(
     grad_ranks.assign(request->grads().ranks().begin(),
                       request->grads().ranks().end());
     if (grad_ranks.empty()) {
-      for (int rank = 0;
-           rank < registry_->options().topology.world_size(); ++rank) {
+      for (int rank = 0; rank < registry_->options().topology.world_size();
+           ++rank) {
         grad_ranks.push_back(rank);
       }
     }
@@ -190,9 +191,9 @@ grpc::Status SummonServiceImpl::ModelChecksum(
   return grpc::Status::OK;
 }
 
-grpc::Status SummonServiceImpl::DeleteModel(grpc::ServerContext*,
-                                            const v1::DeleteModelRequest* request,
-                                            v1::DeleteModelResponse*) {
+grpc::Status SummonServiceImpl::DeleteModel(
+    grpc::ServerContext*, const v1::DeleteModelRequest* request,
+    v1::DeleteModelResponse*) {
   return ToGrpcStatus(registry_->Remove(request->model()));
 }
 
@@ -241,8 +242,8 @@ grpc::Status SummonServiceImpl::RenewSession(
   if (request->has_lease_seconds()) {
     lease = absl::Seconds(request->lease_seconds());
   }
-  absl::StatusOr<SessionInfo> info = sessions_->Renew(
-      request->session_id(), lease, PrincipalOf(*context));
+  absl::StatusOr<SessionInfo> info =
+      sessions_->Renew(request->session_id(), lease, PrincipalOf(*context));
   if (!info.ok()) return ToGrpcStatus(info.status());
   SessionInfoToProto(*info, response);
   return grpc::Status::OK;
@@ -274,6 +275,11 @@ grpc::Status SummonServiceImpl::ReadTensor(
         DTypeFromProto(request->dtype(), "dtype");
     if (!parsed.ok()) return ToGrpcStatus(parsed.status());
     dtype = *parsed;
+  }
+  if (request->chunk_bytes() > kMaxReadChunkBytes) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("chunk_bytes must be at most ", kMaxReadChunkBytes,
+                     ", got ", request->chunk_bytes())));
   }
   std::optional<int64_t> count;
   if (request->has_element_count()) count = request->element_count();
@@ -328,28 +334,36 @@ grpc::Status SummonServiceImpl::WriteTensor(
   absl::StatusOr<core::SessionTensor> tensor = sessions_->DescribeTensor(
       header.session_id(), header.fqn(), header.grad(), principal);
   if (!tensor.ok()) return ToGrpcStatus(tensor.status());
-  const int64_t count = header.has_element_count()
-                            ? header.element_count()
-                            : tensor->numel - header.element_offset();
+  // Without element_count, whatever arrives before the half-close is
+  // written (up to the end of the tensor).
+  const bool counted = header.has_element_count();
+  const int64_t limit = counted ? header.element_count()
+                                : tensor->numel - header.element_offset();
   absl::StatusOr<core::SessionTensor> target = sessions_->CheckWriteTarget(
       header.session_id(), header.fqn(), header.grad(), *dtype,
-      header.element_offset(), count, principal);
+      header.element_offset(), limit, principal);
   if (!target.ok()) return ToGrpcStatus(target.status());
-  const int64_t expected =
-      count * static_cast<int64_t>(core::ElementSize(*dtype));
+  const int64_t element_size = static_cast<int64_t>(core::ElementSize(*dtype));
+  const int64_t expected = limit * element_size;
   std::string staged;
-  staged.reserve(static_cast<size_t>(expected));
+  if (counted) staged.reserve(static_cast<size_t>(expected));
   while (reader->Read(&message)) {
     if (message.has_header()) {
       return ToGrpcStatus(absl::InvalidArgumentError(
           "a write has exactly one header, as its first message; nothing "
           "was applied"));
     }
+    if (static_cast<int64_t>(message.data().size()) % element_size != 0) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "a data message of ", message.data().size(), " bytes is not whole ",
+          core::DTypeName(*dtype), " elements; nothing was applied")));
+    }
     if (static_cast<int64_t>(staged.size() + message.data().size()) >
         expected) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "write sends more than the declared ", expected,
-          " bytes; nothing was applied")));
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("write sends more than the ", expected, " bytes ",
+                       counted ? "declared" : "left in the tensor",
+                       "; nothing was applied")));
     }
     staged += message.data();
   }
@@ -357,14 +371,15 @@ grpc::Status SummonServiceImpl::WriteTensor(
     return ToGrpcStatus(
         absl::CancelledError("write stream cancelled; nothing was applied"));
   }
-  if (static_cast<int64_t>(staged.size()) != expected) {
+  if (counted && static_cast<int64_t>(staged.size()) != expected) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("write stream ended after ", staged.size(), " of ",
                      expected, " bytes; nothing was applied")));
   }
+  const int64_t count = static_cast<int64_t>(staged.size()) / element_size;
   absl::StatusOr<core::SessionTensor> written =
-      sessions_->Write(header.session_id(), header.fqn(), header.grad(),
-                       *dtype, header.element_offset(), staged, principal);
+      sessions_->Write(header.session_id(), header.fqn(), header.grad(), *dtype,
+                       header.element_offset(), staged, principal);
   if (!written.ok()) return ToGrpcStatus(written.status());
   TensorInfoToProto(*written, response->mutable_info());
   response->set_elements_written(count);
@@ -374,13 +389,17 @@ grpc::Status SummonServiceImpl::WriteTensor(
 grpc::Status SummonServiceImpl::TensorStats(
     grpc::ServerContext* context, const v1::TensorStatsRequest* request,
     v1::TensorStatsResponse* response) {
+  if (request->histogram_bins() > 4096) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("histogram_bins must be at most 4096, got ",
+                     request->histogram_bins())));
+  }
   const int bins = request->has_histogram_bins()
                        ? static_cast<int>(request->histogram_bins())
                        : kDefaultHistogramBins;
   auto stats = sessions_->Stats(
-      request->session_id(),
-      {request->fqns().begin(), request->fqns().end()}, request->grad(),
-      bins, PrincipalOf(*context));
+      request->session_id(), {request->fqns().begin(), request->fqns().end()},
+      request->grad(), bins, PrincipalOf(*context));
   if (!stats.ok()) return ToGrpcStatus(stats.status());
   for (const auto& [tensor, numbers] : *stats) {
     TensorStatisticsToProto(tensor, numbers, response->add_tensors());

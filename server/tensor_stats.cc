@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -44,9 +45,9 @@ absl::StatusOr<TensorStatistics> ComputeTensorStatistics(core::DType dtype,
         absl::StrCat("statistics need a floating-point tensor, not ",
                      core::DTypeName(dtype)));
   }
-  if (bins < 1 || bins > kMaxBins) {
+  if (bins < 0 || bins > kMaxBins) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "histogram bins must be in [1, ", kMaxBins, "], got ", bins));
+        "histogram bins must be in [0, ", kMaxBins, "], got ", bins));
   }
   TensorStatistics stats;
   stats.numel = numel;
@@ -71,7 +72,18 @@ absl::StatusOr<TensorStatistics> ComputeTensorStatistics(core::DType dtype,
   });
   if (!status.ok()) return status;
   stats.histogram.assign(bins, 0);
-  if (stats.finite_count == 0) return stats;
+  if (stats.finite_count == 0) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    stats.min = stats.max = stats.mean = stats.l2_norm = nan;
+    return stats;
+  }
+  if (bins == 0) {
+    stats.min = min;
+    stats.max = max;
+    stats.mean = sum / static_cast<double>(stats.finite_count);
+    stats.l2_norm = std::sqrt(sum_of_squares);
+    return stats;
+  }
   stats.min = min;
   stats.max = max;
   stats.mean = sum / static_cast<double>(stats.finite_count);

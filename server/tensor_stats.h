@@ -27,7 +27,9 @@ struct TensorStatistics {
   std::vector<int64_t> histogram;
 };
 
-// INVALID_ARGUMENT for a non-floating dtype or bins outside [1, 4096].
+// With no finite element, min, max, mean and the L2 norm are NaN. `bins` 0
+// gives no histogram. INVALID_ARGUMENT for a non-floating dtype or bins
+// outside [0, 4096].
 absl::StatusOr<TensorStatistics> ComputeTensorStatistics(core::DType dtype,
                                                          const void* data,
                                                          int64_t numel,

@@ -53,10 +53,31 @@ TEST(TensorStatsTest, RejectsIntegersAndBadBins) {
       ComputeTensorStatistics(core::DType::kInt32, ints, 1, 4).status().code(),
       absl::StatusCode::kInvalidArgument);
   const float data[] = {1.0f};
-  EXPECT_EQ(ComputeTensorStatistics(core::DType::kFloat32, data, 1, 0)
+  EXPECT_EQ(ComputeTensorStatistics(core::DType::kFloat32, data, 1, -1)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeTensorStatistics(core::DType::kFloat32, data, 1, 4097)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorStatsTest, NoFiniteElementGivesNanAndZeroBinsNoHistogram) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float data[] = {nan, nan};
+  auto stats = ComputeTensorStatistics(core::DType::kFloat32, data, 2, 0);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_TRUE(std::isnan(stats->min));
+  EXPECT_TRUE(std::isnan(stats->mean));
+  EXPECT_TRUE(std::isnan(stats->l2_norm));
+  EXPECT_EQ(stats->nan_count, 2);
+  EXPECT_TRUE(stats->histogram.empty());
+  const float finite[] = {1.0f, 3.0f};
+  auto plain = ComputeTensorStatistics(core::DType::kFloat32, finite, 2, 0);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->mean, 2.0);
+  EXPECT_TRUE(plain->histogram.empty());
 }
 
 }  // namespace

@@ -53,9 +53,14 @@ grpc::Status TrainerServiceImpl::MapShards(grpc::ServerContext*,
   if (!found.ok()) return ToGrpcStatus(found.status());
   ModelEntry& model = **found;
   const int rank = request->rank();
+  if (rank < 0 || rank >= model.spec.groups.topology.world_size()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside the world of ",
+                     model.spec.groups.topology.world_size(), " ranks")));
+  }
   if (std::find(model.local_ranks.begin(), model.local_ranks.end(), rank) ==
       model.local_ranks.end()) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank, " is not hosted by this node; map it on its own node")));
   }
   response->set_model(model.name);
@@ -69,8 +74,8 @@ grpc::Status TrainerServiceImpl::MapShards(grpc::ServerContext*,
     (segment.grads ? grads : params) = &segment;
   }
   if (params == nullptr) {
-    return ToGrpcStatus(absl::InternalError(
-        absl::StrCat("no params segment for rank ", rank)));
+    return ToGrpcStatus(
+        absl::InternalError(absl::StrCat("no params segment for rank ", rank)));
   }
   response->set_segment_name(params->name);
   response->set_segment_bytes(params->size);

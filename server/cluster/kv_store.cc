@@ -22,8 +22,8 @@ namespace pb = ::summon::v1;
 // clamped (about 49 days).
 uint32_t ToWireMilliseconds(absl::Duration timeout) {
   const int64_t ms = absl::ToInt64Milliseconds(timeout);
-  return static_cast<uint32_t>(std::clamp<int64_t>(
-      ms, 0, std::numeric_limits<uint32_t>::max()));
+  return static_cast<uint32_t>(
+      std::clamp<int64_t>(ms, 0, std::numeric_limits<uint32_t>::max()));
 }
 
 // The time a served wait may take: the request's timeout_ms, cut short by the
@@ -47,9 +47,9 @@ void PrepareCall(grpc::ClientContext& context, absl::Time deadline) {
 absl::Status FromLeader(const grpc::Status& status) {
   const absl::Status converted = FromGrpcStatus(status);
   if (converted.ok()) return converted;
-  return absl::Status(converted.code(),
-                      absl::StrCat("rendezvous store at the leader: ",
-                                   converted.message()));
+  return absl::Status(
+      converted.code(),
+      absl::StrCat("rendezvous store at the leader: ", converted.message()));
 }
 
 }  // namespace
@@ -98,10 +98,9 @@ absl::Status LocalKvStore::AwaitKeys(const std::vector<std::string>& keys,
     if (values_.count(key) == 0) missing.push_back(key);
   }
   if (missing.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(
-      absl::StrCat("rendezvous keys not set within ",
-                   absl::FormatDuration(timeout), ": ",
-                   absl::StrJoin(missing, ", ")));
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rendezvous keys not set within ", absl::FormatDuration(timeout), ": ",
+      absl::StrJoin(missing, ", ")));
 }
 
 int LocalKvStore::ErasePrefix(absl::string_view prefix) {
@@ -144,9 +143,8 @@ absl::Status RemoteKvStore::Set(absl::string_view key,
 absl::StatusOr<std::string> RemoteKvStore::Get(absl::string_view key,
                                                absl::Duration timeout) {
   grpc::ClientContext context;
-  PrepareCall(context,
-              absl::Now() + std::max(timeout, absl::ZeroDuration()) +
-                  rpc_timeout_);
+  PrepareCall(context, absl::Now() + std::max(timeout, absl::ZeroDuration()) +
+                           rpc_timeout_);
   pb::StoreGetRequest request;
   request.set_key(std::string(key));
   request.set_timeout_ms(ToWireMilliseconds(timeout));
@@ -162,9 +160,8 @@ absl::StatusOr<std::string> RemoteKvStore::Get(absl::string_view key,
 absl::Status RemoteKvStore::Wait(const std::vector<std::string>& keys,
                                  absl::Duration timeout) {
   grpc::ClientContext context;
-  PrepareCall(context,
-              absl::Now() + std::max(timeout, absl::ZeroDuration()) +
-                  rpc_timeout_);
+  PrepareCall(context, absl::Now() + std::max(timeout, absl::ZeroDuration()) +
+                           rpc_timeout_);
   pb::StoreWaitRequest request;
   for (const std::string& key : keys) request.add_keys(key);
   request.set_timeout_ms(ToWireMilliseconds(timeout));
@@ -195,8 +192,8 @@ grpc::Status KvStoreService::StoreWait(grpc::ServerContext* context,
                                        pb::StoreWaitResponse* /*response*/) {
   const std::vector<std::string> keys(request->keys().begin(),
                                       request->keys().end());
-  return ToGrpcStatus(store_.Wait(
-      keys, ServedWaitTimeout(*context, request->timeout_ms())));
+  return ToGrpcStatus(
+      store_.Wait(keys, ServedWaitTimeout(*context, request->timeout_ms())));
 }
 
 }  // namespace summon::server

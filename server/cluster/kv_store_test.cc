@@ -20,7 +20,8 @@ namespace {
 // zeros and 0xFF included.
 std::string UniqueIdBlob() {
   std::string blob(128, '\0');
-  for (int i = 0; i < 128; ++i) blob[i] = static_cast<char>((i * 37 + 11) % 256);
+  for (int i = 0; i < 128; ++i)
+    blob[i] = static_cast<char>((i * 37 + 11) % 256);
   blob[5] = '\0';
   blob[77] = '\xff';
   return blob;
@@ -93,11 +94,12 @@ TEST(LocalKvStoreTest, WaitTimeoutNamesOnlyTheMissingKeys) {
 TEST(LocalKvStoreTest, OneSetWakesEveryConcurrentWaiter) {
   LocalKvStore store;
   constexpr int kWaiters = 8;
-  std::vector<absl::StatusOr<std::string>> got(
-      kWaiters, absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<std::string>> got(kWaiters,
+                                               absl::UnknownError("not run"));
   std::vector<std::thread> waiters;
   for (int i = 0; i < kWaiters; ++i) {
-    waiters.emplace_back([&, i] { got[i] = store.Get("go", absl::Seconds(5)); });
+    waiters.emplace_back(
+        [&, i] { got[i] = store.Get("go", absl::Seconds(5)); });
   }
   absl::SleepFor(absl::Milliseconds(100));
   const absl::Time set_at = absl::Now();
@@ -162,7 +164,8 @@ TEST_F(RemoteKvStoreTest, BinaryBlobRoundTripsBetweenNodes) {
     EXPECT_EQ((*got)[i], blob[i]) << "byte " << i;
   }
   // And it is the leader's store that holds it.
-  EXPECT_EQ(leader_->store().Get("inc7/nccl_unique_id", absl::ZeroDuration())
+  EXPECT_EQ(leader_->store()
+                .Get("inc7/nccl_unique_id", absl::ZeroDuration())
                 .value_or(""),
             blob);
 }

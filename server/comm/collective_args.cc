@@ -20,9 +20,9 @@ absl::Status CheckOptions(const CollectiveOptions& options) {
 
 absl::Status CheckRoot(const Communicator& comm, int root) {
   if (root < 0 || root >= comm.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "root ", root, " is not a rank of a communicator of size ",
-        comm.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("root ", root, " is not a rank of a communicator of size ",
+                     comm.size()));
   }
   return absl::OkStatus();
 }
@@ -89,8 +89,8 @@ absl::StatusOr<RankSlices> CheckAllGatherV(
 
 absl::StatusOr<RankSlices> CheckGather(
     const Communicator& comm, const void* send, int64_t send_bytes,
-    const void* recv, const std::vector<int64_t>& recv_bytes_per_rank,
-    int root, const CollectiveOptions& options) {
+    const void* recv, const std::vector<int64_t>& recv_bytes_per_rank, int root,
+    const CollectiveOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   if (absl::Status s = CheckRoot(comm, root); !s.ok()) return s;
   if (absl::Status s = CheckBuffer("send", send, send_bytes); !s.ok()) return s;

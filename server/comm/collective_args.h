@@ -30,8 +30,8 @@ absl::StatusOr<RankSlices> CheckAllGatherV(
 // `recv` is checked on the root only.
 absl::StatusOr<RankSlices> CheckGather(
     const Communicator& comm, const void* send, int64_t send_bytes,
-    const void* recv, const std::vector<int64_t>& recv_bytes_per_rank,
-    int root, const CollectiveOptions& options);
+    const void* recv, const std::vector<int64_t>& recv_bytes_per_rank, int root,
+    const CollectiveOptions& options);
 
 // `send` is checked on the root only.
 absl::StatusOr<RankSlices> CheckScatter(

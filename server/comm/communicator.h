@@ -43,10 +43,10 @@ class Communicator {
   // receives every rank's contribution, concatenated in rank order, in `recv`
   // (the sum of recv_bytes_per_rank). `send` may point at this rank's slot of
   // `recv` (in place).
-  virtual absl::Status AllGatherV(const void* send, int64_t send_bytes,
-                                  void* recv,
-                                  const std::vector<int64_t>& recv_bytes_per_rank,
-                                  const CollectiveOptions& options) = 0;
+  virtual absl::Status AllGatherV(
+      const void* send, int64_t send_bytes, void* recv,
+      const std::vector<int64_t>& recv_bytes_per_rank,
+      const CollectiveOptions& options) = 0;
 
   // Like AllGatherV, but only `root` receives; `recv` is used on the root
   // only (other ranks may pass nullptr).

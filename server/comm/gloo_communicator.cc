@@ -1,9 +1,12 @@
 #include "server/comm/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <exception>
 #include <utility>
 
+#include "absl/base/call_once.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -58,6 +61,21 @@ absl::Status FailureStatus(absl::string_view what, absl::string_view error,
 uint8_t* Bytes(void* p) { return static_cast<uint8_t*>(p); }
 const uint8_t* Bytes(const void* p) { return static_cast<const uint8_t*>(p); }
 
+// Gloo writes to its sockets without MSG_NOSIGNAL: a write to a peer that
+// has closed (it timed out or aborted) would raise SIGPIPE and kill the whole
+// daemon instead of failing the operation with EPIPE. Ignore SIGPIPE unless
+// the process installed a handler of its own.
+void IgnoreSigpipeUnlessHandled() {
+  static absl::once_flag once;
+  absl::call_once(once, [] {
+    struct sigaction current = {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+        current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
 // Barrier's buffer is internal to its options; the class exposes it so that
 // Abort can wake a barrier too.
 class WatchableBarrierOptions : public gloo::BarrierOptions {
@@ -108,8 +126,8 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(
         "connect_timeout must be positive and finite");
   }
-  const std::chrono::milliseconds timeout =
-      ToGlooTimeout(spec.connect_timeout);
+  IgnoreSigpipeUnlessHandled();
+  const std::chrono::milliseconds timeout = ToGlooTimeout(spec.connect_timeout);
   const Clock::time_point start = Clock::now();
   try {
     gloo::transport::tcp::attr attr;
@@ -138,9 +156,8 @@ GlooCommunicator::~GlooCommunicator() = default;
 absl::Status GlooCommunicator::Usable() const {
   if (aborted_) return absl::AbortedError("communicator was aborted");
   if (!broken_.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("communicator is broken and must be re-created; ",
-                     broken_.message()));
+    return absl::UnavailableError(absl::StrCat(
+        "communicator is broken and must be re-created; ", broken_.message()));
   }
   return absl::OkStatus();
 }
@@ -165,8 +182,8 @@ absl::Status GlooCommunicator::Run(absl::string_view name,
   }
   absl::MutexLock lock(&mu_);
   if (aborted_) {
-    return absl::AbortedError(absl::StrCat(name, " (tag ", options.tag,
-                                           ") aborted on rank ", rank_));
+    return absl::AbortedError(
+        absl::StrCat(name, " (tag ", options.tag, ") aborted on rank ", rank_));
   }
   if (completed) return absl::OkStatus();
   if (error.empty()) error = "a wait was cancelled";
@@ -193,8 +210,8 @@ absl::Status GlooCommunicator::AllGatherV(
         std::vector<size_t>(slices->bytes.begin(), slices->bytes.end()));
     // Gloo copies the input into this rank's slot; in place needs no copy.
     if (send != Bytes(recv) + slices->offsets[rank_]) {
-      gloo_options.setInput<uint8_t>(context_->createUnboundBuffer(
-          const_cast<void*>(send), send_bytes));
+      gloo_options.setInput<uint8_t>(
+          context_->createUnboundBuffer(const_cast<void*>(send), send_bytes));
     }
     gloo_options.setTag(GlooTag(options));
     gloo_options.setTimeout(ToGlooTimeout(options.timeout));
@@ -277,8 +294,7 @@ absl::Status GlooCommunicator::Scatter(
   });
 }
 
-absl::Status GlooCommunicator::Broadcast(void* buffer, int64_t bytes,
-                                         int root,
+absl::Status GlooCommunicator::Broadcast(void* buffer, int64_t bytes, int root,
                                          const CollectiveOptions& options) {
   if (absl::Status s = CheckBroadcast(*this, buffer, bytes, root, options);
       !s.ok()) {

@@ -45,8 +45,7 @@ absl::Status LocalCommunicator::Scatter(
   return absl::OkStatus();
 }
 
-absl::Status LocalCommunicator::Broadcast(void* buffer, int64_t bytes,
-                                          int root,
+absl::Status LocalCommunicator::Broadcast(void* buffer, int64_t bytes, int root,
                                           const CollectiveOptions& options) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   return CheckBroadcast(*this, buffer, bytes, root, options);

@@ -23,8 +23,8 @@ class LocalCommunicator final : public Communicator {
                           const std::vector<int64_t>& recv_bytes_per_rank,
                           const CollectiveOptions& options) override;
   absl::Status Gather(const void* send, int64_t send_bytes, void* recv,
-                      const std::vector<int64_t>& recv_bytes_per_rank,
-                      int root, const CollectiveOptions& options) override;
+                      const std::vector<int64_t>& recv_bytes_per_rank, int root,
+                      const CollectiveOptions& options) override;
   absl::Status Scatter(const void* send,
                        const std::vector<int64_t>& send_bytes_per_rank,
                        void* recv, int64_t recv_bytes, int root,

@@ -1,0 +1,110 @@
+#include "server/comm/local_communicator.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/comm/comm_testing.h"
+
+namespace summon::server {
+namespace {
+
+const CollectiveOptions kOptions{/*tag=*/1, /*timeout=*/absl::Seconds(1)};
+
+TEST(LocalCommunicatorTest, IsRankZeroOfOne) {
+  LocalCommunicator comm;
+  EXPECT_EQ(comm.rank(), 0);
+  EXPECT_EQ(comm.size(), 1);
+}
+
+TEST(LocalCommunicatorTest, AllGatherVCopiesTheOnlyContribution) {
+  LocalCommunicator comm;
+  const std::vector<uint8_t> send = Pattern(0, 1000);
+  std::vector<uint8_t> recv(1000, 0);
+  ASSERT_TRUE(
+      comm.AllGatherV(send.data(), 1000, recv.data(), {1000}, kOptions).ok());
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(recv[i], PatternByte(0, i)) << "byte " << i;
+  }
+}
+
+TEST(LocalCommunicatorTest, AllGatherVInPlaceKeepsTheBytes) {
+  LocalCommunicator comm;
+  std::vector<uint8_t> buffer = Pattern(0, 64);
+  ASSERT_TRUE(
+      comm.AllGatherV(buffer.data(), 64, buffer.data(), {64}, kOptions).ok());
+  EXPECT_EQ(buffer, Pattern(0, 64));
+}
+
+TEST(LocalCommunicatorTest, AllGatherVOfZeroBytesAcceptsNullBuffers) {
+  LocalCommunicator comm;
+  EXPECT_TRUE(comm.AllGatherV(nullptr, 0, nullptr, {0}, kOptions).ok());
+}
+
+TEST(LocalCommunicatorTest, GatherToRootZeroCopies) {
+  LocalCommunicator comm;
+  const std::vector<uint8_t> send = Pattern(0, 300);
+  std::vector<uint8_t> recv(300, 0);
+  ASSERT_TRUE(
+      comm.Gather(send.data(), 300, recv.data(), {300}, 0, kOptions).ok());
+  EXPECT_EQ(recv, send);
+}
+
+TEST(LocalCommunicatorTest, ScatterFromRootZeroCopies) {
+  LocalCommunicator comm;
+  const std::vector<uint8_t> send = Pattern(0, 300);
+  std::vector<uint8_t> recv(300, 0);
+  ASSERT_TRUE(
+      comm.Scatter(send.data(), {300}, recv.data(), 300, 0, kOptions).ok());
+  EXPECT_EQ(recv, send);
+}
+
+TEST(LocalCommunicatorTest, BroadcastAndBarrierLeaveBuffersAlone) {
+  LocalCommunicator comm;
+  std::vector<uint8_t> buffer = Pattern(0, 50);
+  ASSERT_TRUE(comm.Broadcast(buffer.data(), 50, 0, kOptions).ok());
+  EXPECT_EQ(buffer, Pattern(0, 50));
+  EXPECT_TRUE(comm.Barrier(kOptions).ok());
+}
+
+TEST(LocalCommunicatorTest, InconsistentArgumentsAreInvalid) {
+  LocalCommunicator comm;
+  std::vector<uint8_t> a(8), b(8);
+  // One count per rank.
+  EXPECT_EQ(comm.AllGatherV(a.data(), 8, b.data(), {8, 0}, kOptions).code(),
+            absl::StatusCode::kInvalidArgument);
+  // This rank's count must match what it sends.
+  EXPECT_EQ(comm.AllGatherV(a.data(), 4, b.data(), {8}, kOptions).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.Gather(a.data(), -1, b.data(), {-1}, 0, kOptions).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.Gather(a.data(), 8, nullptr, {8}, 0, kOptions).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.Scatter(a.data(), {8}, b.data(), 8, 1, kOptions).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.Broadcast(nullptr, 8, 0, kOptions).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.Barrier({/*tag=*/0, absl::ZeroDuration()}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.Barrier({/*tag=*/0, absl::InfiniteDuration()}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LocalCommunicatorTest, EveryOperationAfterAbortIsAborted) {
+  LocalCommunicator comm;
+  comm.Abort();
+  std::vector<uint8_t> a(8), b(8);
+  EXPECT_EQ(comm.AllGatherV(a.data(), 8, b.data(), {8}, kOptions).code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(comm.Gather(a.data(), 8, b.data(), {8}, 0, kOptions).code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(comm.Scatter(a.data(), {8}, b.data(), 8, 0, kOptions).code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(comm.Broadcast(a.data(), 8, 0, kOptions).code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(comm.Barrier(kOptions).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(b, std::vector<uint8_t>(8, 0));
+}
+
+}  // namespace
+}  // namespace summon::server

@@ -1,0 +1,104 @@
+// Single behaviours summon.proto documents for odd input, each worth its own
+// test: very long names, lease 0, chunk_bytes above 4 MiB, write messages of
+// partial elements, writes without a declared count, 128-character names.
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/integration/bad_input_fixture.h"
+
+namespace summon::tests {
+namespace {
+
+using ProtoContractTest = BadInputTest;
+
+// Names and ids far beyond any real one get the status of what they are
+// (unknown: NOT_FOUND; an invalid model name: INVALID_ARGUMENT). An error
+// message that echoes such a name whole exceeds gRPC's metadata size limit
+// and reaches the client as RESOURCE_EXHAUSTED instead.
+TEST_F(ProtoContractTest, VeryLongNamesGetTheStatusOfWhatTheyAre) {
+  const std::string long_name(100000, 'a');
+  pb::DescribeModelRequest describe;
+  describe.set_model(long_name);
+  pb::CreateModelRequest create;
+  create.set_name(long_name);
+  create.set_layout_json(kBlocksLayout);
+  pb::GetSessionRequest get;
+  get.set_session_id(long_name);
+  pb::ReadTensorRequest read = ReadOf(long_name);
+  ExpectAll({
+      {"describe long name", StatusCode::NOT_FOUND,
+       Unary<pb::DescribeModelRequest, pb::Model>(
+           &pb::Summon::Stub::DescribeModel, describe)},
+      {"create long name", StatusCode::INVALID_ARGUMENT,
+       Unary<pb::CreateModelRequest, pb::Model>(&pb::Summon::Stub::CreateModel,
+                                                create)},
+      {"get long id", StatusCode::NOT_FOUND,
+       Unary<pb::GetSessionRequest, pb::Session>(&pb::Summon::Stub::GetSession,
+                                                 get)},
+      {"read long fqn", StatusCode::NOT_FOUND, ReadCall(read)},
+  });
+}
+
+// SessionOptions.lease_seconds: "Unset or 0: 60".
+TEST_F(ProtoContractTest, LeaseSecondsZeroMeansTheSixtySecondDefault) {
+  pb::SessionOptions options = ReadOnly();
+  options.set_lease_seconds(0);
+  pb::Session session;
+  const grpc::Status status = TryOpen("m", options, &session);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(session.options().lease_seconds(), 60u);
+}
+
+// ReadTensorRequest.chunk_bytes: "At most 4 MiB (INVALID_ARGUMENT above)".
+TEST_F(ProtoContractTest, ReadChunkBytesAboveFourMiBIsInvalid) {
+  pb::ReadTensorRequest request = ReadOf("layers.1.w");
+  request.set_chunk_bytes((4 << 20) + 1);
+  std::string data;
+  EXPECT_CODE(ReadRaw(request, &data), INVALID_ARGUMENT);
+  request.set_chunk_bytes(4 << 20);
+  EXPECT_TRUE(ReadRaw(request, &data).ok());
+}
+
+// WriteTensorRequest.data: "Whole elements ... A length that is not a
+// multiple of the element size is INVALID_ARGUMENT" (per message).
+TEST_F(ProtoContractTest, WriteDataMessageOfPartialElementsIsInvalid) {
+  const std::string eight = FloatBytes({1, 2});
+  EXPECT_CODE(WriteMessages(
+                  {Header(2), Data(eight.substr(0, 3)), Data(eight.substr(3))}),
+              INVALID_ARGUMENT);
+  EXPECT_EQ(Read(writer_.id(), "layers.1.w"), Seeded("layers.1.w", 35));
+}
+
+// WriteTensorHeader.element_count: "Unset: whatever arrives before the
+// half-close" — a stream of fewer elements than the tensor writes just those.
+TEST_F(ProtoContractTest, WriteWithoutCountWritesWhatArrived) {
+  const grpc::Status status =
+      WriteMessages({Header(-1, 10), Data(FloatBytes({7, 8, 9}))});
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<float> expected = Seeded("layers.1.w", 35);
+  expected[10] = 7;
+  expected[11] = 8;
+  expected[12] = 9;
+  EXPECT_EQ(Read(writer_.id(), "layers.1.w"), expected);
+}
+
+// CreateModelRequest.name: "1 to 128 characters of [A-Za-z0-9._-]".
+TEST_F(ProtoContractTest, ModelNamesOfUpTo128CharactersAreAccepted) {
+  const std::string name(128, 'n');
+  pb::CreateModelRequest request;
+  request.set_name(name);
+  request.set_layout_json(kBlocksLayout);
+  pb::Model model;
+  grpc::ClientContext context;
+  const grpc::Status status = summon_->CreateModel(&context, request, &model);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(model.name(), name);
+  request.set_name(name + "n");
+  grpc::ClientContext again;
+  EXPECT_CODE(summon_->CreateModel(&again, request, &model), INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace summon::tests
