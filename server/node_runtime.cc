@@ -65,6 +65,10 @@ NodeRuntime::NodeRuntime(int node, ModelRegistry* registry,
 
 NodeRuntime::~NodeRuntime() = default;
 
+void NodeRuntime::SetCommunicator(Communicator* communicator) {
+  communicator_.store(communicator);
+}
+
 CollectiveOptions NodeRuntime::Collective(uint64_t sequence) const {
   CollectiveOptions options;
   options.tag = sequence;
@@ -205,13 +209,17 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
       total += recv_sizes[n];
     }
     std::vector<uint8_t> recv(copy->copy_index >= 0 ? total : 0);
+    Communicator* communicator = communicator_.load();
+    if (communicator == nullptr) {
+      return absl::UnavailableError("the cluster is not connected yet");
+    }
     absl::Status exchanged =
         copy->rank0_only
-            ? communicator_->Gather(send.data(), send.size(), recv.data(),
-                                    recv_sizes, copy->home_node,
-                                    Collective(op.sequence))
-            : communicator_->AllGatherV(send.data(), send.size(), recv.data(),
-                                        recv_sizes, Collective(op.sequence));
+            ? communicator->Gather(send.data(), send.size(), recv.data(),
+                                   recv_sizes, copy->home_node,
+                                   Collective(op.sequence))
+            : communicator->AllGatherV(send.data(), send.size(), recv.data(),
+                                       recv_sizes, Collective(op.sequence));
     if (!exchanged.ok() || copy->copy_index < 0) return exchanged;
 
     // Unpack the remote slices this node's copy needs.
@@ -331,7 +339,11 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
           at += sizes[n];
         }
       }
-      if (absl::Status scattered = communicator_->Scatter(
+      Communicator* communicator = communicator_.load();
+      if (communicator == nullptr) {
+        return absl::UnavailableError("the cluster is not connected yet");
+      }
+      if (absl::Status scattered = communicator->Scatter(
               send.data(), sizes, mine.data(), sizes[node_], copy.home_node,
               Collective(op.sequence));
           !scattered.ok()) {

@@ -1,6 +1,7 @@
 #ifndef SUMMON_SERVER_NODE_RUNTIME_H_
 #define SUMMON_SERVER_NODE_RUNTIME_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -44,6 +45,7 @@ struct WriteOp {
   int tensor = 0;
   bool grad = false;
   int64_t element_offset = 0;
+  int64_t element_size = 1;  // Of the tensor's dtype, to split large writes.
   std::string bytes;
 };
 
@@ -85,6 +87,8 @@ class NodeRuntime {
   ~NodeRuntime();
 
   int node() const { return node_; }
+  // A cluster's communicator exists only once every node has joined.
+  void SetCommunicator(Communicator* communicator);
 
   // This node's part of a gather: its ranks' slices go to the nodes holding
   // copies (allgatherv for one copy per node, gather to the home for
@@ -132,7 +136,7 @@ class NodeRuntime {
 
   const int node_;
   ModelRegistry* const registry_;
-  Communicator* const communicator_;
+  std::atomic<Communicator*> communicator_;
   const absl::Duration collective_timeout_;
 
   mutable absl::Mutex mu_;

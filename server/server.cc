@@ -14,6 +14,13 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/cluster/kv_store.h"
+#include "server/cluster/membership.h"
+#include "server/cluster_node_ops.h"
+#include "server/model_registry.h"
+#include "server/node_runtime.h"
+#include "server/peer_service.h"
+#include "server/session_manager.h"
 #include "server/status_conversion.h"
 #include "server/summon_service.h"
 #include "summon/v1/summon.grpc.pb.h"
@@ -44,8 +51,15 @@ absl::Status ValidateSpec(const SummonServer::Spec& spec) {
                      node_count, " node(s) of the cluster"));
   }
   if (node_count > 1) {
-    return absl::UnimplementedError(
-        "multi-node clusters are not implemented yet; omit --nodes");
+    for (const std::string& node : spec.nodes) {
+      const size_t colon = node.rfind(':');
+      if (colon == std::string::npos || colon + 1 == node.size() ||
+          node.substr(colon + 1) == "0") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "every node of --nodes needs HOST:PORT with a fixed port, got '",
+            node, "'"));
+      }
+    }
   }
   if (spec.memory_budget_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -62,9 +76,8 @@ absl::Status ValidateSpec(const SummonServer::Spec& spec) {
 }  // namespace
 
 SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
-  core::Topology topology{
-      static_cast<int>(std::max<size_t>(1, spec_.nodes.size())),
-      spec_.local_ranks};
+  const int nodes = static_cast<int>(std::max<size_t>(1, spec_.nodes.size()));
+  core::Topology topology{nodes, spec_.local_ranks};
   registry_ = std::make_unique<ModelRegistry>(
       ModelRegistry::Options{spec_.data_dir, InstanceForDataDir(spec_.data_dir),
                              topology, spec_.node_rank});
@@ -72,12 +85,29 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
   session_options.memory_budget_bytes = spec_.memory_budget_bytes;
   session_options.admins = spec_.admins;
   session_options.reaper_interval = spec_.reaper_interval;
+  session_options.collective_timeout = spec_.collective_timeout;
+  if (nodes > 1) {
+    // Every node runs the same runtime; the leader's session manager drives
+    // all of them, the followers' only forward to it.
+    kv_store_ = std::make_unique<LocalKvStore>();
+    membership_ = std::make_unique<Membership>(
+        Membership::Spec{spec_.node_rank, spec_.nodes, spec_.local_ranks,
+                         spec_.heartbeat_interval, spec_.collective_timeout},
+        kv_store_.get());
+    runtime_ = std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(),
+                                             nullptr, spec_.collective_timeout);
+    cluster_ops_ = std::make_unique<ClusterNodeOps>(
+        membership_.get(), runtime_.get(), spec_.collective_timeout);
+    session_options.node_ops = cluster_ops_.get();
+    peer_service_ = std::make_unique<PeerServiceImpl>(
+        *kv_store_, membership_.get(), registry_.get(), runtime_.get());
+  }
   sessions_ =
       std::make_unique<SessionManager>(registry_.get(), session_options);
   summon_service_ = std::make_unique<SummonServiceImpl>(
-      registry_.get(), sessions_.get(), spec_.data_dir);
-  trainer_service_ =
-      std::make_unique<TrainerServiceImpl>(registry_.get(), sessions_.get());
+      registry_.get(), sessions_.get(), spec_.data_dir, membership_.get());
+  trainer_service_ = std::make_unique<TrainerServiceImpl>(
+      registry_.get(), sessions_.get(), membership_.get());
 }
 
 SummonServer::~SummonServer() { Shutdown(); }
@@ -100,10 +130,13 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   // gRPC sets SO_REUSEPORT by default: a second daemon on a taken port would
   // start and silently split the traffic instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  if (!s.listen_address.empty()) {
-    listeners.push_back(s.listen_address);
-    builder.AddListeningPort(s.listen_address,
-                             grpc::InsecureServerCredentials(), &server->port_);
+  // A cluster node listens where its peers reach it: its --nodes entry.
+  const std::string listen =
+      s.nodes.size() > 1 ? s.nodes[s.node_rank] : s.listen_address;
+  if (!listen.empty()) {
+    listeners.push_back(listen);
+    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
+                             &server->port_);
   }
   if (!s.unix_socket.empty()) {
     listeners.push_back(absl::StrCat("unix:", s.unix_socket));
@@ -112,6 +145,9 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   }
   builder.RegisterService(server->summon_service_.get());
   builder.RegisterService(server->trainer_service_.get());
+  if (server->peer_service_) {
+    builder.RegisterService(server->peer_service_.get());
+  }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
     return absl::UnavailableError(
@@ -122,8 +158,20 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   // the service they need.
   grpc::HealthCheckServiceInterface* health =
       server->server_->GetHealthCheckService();
-  health->SetServingStatus(pb::Summon::service_full_name(), true);
-  health->SetServingStatus(pb::Trainer::service_full_name(), true);
+  // A cluster serves once every node joined and connected (READY).
+  const bool serving = server->membership_ == nullptr;
+  health->SetServingStatus(serving);
+  health->SetServingStatus(pb::Summon::service_full_name(), serving);
+  health->SetServingStatus(pb::Trainer::service_full_name(), serving);
+  if (server->membership_) {
+    SummonServer* raw = server.get();
+    server->membership_->Start([raw, health] {
+      raw->runtime_->SetCommunicator(raw->membership_->communicator());
+      health->SetServingStatus(true);
+      health->SetServingStatus(pb::Summon::service_full_name(), true);
+      health->SetServingStatus(pb::Trainer::service_full_name(), true);
+    });
+  }
   return server;
 }
 

@@ -12,7 +12,12 @@
 
 namespace summon::server {
 
+class ClusterNodeOps;
+class LocalKvStore;
+class Membership;
 class ModelRegistry;
+class NodeRuntime;
+class PeerServiceImpl;
 class SessionManager;
 class SummonServiceImpl;
 class TrainerServiceImpl;
@@ -31,8 +36,9 @@ class SummonServer {
     int local_ranks = 1;
     // This daemon's position in `nodes`.
     int node_rank = 0;
-    // HOST:PORT of every node's daemon, the same list on every node. Empty:
-    // a single node.
+    // HOST:PORT of every node's daemon, the same list on every node (node 0
+    // leads). Empty: a single node. In a cluster a node listens on its own
+    // entry (a fixed port), not on listen_address.
     std::vector<std::string> nodes;
     // Where models are recorded (so a restarted daemon re-attaches their
     // shared-memory shards) and the root of relative checkpoint paths.
@@ -76,6 +82,13 @@ class SummonServer {
   Spec spec_;
   int port_ = 0;
   std::unique_ptr<ModelRegistry> registry_;
+  // A cluster's pieces (null on a single node). Declared before the session
+  // manager, which uses them, so they are destroyed after it.
+  std::unique_ptr<LocalKvStore> kv_store_;
+  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<NodeRuntime> runtime_;
+  std::unique_ptr<ClusterNodeOps> cluster_ops_;
+  std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<SummonServiceImpl> summon_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;

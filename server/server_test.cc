@@ -160,11 +160,11 @@ TEST(SummonServerTest, BadSpecsAreRefusedBeforeListening) {
          s.node_rank = 2;
        },
        absl::StatusCode::kInvalidArgument},
-      {"several nodes",
+      {"cluster node without a fixed port",
        [](SummonServer::Spec& s) {
-         s.nodes = {"a:1", "b:1"};
+         s.nodes = {"127.0.0.1:0", "127.0.0.1:7071"};
        },
-       absl::StatusCode::kUnimplemented},
+       absl::StatusCode::kInvalidArgument},
       {"negative memory budget",
        [](SummonServer::Spec& s) { s.memory_budget_bytes = -1; },
        absl::StatusCode::kInvalidArgument},

@@ -137,6 +137,7 @@ absl::StatusOr<core::SessionTensor> SessionManager::Write(
   op.session_id = id;
   op.grad = grad;
   op.element_offset = offset;
+  op.element_size = element_size;
   op.bytes = std::string(bytes);
   {
     absl::MutexLock lock(&mu_);

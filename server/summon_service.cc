@@ -1,10 +1,13 @@
 #include "server/summon_service.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/checkpoint.h"
+#include "server/peer_service.h"
 #include "server/proto_conversion.h"
 #include "server/status_conversion.h"
 
@@ -13,15 +16,6 @@ namespace {
 
 constexpr int kDefaultHistogramBins = 16;
 constexpr uint32_t kMaxReadChunkBytes = 4 << 20;
-
-absl::StatusOr<ModelInit> InitFromProto(const v1::InitMethod& init) {
-  ModelInit result;
-  if (init.has_seeded()) {
-    result.kind = ModelInit::Kind::kSeeded;
-    result.seed = init.seeded().seed();
-  }
-  return result;
-}
 
 }  // namespace
 
@@ -34,10 +28,58 @@ std::string PrincipalOf(const grpc::ServerContext& context) {
 
 SummonServiceImpl::SummonServiceImpl(ModelRegistry* registry,
                                      SessionManager* sessions,
-                                     std::string path_root)
+                                     std::string path_root, Membership* cluster)
     : registry_(registry),
       sessions_(sessions),
-      path_root_(std::move(path_root)) {}
+      path_root_(std::move(path_root)),
+      cluster_(cluster),
+      forwarder_(cluster) {}
+
+absl::Status SummonServiceImpl::CreateEverywhere(
+    const v1::CreateModelRequest& request) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      CreateModelFromRequest(*registry_, request);
+  if (!model.ok() || cluster_ == nullptr) return model.status();
+  v1::NodeCreateModelRequest create;
+  *create.mutable_create() = request;
+  const std::vector<absl::Status> results = OnFollowers(
+      *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
+        v1::NodeModelResponse response;
+        return stub.NodeCreateModel(&context, create, &response);
+      });
+  for (const absl::Status& status : results) {
+    if (status.ok()) continue;
+    // All or nothing: undo the model wherever it was made.
+    registry_->Remove(request.name()).IgnoreError();
+    v1::DeleteModelRequest remove;
+    remove.set_model(request.name());
+    OnFollowers(*cluster_,
+                [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
+                  v1::NodeModelResponse response;
+                  return stub.NodeDeleteModel(&context, remove, &response);
+                });
+    return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> SummonServiceImpl::LoadEverywhere(
+    ModelEntry& model, const std::string& path) {
+  absl::StatusOr<int64_t> bytes = registry_->LoadCheckpoint(model, path);
+  if (!bytes.ok() || cluster_ == nullptr) return bytes;
+  v1::NodeLoadModelRequest load;
+  load.set_model(model.name);
+  load.set_path(std::filesystem::absolute(path).string());
+  const std::vector<absl::Status> results = OnFollowers(
+      *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
+        v1::NodeModelResponse response;
+        return stub.NodeLoadModel(&context, load, &response);
+      });
+  for (const absl::Status& status : results) {
+    if (!status.ok()) return status;
+  }
+  return *bytes;
+}
 
 std::string SummonServiceImpl::ResolvePath(const std::string& path) const {
   std::filesystem::path resolved(path);
@@ -45,9 +87,13 @@ std::string SummonServiceImpl::ResolvePath(const std::string& path) const {
   return (std::filesystem::path(path_root_) / resolved).string();
 }
 
-grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext*,
-                                           const v1::ListModelsRequest*,
+grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
+                                           const v1::ListModelsRequest* request,
                                            v1::ListModelsResponse* response) {
+  if (auto routed =
+          Route(*context, &v1::Summon::Stub::ListModels, *request, response)) {
+    return *routed;
+  }
   for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
     v1::ModelSummary* summary = response->add_models();
     summary->set_name(model->name);
@@ -71,8 +117,12 @@ grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext*,
 }
 
 grpc::Status SummonServiceImpl::DescribeModel(
-    grpc::ServerContext*, const v1::DescribeModelRequest* request,
+    grpc::ServerContext* context, const v1::DescribeModelRequest* request,
     v1::Model* response) {
+  if (auto routed = Route(*context, &v1::Summon::Stub::DescribeModel, *request,
+                          response)) {
+    return *routed;
+  }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
@@ -81,45 +131,33 @@ grpc::Status SummonServiceImpl::DescribeModel(
 }
 
 grpc::Status SummonServiceImpl::CreateModel(
-    grpc::ServerContext*, const v1::CreateModelRequest* request,
+    grpc::ServerContext* context, const v1::CreateModelRequest* request,
     v1::Model* response) {
-  std::optional<core::Strategy> strategy;
-  if (request->has_strategy()) {
-    absl::StatusOr<core::Strategy> parsed =
-        StrategyFromProto(request->strategy(), "strategy");
-    if (!parsed.ok()) return ToGrpcStatus(parsed.status());
-    strategy = *parsed;
+  if (auto routed =
+          Route(*context, &v1::Summon::Stub::CreateModel, *request, response)) {
+    return *routed;
   }
-  absl::StatusOr<ModelInit> init = InitFromProto(request->init());
-  absl::StatusOr<ModelInit> grad_init = InitFromProto(request->grads().init());
-  std::vector<int> grad_ranks;
-  if (request->has_grads()) {
-    grad_ranks.assign(request->grads().ranks().begin(),
-                      request->grads().ranks().end());
-    if (grad_ranks.empty()) {
-      for (int rank = 0; rank < registry_->options().topology.world_size();
-           ++rank) {
-        grad_ranks.push_back(rank);
-      }
-    }
+  if (absl::Status status = CreateEverywhere(*request); !status.ok()) {
+    return ToGrpcStatus(status);
   }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
-      registry_->Create(request->name(), request->layout_json(), strategy,
-                        *init, grad_ranks, *grad_init);
+      registry_->Get(request->name());
   if (!model.ok()) return ToGrpcStatus(model.status());
   ModelToProto(**model, response);
   return grpc::Status::OK;
 }
 
-grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext*,
+grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
                                           const v1::LoadModelRequest* request,
                                           v1::LoadModelResponse* response) {
+  if (auto routed =
+          Route(*context, &v1::Summon::Stub::LoadModel, *request, response)) {
+    return *routed;
+  }
   if (request->path().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("path must be set"));
   }
   const std::string path = ResolvePath(request->path());
-  int64_t bytes = 0;
-  absl::StatusOr<std::shared_ptr<ModelEntry>> model;
   if (request->has_create()) {
     const v1::CheckpointWrapRule& rule = request->create();
     core::Strategy strategy = core::Strategy::kFullShard;
@@ -129,27 +167,54 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext*,
       if (!parsed.ok()) return ToGrpcStatus(parsed.status());
       strategy = *parsed;
     }
-    model = registry_->CreateFromCheckpoint(
-        request->model(), path,
-        {rule.unit_prefixes().begin(), rule.unit_prefixes().end()}, strategy,
-        rule.has_use_orig_params() ? rule.use_orig_params() : true, &bytes);
-  } else {
-    model = registry_->Get(request->model());
-    if (model.ok()) {
-      absl::StatusOr<int64_t> loaded = registry_->LoadCheckpoint(**model, path);
-      if (!loaded.ok()) return ToGrpcStatus(loaded.status());
-      bytes = *loaded;
+    absl::StatusOr<std::string> layout = LayoutJsonFromCheckpoint(
+        path, {rule.unit_prefixes().begin(), rule.unit_prefixes().end()},
+        strategy, rule.has_use_orig_params() ? rule.use_orig_params() : true);
+    if (!layout.ok()) return ToGrpcStatus(layout.status());
+    v1::CreateModelRequest create;
+    create.set_name(request->model());
+    create.set_layout_json(*layout);
+    create.set_strategy(StrategyToProto(strategy));
+    if (absl::Status status = CreateEverywhere(create); !status.ok()) {
+      return ToGrpcStatus(status);
     }
   }
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
+  absl::StatusOr<int64_t> bytes = LoadEverywhere(**model, path);
+  if (!bytes.ok()) {
+    if (request->has_create()) {
+      v1::DeleteModelResponse ignored;
+      v1::DeleteModelRequest remove;
+      remove.set_model(request->model());
+      registry_->Remove(request->model()).IgnoreError();
+      if (cluster_ != nullptr) {
+        OnFollowers(*cluster_,
+                    [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
+                      v1::NodeModelResponse response;
+                      return stub.NodeDeleteModel(&context, remove, &response);
+                    });
+      }
+    }
+    return ToGrpcStatus(bytes.status());
+  }
   ModelToProto(**model, response->mutable_model());
-  response->set_bytes_read(bytes);
+  response->set_bytes_read(*bytes);
   return grpc::Status::OK;
 }
 
-grpc::Status SummonServiceImpl::SaveModel(grpc::ServerContext*,
+grpc::Status SummonServiceImpl::SaveModel(grpc::ServerContext* context,
                                           const v1::SaveModelRequest* request,
                                           v1::SaveModelResponse* response) {
+  if (auto routed =
+          Route(*context, &v1::Summon::Stub::SaveModel, *request, response)) {
+    return *routed;
+  }
+  if (cluster_ != nullptr && cluster_->size() > 1) {
+    return ToGrpcStatus(absl::UnimplementedError(
+        "saving a model that spans several nodes is not supported yet"));
+  }
   if (request->path().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("path must be set"));
   }
@@ -175,31 +240,68 @@ grpc::Status SummonServiceImpl::SaveModel(grpc::ServerContext*,
 }
 
 grpc::Status SummonServiceImpl::ModelChecksum(
-    grpc::ServerContext*, const v1::ModelChecksumRequest* request,
+    grpc::ServerContext* context, const v1::ModelChecksumRequest* request,
     v1::ModelChecksumResponse* response) {
+  if (auto routed = Route(*context, &v1::Summon::Stub::ModelChecksum, *request,
+                          response)) {
+    return *routed;
+  }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
-  for (const ShardChecksums& sums : registry_->Checksums(**model)) {
-    v1::ShardChecksum* out = response->add_shards();
-    out->set_rank(sums.rank);
-    out->set_unit((*model)->spec.units[sums.unit].fqn);
-    out->set_params(sums.params);
-    if (sums.grads.has_value()) out->set_grads(*sums.grads);
-    out->set_generation(sums.generation);
+  AppendChecksums(*registry_, **model, response);
+  if (cluster_ == nullptr) return grpc::Status::OK;
+  std::vector<v1::ModelChecksumResponse> parts(cluster_->size());
+  const std::vector<absl::Status> results = OnFollowers(
+      *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
+        v1::ModelChecksumResponse part;
+        grpc::Status status = stub.NodeChecksum(&context, *request, &part);
+        absl::MutexLock lock(&checksum_mu_);
+        for (const v1::ShardChecksum& shard : part.shards()) {
+          *response->add_shards() = shard;
+        }
+        return status;
+      });
+  for (const absl::Status& status : results) {
+    if (!status.ok()) return ToGrpcStatus(status);
   }
+  // Rank order, whichever node answered first.
+  std::stable_sort(response->mutable_shards()->begin(),
+            response->mutable_shards()->end(),
+            [](const v1::ShardChecksum& a, const v1::ShardChecksum& b) {
+              return a.rank() < b.rank();
+            });
   return grpc::Status::OK;
 }
 
 grpc::Status SummonServiceImpl::DeleteModel(
-    grpc::ServerContext*, const v1::DeleteModelRequest* request,
-    v1::DeleteModelResponse*) {
-  return ToGrpcStatus(registry_->Remove(request->model()));
+    grpc::ServerContext* context, const v1::DeleteModelRequest* request,
+    v1::DeleteModelResponse* response) {
+  if (auto routed =
+          Route(*context, &v1::Summon::Stub::DeleteModel, *request, response)) {
+    return *routed;
+  }
+  if (absl::Status status = registry_->Remove(request->model()); !status.ok()) {
+    return ToGrpcStatus(status);
+  }
+  if (cluster_ == nullptr) return grpc::Status::OK;
+  for (const absl::Status& status : OnFollowers(
+           *cluster_, [&](v1::Peer::Stub&stub, grpc::ClientContext&context) {
+             v1::NodeModelResponse ignored;
+             return stub.NodeDeleteModel(&context, *request, &ignored);
+           })) {
+    if (!status.ok()) return ToGrpcStatus(status);
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status SummonServiceImpl::OpenSession(
     grpc::ServerContext* context, const v1::OpenSessionRequest* request,
     v1::Session* response) {
+  if (auto routed =
+          Route(*context, &v1::Summon::Stub::OpenSession, *request, response)) {
+    return *routed;
+  }
   absl::StatusOr<SessionOptions> options =
       SessionOptionsFromProto(request->options());
   if (!options.ok()) return ToGrpcStatus(options.status());
@@ -213,6 +315,10 @@ grpc::Status SummonServiceImpl::OpenSession(
 grpc::Status SummonServiceImpl::GetSession(grpc::ServerContext* context,
                                            const v1::GetSessionRequest* request,
                                            v1::Session* response) {
+  if (auto routed =
+          Route(*context, &v1::Summon::Stub::GetSession, *request, response)) {
+    return *routed;
+  }
   absl::StatusOr<SessionInfo> info =
       sessions_->Get(request->session_id(), PrincipalOf(*context));
   if (!info.ok()) return ToGrpcStatus(info.status());
@@ -223,6 +329,10 @@ grpc::Status SummonServiceImpl::GetSession(grpc::ServerContext* context,
 grpc::Status SummonServiceImpl::ListSessions(
     grpc::ServerContext* context, const v1::ListSessionsRequest* request,
     v1::ListSessionsResponse* response) {
+  if (auto routed = Route(*context, &v1::Summon::Stub::ListSessions, *request,
+                          response)) {
+    return *routed;
+  }
   if (!request->model().empty()) {
     absl::StatusOr<std::shared_ptr<ModelEntry>> model =
         registry_->Get(request->model());
@@ -238,6 +348,10 @@ grpc::Status SummonServiceImpl::ListSessions(
 grpc::Status SummonServiceImpl::RenewSession(
     grpc::ServerContext* context, const v1::RenewSessionRequest* request,
     v1::Session* response) {
+  if (auto routed = Route(*context, &v1::Summon::Stub::RenewSession, *request,
+                          response)) {
+    return *routed;
+  }
   std::optional<absl::Duration> lease;
   if (request->has_lease_seconds()) {
     lease = absl::Seconds(request->lease_seconds());
@@ -252,6 +366,10 @@ grpc::Status SummonServiceImpl::RenewSession(
 grpc::Status SummonServiceImpl::CloseSession(
     grpc::ServerContext* context, const v1::CloseSessionRequest* request,
     v1::CloseSessionResponse* response) {
+  if (auto routed = Route(*context, &v1::Summon::Stub::CloseSession, *request,
+                          response)) {
+    return *routed;
+  }
   absl::StatusOr<CloseResult> result =
       sessions_->Close(request->session_id(), request->abort(),
                        request->force(), PrincipalOf(*context));
@@ -269,6 +387,14 @@ grpc::Status SummonServiceImpl::CloseSession(
 grpc::Status SummonServiceImpl::ReadTensor(
     grpc::ServerContext* context, const v1::ReadTensorRequest* request,
     grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
+  if (cluster_ != nullptr) {
+    if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
+      return ToGrpcStatus(ready);
+    }
+    if (!cluster_->is_leader()) {
+      return forwarder_.ReadTensor(context, *request, writer);
+    }
+  }
   std::optional<core::DType> dtype;
   if (request->dtype() != v1::DTYPE_UNSPECIFIED) {
     absl::StatusOr<core::DType> parsed =
@@ -319,6 +445,14 @@ grpc::Status SummonServiceImpl::WriteTensor(
     grpc::ServerContext* context,
     grpc::ServerReader<v1::WriteTensorRequest>* reader,
     v1::WriteTensorResponse* response) {
+  if (cluster_ != nullptr) {
+    if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
+      return ToGrpcStatus(ready);
+    }
+    if (!cluster_->is_leader()) {
+      return forwarder_.WriteTensor(context, reader, response);
+    }
+  }
   const std::string principal = PrincipalOf(*context);
   v1::WriteTensorRequest message;
   if (!reader->Read(&message) || !message.has_header()) {
@@ -389,6 +523,10 @@ grpc::Status SummonServiceImpl::WriteTensor(
 grpc::Status SummonServiceImpl::TensorStats(
     grpc::ServerContext* context, const v1::TensorStatsRequest* request,
     v1::TensorStatsResponse* response) {
+  if (auto routed =
+          Route(*context, &v1::Summon::Stub::TensorStats, *request, response)) {
+    return *routed;
+  }
   if (request->histogram_bins() > 4096) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("histogram_bins must be at most 4096, got ",

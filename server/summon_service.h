@@ -1,8 +1,11 @@
 #ifndef SUMMON_SERVER_SUMMON_SERVICE_H_
 #define SUMMON_SERVER_SUMMON_SERVICE_H_
 
+#include <optional>
 #include <string>
 
+#include "server/cluster/membership.h"
+#include "server/forwarding.h"
 #include "server/model_registry.h"
 #include "server/session_manager.h"
 #include "summon/v1/summon.grpc.pb.h"
@@ -19,8 +22,11 @@ std::string PrincipalOf(const grpc::ServerContext& context);
 // statuses cross to gRPC.
 class SummonServiceImpl final : public v1::Summon::Service {
  public:
+  // `cluster` is null for a single node. In a cluster the leader decides
+  // every call (applying model operations on every node) and followers
+  // forward their clients' calls to it.
   SummonServiceImpl(ModelRegistry* registry, SessionManager* sessions,
-                    std::string path_root);
+                    std::string path_root, Membership* cluster = nullptr);
 
   grpc::Status ListModels(grpc::ServerContext* context,
                           const v1::ListModelsRequest* request,
@@ -72,15 +78,41 @@ class SummonServiceImpl final : public v1::Summon::Service {
   // Checkpoint paths are relative to the daemon's data directory.
   std::string ResolvePath(const std::string& path) const;
 
+  // Set when the cluster layer answers the call: not READY (UNAVAILABLE),
+  // or forwarded to the leader by a follower.
+  template <typename Request, typename Response>
+  std::optional<grpc::Status> Route(
+      const grpc::ServerContext& context,
+      grpc::Status (v1::Summon::Stub::*method)(grpc::ClientContext*,
+                                               const Request&, Response*),
+      const Request& request, Response* response) const {
+    if (cluster_ == nullptr) return std::nullopt;
+    if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
+      return ToGrpcStatus(ready);
+    }
+    if (cluster_->is_leader()) return std::nullopt;
+    auto stub = forwarder_.Summon();
+    return forwarder_.Unary(context, *stub, method, request, response);
+  }
+  // The leader's model operations: this node, then every follower; the
+  // first failure, naming its node.
+  absl::Status CreateEverywhere(const v1::CreateModelRequest& request);
+  absl::StatusOr<int64_t> LoadEverywhere(ModelEntry& model,
+                                         const std::string& path);
+
   ModelRegistry* const registry_;
   SessionManager* const sessions_;
   const std::string path_root_;
+  Membership* const cluster_;
+  LeaderForwarder forwarder_;
+  absl::Mutex checksum_mu_;  // Followers' checksums arrive concurrently.
 };
 
 // summon.v1.Trainer: training phases (R1, R3, R4 inputs) and shard mapping.
 class TrainerServiceImpl final : public v1::Trainer::Service {
  public:
-  TrainerServiceImpl(ModelRegistry* registry, SessionManager* sessions);
+  TrainerServiceImpl(ModelRegistry* registry, SessionManager* sessions,
+                     Membership* cluster = nullptr);
 
   grpc::Status ReportPhase(grpc::ServerContext* context,
                            const v1::ReportPhaseRequest* request,
@@ -92,6 +124,8 @@ class TrainerServiceImpl final : public v1::Trainer::Service {
  private:
   ModelRegistry* const registry_;
   SessionManager* const sessions_;
+  Membership* const cluster_;
+  LeaderForwarder forwarder_;
 };
 
 }  // namespace summon::server

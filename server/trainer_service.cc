@@ -9,12 +9,27 @@
 namespace summon::server {
 
 TrainerServiceImpl::TrainerServiceImpl(ModelRegistry* registry,
-                                       SessionManager* sessions)
-    : registry_(registry), sessions_(sessions) {}
+                                       SessionManager* sessions,
+                                       Membership* cluster)
+    : registry_(registry),
+      sessions_(sessions),
+      cluster_(cluster),
+      forwarder_(cluster) {}
 
 grpc::Status TrainerServiceImpl::ReportPhase(
-    grpc::ServerContext*, const v1::ReportPhaseRequest* request,
+    grpc::ServerContext* context, const v1::ReportPhaseRequest* request,
     v1::ReportPhaseResponse* response) {
+  // The leader knows every rank's phase before it decides an open.
+  if (cluster_ != nullptr) {
+    if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
+      return ToGrpcStatus(ready);
+    }
+    if (!cluster_->is_leader()) {
+      auto stub = forwarder_.Trainer();
+      return forwarder_.Unary(*context, *stub, &v1::Trainer::Stub::ReportPhase,
+                              *request, response);
+    }
+  }
   absl::StatusOr<core::TrainingPhase> phase =
       PhaseFromProto(request->phase(), "phase");
   if (!phase.ok()) return ToGrpcStatus(phase.status());

@@ -1,0 +1,266 @@
+#include "server/cluster/membership.h"
+
+#include <random>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "server/comm/gloo_communicator.h"
+#include "server/comm/rendezvous_store.h"
+#include "server/status_conversion.h"
+#include "spdlog/spdlog.h"
+
+namespace summon::server {
+namespace {
+
+constexpr absl::Duration kJoinRetry = absl::Milliseconds(100);
+
+uint64_t NewIncarnation() {
+  std::random_device random;
+  return (static_cast<uint64_t>(random()) << 32) ^ random();
+}
+
+std::string HostOf(const std::string& address) {
+  return address.substr(0, address.rfind(':'));
+}
+
+std::string RendezvousPrefix(uint64_t epoch) {
+  return absl::StrCat("summon/", epoch, "/gloo/");
+}
+
+}  // namespace
+
+Membership::Membership(Spec spec, LocalKvStore* store)
+    : spec_(std::move(spec)), store_(store), incarnation_(NewIncarnation()) {}
+
+Membership::~Membership() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    if (communicator_) communicator_->Abort();
+  }
+  if (thread_.joinable()) thread_.join();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+void Membership::Start(std::function<void()> on_ready) {
+  if (is_leader()) {
+    absl::MutexLock lock(&mu_);
+    v1::NodeInfo self;
+    self.set_node_rank(0);
+    self.set_address(spec_.nodes[0]);
+    self.set_incarnation(incarnation_);
+    self.set_alive(true);
+    joined_[0] = self;
+    epoch_ = incarnation_;
+  }
+  thread_ = std::thread([this, on_ready] { Run(on_ready); });
+}
+
+bool Membership::ready() const {
+  absl::MutexLock lock(&mu_);
+  return ready_;
+}
+
+absl::Status Membership::CheckReady() const {
+  absl::MutexLock lock(&mu_);
+  if (ready_) return absl::OkStatus();
+  std::vector<int> missing;
+  for (int node = 0; node < size(); ++node) {
+    if (joined_.count(node) == 0) missing.push_back(node);
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "the cluster is not ready: ",
+      missing.empty() || !is_leader()
+          ? std::string("nodes are still connecting")
+          : absl::StrCat("waiting for node(s) ", absl::StrJoin(missing, ", "),
+                         " to join")));
+}
+
+Communicator* Membership::communicator() const {
+  absl::MutexLock lock(&mu_);
+  return communicator_.get();
+}
+
+std::shared_ptr<grpc::Channel> Membership::ChannelTo(int node) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<grpc::Channel>& channel = channels_[node];
+  if (!channel) {
+    grpc::ChannelArguments arguments;
+    arguments.SetMaxReceiveMessageSize(64 << 20);
+    arguments.SetMaxSendMessageSize(64 << 20);
+    channel = grpc::CreateCustomChannel(
+        spec_.nodes[node], grpc::InsecureChannelCredentials(), arguments);
+  }
+  return channel;
+}
+
+v1::JoinResponse Membership::Roster() const {
+  v1::JoinResponse response;
+  for (const auto& [node, info] : joined_) *response.add_nodes() = info;
+  response.set_membership_epoch(epoch_);
+  response.set_heartbeat_ms(static_cast<uint32_t>(
+      absl::ToInt64Milliseconds(spec_.heartbeat_interval)));
+  response.set_collective_timeout_ms(static_cast<uint32_t>(
+      absl::ToInt64Milliseconds(spec_.collective_timeout)));
+  return response;
+}
+
+absl::StatusOr<v1::JoinResponse> Membership::HandleJoin(
+    const v1::JoinRequest& request) {
+  if (!is_leader()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", spec_.node_rank, " is not the leader"));
+  }
+  const int node = request.node().node_rank();
+  if (node <= 0 || node >= size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node rank ", node, " is not a follower of this ", size(),
+                     "-node cluster"));
+  }
+  if (request.local_ranks() != spec_.local_ranks) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node, " hosts ", request.local_ranks(),
+                     " local ranks but the cluster has ", spec_.local_ranks));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = joined_.find(node);
+  if (it == joined_.end() ||
+      it->second.incarnation() != request.node().incarnation()) {
+    if (ready_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", node, " rejoined a running cluster; restart the cluster"));
+    }
+    v1::NodeInfo info = request.node();
+    info.set_alive(true);
+    joined_[node] = info;
+    spdlog::info("cluster: node {} joined ({}/{})", node, joined_.size(),
+                 size());
+  }
+  last_heartbeat_[node] = absl::Now();
+  return Roster();
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Membership::HandleHeartbeat(
+    const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto it = joined_.find(request.node_rank());
+  if (it == joined_.end() ||
+      it->second.incarnation() != request.incarnation()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", request.node_rank(), " is not a member of this cluster"));
+  }
+  last_heartbeat_[request.node_rank()] = absl::Now();
+  v1::HeartbeatResponse response;
+  response.set_membership_epoch(epoch_);
+  return response;
+}
+
+std::optional<uint64_t> Membership::JoinLeader() {
+  auto stub = v1::Peer::NewStub(ChannelTo(0));
+  v1::JoinRequest request;
+  request.mutable_node()->set_node_rank(spec_.node_rank);
+  request.mutable_node()->set_address(spec_.nodes[spec_.node_rank]);
+  request.mutable_node()->set_incarnation(incarnation_);
+  request.set_local_ranks(spec_.local_ranks);
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return std::nullopt;
+    }
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    v1::JoinResponse response;
+    const grpc::Status status = stub->Join(&context, request, &response);
+    if (status.ok() && response.nodes_size() == size()) {
+      absl::MutexLock lock(&mu_);
+      for (const v1::NodeInfo& info : response.nodes()) {
+        joined_[info.node_rank()] = info;
+      }
+      epoch_ = response.membership_epoch();
+      return epoch_;
+    }
+    if (!status.ok() &&
+        status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      spdlog::error("cluster: the leader refused node {}: {}", spec_.node_rank,
+                    status.error_message());
+    }
+    absl::SleepFor(kJoinRetry);
+  }
+}
+
+void Membership::Run(std::function<void()> on_ready) {
+  uint64_t epoch = 0;
+  std::unique_ptr<KvStore> remote;
+  KvStore* store = store_;
+  if (is_leader()) {
+    // Every follower joins; then everyone meets in the rendezvous store.
+    absl::MutexLock lock(&mu_);
+    auto all_joined = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || static_cast<int>(joined_.size()) == size();
+    };
+    mu_.Await(absl::Condition(&all_joined));
+    if (stopping_) return;
+    epoch = epoch_;
+  } else {
+    std::optional<uint64_t> joined = JoinLeader();
+    if (!joined.has_value()) return;
+    epoch = *joined;
+    remote = std::make_unique<RemoteKvStore>(ChannelTo(0));
+    store = remote.get();
+  }
+  RendezvousStore rendezvous(*store, RendezvousPrefix(epoch),
+                             spec_.collective_timeout);
+  GlooCommunicator::Spec gloo;
+  gloo.rank = spec_.node_rank;
+  gloo.size = size();
+  gloo.hostname = HostOf(spec_.nodes[spec_.node_rank]);
+  gloo.connect_timeout = spec_.collective_timeout;
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> communicator =
+      GlooCommunicator::Create(gloo, rendezvous);
+  if (!communicator.ok()) {
+    spdlog::error("cluster: node {} could not connect to its peers: {}",
+                  spec_.node_rank, communicator.status().ToString());
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    communicator_ = *std::move(communicator);
+    ready_ = true;
+  }
+  spdlog::info("cluster: node {} READY ({} nodes x {} local ranks)",
+               spec_.node_rank, size(), spec_.local_ranks);
+  if (!is_leader()) {
+    heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  }
+  on_ready();
+}
+
+void Membership::HeartbeatLoop() {
+  auto stub = v1::Peer::NewStub(ChannelTo(0));
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), spec_.heartbeat_interval);
+    if (stopping_) break;
+    mu_.Unlock();
+    grpc::ClientContext context;
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + spec_.heartbeat_interval));
+    v1::HeartbeatRequest request;
+    request.set_node_rank(spec_.node_rank);
+    request.set_incarnation(incarnation_);
+    v1::HeartbeatResponse response;
+    const grpc::Status status = stub->Heartbeat(&context, request, &response);
+    if (!status.ok()) {
+      spdlog::warn("cluster: heartbeat to the leader failed: {}",
+                   status.error_message());
+    }
+    mu_.Lock();
+  }
+}
+
+}  // namespace summon::server

@@ -1,0 +1,90 @@
+#ifndef SUMMON_SERVER_CLUSTER_MEMBERSHIP_H_
+#define SUMMON_SERVER_CLUSTER_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <map>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "server/cluster/kv_store.h"
+#include "server/comm/communicator.h"
+#include "summon/v1/peer.grpc.pb.h"
+
+namespace summon::server {
+
+// A static cluster of summond nodes (the same --nodes list everywhere; node
+// 0 leads). Followers join the leader; once every node has joined, every
+// node builds its Gloo communicator through the leader's rendezvous store
+// and the cluster is READY. Until then health reports NOT_SERVING and
+// operations answer UNAVAILABLE.
+class Membership {
+ public:
+  struct Spec {
+    int node_rank = 0;
+    std::vector<std::string> nodes;  // HOST:PORT of every node.
+    int local_ranks = 1;
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+    absl::Duration collective_timeout = absl::Seconds(30);
+  };
+
+  // `store` is the leader's key-value store (used on the leader only).
+  Membership(Spec spec, LocalKvStore* store);
+  ~Membership();  // Stops the background thread.
+
+  // Starts joining (followers) / waiting for joins (leader) and then the
+  // communicator rendezvous, in a background thread. `on_ready` runs once
+  // the cluster is READY.
+  void Start(std::function<void()> on_ready);
+
+  bool is_leader() const { return spec_.node_rank == 0; }
+  int node_rank() const { return spec_.node_rank; }
+  int size() const { return static_cast<int>(spec_.nodes.size()); }
+  bool ready() const;
+  // UNAVAILABLE naming the nodes not yet joined when not READY.
+  absl::Status CheckReady() const;
+  // The communicator between nodes; valid once READY.
+  Communicator* communicator() const;
+  // The Peer and Summon stubs' channel to a node (cached).
+  std::shared_ptr<grpc::Channel> ChannelTo(int node);
+
+  // Leader side of the Peer RPCs.
+  absl::StatusOr<v1::JoinResponse> HandleJoin(const v1::JoinRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> HandleHeartbeat(
+      const v1::HeartbeatRequest& request);
+
+ private:
+  void Run(std::function<void()> on_ready);
+  // Followers: Join until the leader reports every node joined. Returns the
+  // leader's epoch, or nullopt when stopping.
+  std::optional<uint64_t> JoinLeader();
+  v1::JoinResponse Roster() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HeartbeatLoop();
+
+  const Spec spec_;
+  LocalKvStore* const store_;
+  const uint64_t incarnation_;
+
+  mutable absl::Mutex mu_;
+  std::map<int, v1::NodeInfo> joined_ ABSL_GUARDED_BY(mu_);
+  std::map<int, absl::Time> last_heartbeat_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<Communicator> communicator_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_CLUSTER_MEMBERSHIP_H_

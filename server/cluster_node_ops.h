@@ -1,0 +1,66 @@
+#ifndef SUMMON_SERVER_CLUSTER_NODE_OPS_H_
+#define SUMMON_SERVER_CLUSTER_NODE_OPS_H_
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/cluster/membership.h"
+#include "server/node_ops.h"
+
+namespace summon::server {
+
+// The leader's NodeOps for a cluster: every operation goes to each node's
+// runtime (its own in process, the others over the Peer service), in
+// parallel; collectives carry the leader's sequence numbers so every node
+// runs them in the same order. Reads go to the nearest node holding a copy.
+class ClusterNodeOps final : public NodeOps {
+ public:
+  ClusterNodeOps(Membership* membership, NodeRuntime* local,
+                 absl::Duration collective_timeout);
+  ~ClusterNodeOps() override;  // Finishes queued releases.
+
+  absl::Status Gather(const GatherOp& op) override;
+  absl::Status Write(const WriteOp& op) override;
+  absl::Status Read(const std::string& gather_id, const std::string& session_id,
+                    int tensor, bool grad, core::DType dtype, int64_t offset,
+                    int64_t count, int64_t chunk_bytes,
+                    const ChunkSink& sink) override;
+  absl::StatusOr<std::vector<TensorStatistics>> Stats(
+      const std::string& gather_id, const std::string& session_id,
+      const std::vector<int>& tensors, bool grad, int bins) override;
+  absl::StatusOr<int64_t> Prepare(const PrepareOp& op) override;
+  absl::Status Commit(const CommitOp& op) override;
+  void Abort(const std::string& session_id) override;
+  void Release(const std::string& gather_id) override;
+  void ReleaseSession(const std::string& session_id) override;
+
+ private:
+  // Runs `op(node)` for every node at once; results by node.
+  std::vector<absl::Status> OnEveryNode(
+      const std::function<absl::Status(int node)>& op);
+  // The first failure, naming its node; OK when none failed.
+  static absl::Status FirstFailure(const std::vector<absl::Status>& results);
+  std::unique_ptr<v1::Peer::Stub> Stub(int node);
+  void Deadline(grpc::ClientContext& context) const;
+  // Releases are fire-and-forget (they run under the manager's lock).
+  void Enqueue(std::function<void()> task);
+  void Worker();
+
+  Membership* const membership_;
+  NodeRuntime* const local_;
+  const absl::Duration rpc_timeout_;
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread worker_;
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_CLUSTER_NODE_OPS_H_

@@ -1,0 +1,87 @@
+#include "server/forwarding.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace summon::server {
+namespace {
+
+// Model operations (create, load, delete) touch every node's shards.
+constexpr absl::Duration kModelOperationTimeout = absl::Minutes(10);
+
+}  // namespace
+
+std::unique_ptr<grpc::ClientContext> LeaderForwarder::ContextFor(
+    const grpc::ServerContext& incoming) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  const auto& metadata = incoming.client_metadata();
+  if (auto it = metadata.find("summon-principal"); it != metadata.end()) {
+    context->AddMetadata("summon-principal",
+                         std::string(it->second.data(), it->second.size()));
+  }
+  context->set_deadline(incoming.deadline());
+  return context;
+}
+
+grpc::Status LeaderForwarder::ReadTensor(
+    grpc::ServerContext* context, const v1::ReadTensorRequest& request,
+    grpc::ServerWriter<v1::ReadTensorResponse>* writer) const {
+  std::unique_ptr<grpc::ClientContext> upstream = ContextFor(*context);
+  auto stub = Summon();
+  auto reader = stub->ReadTensor(upstream.get(), request);
+  v1::ReadTensorResponse chunk;
+  while (reader->Read(&chunk)) {
+    if (context->IsCancelled() || !writer->Write(chunk)) {
+      upstream->TryCancel();
+      break;
+    }
+  }
+  return reader->Finish();
+}
+
+grpc::Status LeaderForwarder::WriteTensor(
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::WriteTensorRequest>* reader,
+    v1::WriteTensorResponse* response) const {
+  std::unique_ptr<grpc::ClientContext> upstream = ContextFor(*context);
+  auto stub = Summon();
+  auto writer = stub->WriteTensor(upstream.get(), response);
+  v1::WriteTensorRequest message;
+  while (reader->Read(&message)) {
+    if (!writer->Write(message)) break;
+  }
+  if (context->IsCancelled()) {
+    // The client went away mid-stream: the leader must not apply a partial
+    // write, so the upstream call is cancelled rather than half-closed.
+    upstream->TryCancel();
+  } else {
+    writer->WritesDone();
+  }
+  return writer->Finish();
+}
+
+std::vector<absl::Status> OnFollowers(
+    Membership& membership,
+    const std::function<grpc::Status(v1::Peer::Stub&, grpc::ClientContext&)>&
+        call) {
+  std::vector<absl::Status> results(membership.size());
+  std::vector<std::thread> threads;
+  for (int node = 1; node < membership.size(); ++node) {
+    threads.emplace_back([&, node] {
+      auto stub = v1::Peer::NewStub(membership.ChannelTo(node));
+      grpc::ClientContext context;
+      context.set_deadline(
+          absl::ToChronoTime(absl::Now() + kModelOperationTimeout));
+      const absl::Status status = FromGrpcStatus(call(*stub, context));
+      if (!status.ok()) {
+        results[node] = absl::Status(
+            status.code(), absl::StrCat("node ", node, ": ", status.message()));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
+}  // namespace summon::server

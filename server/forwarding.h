@@ -1,0 +1,67 @@
+#ifndef SUMMON_SERVER_FORWARDING_H_
+#define SUMMON_SERVER_FORWARDING_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/server_context.h"
+#include "server/cluster/membership.h"
+#include "server/status_conversion.h"
+#include "summon/v1/peer.grpc.pb.h"
+#include "summon/v1/summon.grpc.pb.h"
+#include "summon/v1/trainer.grpc.pb.h"
+
+namespace summon::server {
+
+// A follower hands client calls to the leader, which decides for the whole
+// cluster: the same request, the caller's principal and deadline.
+class LeaderForwarder {
+ public:
+  explicit LeaderForwarder(Membership* membership) : membership_(membership) {}
+
+  // A client context for the leader carrying `incoming`'s principal and
+  // deadline.
+  std::unique_ptr<grpc::ClientContext> ContextFor(
+      const grpc::ServerContext& incoming) const;
+  std::unique_ptr<v1::Summon::Stub> Summon() const {
+    return v1::Summon::NewStub(membership_->ChannelTo(0));
+  }
+  std::unique_ptr<v1::Trainer::Stub> Trainer() const {
+    return v1::Trainer::NewStub(membership_->ChannelTo(0));
+  }
+
+  template <typename Stub, typename Request, typename Response>
+  grpc::Status Unary(const grpc::ServerContext& incoming, Stub& stub,
+                     grpc::Status (Stub::*method)(grpc::ClientContext*,
+                                                  const Request&, Response*),
+                     const Request& request, Response* response) const {
+    std::unique_ptr<grpc::ClientContext> context = ContextFor(incoming);
+    return (stub.*method)(context.get(), request, response);
+  }
+
+  grpc::Status ReadTensor(
+      grpc::ServerContext* context, const v1::ReadTensorRequest& request,
+      grpc::ServerWriter<v1::ReadTensorResponse>* writer) const;
+  grpc::Status WriteTensor(grpc::ServerContext* context,
+                           grpc::ServerReader<v1::WriteTensorRequest>* reader,
+                           v1::WriteTensorResponse* response) const;
+
+ private:
+  Membership* const membership_;
+};
+
+// The leader applies a model operation on every follower after itself;
+// results by follower (index = node rank; the leader's entry stays OK).
+std::vector<absl::Status> OnFollowers(
+    Membership& membership,
+    const std::function<grpc::Status(v1::Peer::Stub&, grpc::ClientContext&)>&
+        call);
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_FORWARDING_H_

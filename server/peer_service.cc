@@ -1,0 +1,227 @@
+#include "server/peer_service.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/proto_conversion.h"
+#include "server/status_conversion.h"
+
+namespace summon::server {
+namespace {
+
+ModelInit InitFromProto(const v1::InitMethod& init) {
+  ModelInit result;
+  if (init.has_seeded()) {
+    result.kind = ModelInit::Kind::kSeeded;
+    result.seed = init.seeded().seed();
+  }
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<ModelEntry>> CreateModelFromRequest(
+    ModelRegistry& registry, const v1::CreateModelRequest& request) {
+  std::optional<core::Strategy> strategy;
+  if (request.has_strategy()) {
+    absl::StatusOr<core::Strategy> parsed =
+        StrategyFromProto(request.strategy(), "strategy");
+    if (!parsed.ok()) return parsed.status();
+    strategy = *parsed;
+  }
+  std::vector<int> grad_ranks;
+  if (request.has_grads()) {
+    grad_ranks.assign(request.grads().ranks().begin(),
+                      request.grads().ranks().end());
+    if (grad_ranks.empty()) {
+      for (int rank = 0; rank < registry.options().topology.world_size();
+           ++rank) {
+        grad_ranks.push_back(rank);
+      }
+    }
+  }
+  return registry.Create(request.name(), request.layout_json(), strategy,
+                         InitFromProto(request.init()), grad_ranks,
+                         InitFromProto(request.grads().init()));
+}
+
+void AppendChecksums(ModelRegistry& registry, ModelEntry& model,
+                     v1::ModelChecksumResponse* response) {
+  for (const ShardChecksums& sums : registry.Checksums(model)) {
+    v1::ShardChecksum* out = response->add_shards();
+    out->set_rank(sums.rank);
+    out->set_unit(model.spec.units[sums.unit].fqn);
+    out->set_params(sums.params);
+    if (sums.grads.has_value()) out->set_grads(*sums.grads);
+    out->set_generation(sums.generation);
+  }
+}
+
+PeerServiceImpl::PeerServiceImpl(LocalKvStore& store, Membership* membership,
+                                 ModelRegistry* registry, NodeRuntime* runtime)
+    : KvStoreService(store),
+      membership_(membership),
+      registry_(registry),
+      runtime_(runtime) {}
+
+grpc::Status PeerServiceImpl::Join(grpc::ServerContext*,
+                                   const v1::JoinRequest* request,
+                                   v1::JoinResponse* response) {
+  absl::StatusOr<v1::JoinResponse> roster = membership_->HandleJoin(*request);
+  if (!roster.ok()) return ToGrpcStatus(roster.status());
+  *response = *std::move(roster);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::Heartbeat(grpc::ServerContext*,
+                                        const v1::HeartbeatRequest* request,
+                                        v1::HeartbeatResponse* response) {
+  absl::StatusOr<v1::HeartbeatResponse> answer =
+      membership_->HandleHeartbeat(*request);
+  if (!answer.ok()) return ToGrpcStatus(answer.status());
+  *response = *std::move(answer);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeGather(grpc::ServerContext*,
+                                         const v1::NodeGatherRequest* request,
+                                         v1::NodeGatherResponse*) {
+  absl::StatusOr<SessionOptions> options =
+      SessionOptionsFromProto(request->scope());
+  if (!options.ok()) return ToGrpcStatus(options.status());
+  GatherOp op{request->sequence(), request->gather_id(),  request->model(),
+              options->scope,      request->rank0_only(), request->home_rank(),
+              request->grads()};
+  return ToGrpcStatus(runtime_->Gather(op));
+}
+
+grpc::Status PeerServiceImpl::NodeWrite(grpc::ServerContext*,
+                                        const v1::NodeWriteRequest* request,
+                                        v1::NodeWriteResponse*) {
+  WriteOp op;
+  op.gather_id = request->gather_id();
+  op.session_id = request->session_id();
+  op.private_copy = request->private_copy();
+  op.tensor = request->tensor();
+  op.grad = request->grad();
+  op.element_offset = request->element_offset();
+  op.bytes = request->data();
+  return ToGrpcStatus(runtime_->Write(op));
+}
+
+grpc::Status PeerServiceImpl::NodeRead(
+    grpc::ServerContext* context, const v1::NodeReadRequest* request,
+    grpc::ServerWriter<v1::NodeReadResponse>* writer) {
+  absl::StatusOr<core::DType> dtype = DTypeFromProto(request->dtype(), "dtype");
+  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
+  return ToGrpcStatus(runtime_->Read(
+      request->gather_id(), request->session_id(), request->tensor(),
+      request->grad(), *dtype, request->element_offset(),
+      request->element_count(), request->chunk_bytes(),
+      [&](int64_t offset, absl::string_view bytes) {
+        v1::NodeReadResponse chunk;
+        chunk.set_element_offset(offset);
+        chunk.set_data(bytes.data(), bytes.size());
+        return !context->IsCancelled() && writer->Write(chunk);
+      }));
+}
+
+grpc::Status PeerServiceImpl::NodeStats(grpc::ServerContext*,
+                                        const v1::NodeStatsRequest* request,
+                                        v1::NodeStatsResponse* response) {
+  absl::StatusOr<std::vector<TensorStatistics>> stats =
+      runtime_->Stats(request->gather_id(), request->session_id(),
+                      {request->tensors().begin(), request->tensors().end()},
+                      request->grad(), request->bins());
+  if (!stats.ok()) return ToGrpcStatus(stats.status());
+  for (const TensorStatistics& numbers : *stats) {
+    TensorStatisticsToProto(core::SessionTensor{}, numbers,
+                            response->add_stats());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodePrepare(grpc::ServerContext*,
+                                          const v1::NodePrepareRequest* request,
+                                          v1::NodePrepareResponse* response) {
+  PrepareOp op;
+  op.sequence = request->sequence();
+  op.gather_id = request->gather_id();
+  op.session_id = request->session_id();
+  op.expected_generations = {request->expected_generations().begin(),
+                             request->expected_generations().end()};
+  op.target_generations = {request->target_generations().begin(),
+                           request->target_generations().end()};
+  op.force = request->force();
+  absl::StatusOr<int64_t> staged = runtime_->Prepare(op);
+  if (!staged.ok()) return ToGrpcStatus(staged.status());
+  response->set_staged_bytes(*staged);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeCommit(grpc::ServerContext*,
+                                         const v1::NodeCommitRequest* request,
+                                         v1::NodeCommitResponse*) {
+  CommitOp op{request->sequence(),
+              request->gather_id(),
+              request->session_id(),
+              {request->target_generations().begin(),
+               request->target_generations().end()}};
+  return ToGrpcStatus(runtime_->Commit(op));
+}
+
+grpc::Status PeerServiceImpl::NodeAbort(grpc::ServerContext*,
+                                        const v1::NodeAbortRequest* request,
+                                        v1::NodeAbortResponse*) {
+  runtime_->Abort(request->session_id());
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeRelease(grpc::ServerContext*,
+                                          const v1::NodeReleaseRequest* request,
+                                          v1::NodeReleaseResponse*) {
+  if (!request->session_id().empty()) {
+    runtime_->ReleaseSession(request->session_id());
+  }
+  if (!request->gather_id().empty()) runtime_->Release(request->gather_id());
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeCreateModel(
+    grpc::ServerContext*, const v1::NodeCreateModelRequest* request,
+    v1::NodeModelResponse*) {
+  return ToGrpcStatus(
+      CreateModelFromRequest(*registry_, request->create()).status());
+}
+
+grpc::Status PeerServiceImpl::NodeLoadModel(
+    grpc::ServerContext*, const v1::NodeLoadModelRequest* request,
+    v1::NodeModelResponse* response) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  absl::StatusOr<int64_t> bytes =
+      registry_->LoadCheckpoint(**model, request->path());
+  if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+  response->set_bytes(*bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeChecksum(
+    grpc::ServerContext*, const v1::ModelChecksumRequest* request,
+    v1::ModelChecksumResponse* response) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  AppendChecksums(*registry_, **model, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeDeleteModel(
+    grpc::ServerContext*, const v1::DeleteModelRequest* request,
+    v1::NodeModelResponse*) {
+  return ToGrpcStatus(registry_->Remove(request->model()));
+}
+
+}  // namespace summon::server

@@ -1,0 +1,79 @@
+#ifndef SUMMON_SERVER_PEER_SERVICE_H_
+#define SUMMON_SERVER_PEER_SERVICE_H_
+
+#include "server/cluster/kv_store.h"
+#include "server/cluster/membership.h"
+#include "server/model_registry.h"
+#include "server/node_runtime.h"
+
+namespace summon::server {
+
+// summon.v1.Peer on every node: membership (the leader's side), the
+// rendezvous store (KvStoreService) and the node operations the leader fans
+// out, each run on this node's runtime and registry.
+class PeerServiceImpl final : public KvStoreService {
+ public:
+  PeerServiceImpl(LocalKvStore& store, Membership* membership,
+                  ModelRegistry* registry, NodeRuntime* runtime);
+
+  grpc::Status Join(grpc::ServerContext* context,
+                    const v1::JoinRequest* request,
+                    v1::JoinResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status NodeGather(grpc::ServerContext* context,
+                          const v1::NodeGatherRequest* request,
+                          v1::NodeGatherResponse* response) override;
+  grpc::Status NodeWrite(grpc::ServerContext* context,
+                         const v1::NodeWriteRequest* request,
+                         v1::NodeWriteResponse* response) override;
+  grpc::Status NodeRead(
+      grpc::ServerContext* context, const v1::NodeReadRequest* request,
+      grpc::ServerWriter<v1::NodeReadResponse>* writer) override;
+  grpc::Status NodeStats(grpc::ServerContext* context,
+                         const v1::NodeStatsRequest* request,
+                         v1::NodeStatsResponse* response) override;
+  grpc::Status NodePrepare(grpc::ServerContext* context,
+                           const v1::NodePrepareRequest* request,
+                           v1::NodePrepareResponse* response) override;
+  grpc::Status NodeCommit(grpc::ServerContext* context,
+                          const v1::NodeCommitRequest* request,
+                          v1::NodeCommitResponse* response) override;
+  grpc::Status NodeAbort(grpc::ServerContext* context,
+                         const v1::NodeAbortRequest* request,
+                         v1::NodeAbortResponse* response) override;
+  grpc::Status NodeRelease(grpc::ServerContext* context,
+                           const v1::NodeReleaseRequest* request,
+                           v1::NodeReleaseResponse* response) override;
+  grpc::Status NodeCreateModel(grpc::ServerContext* context,
+                               const v1::NodeCreateModelRequest* request,
+                               v1::NodeModelResponse* response) override;
+  grpc::Status NodeLoadModel(grpc::ServerContext* context,
+                             const v1::NodeLoadModelRequest* request,
+                             v1::NodeModelResponse* response) override;
+  grpc::Status NodeChecksum(grpc::ServerContext* context,
+                            const v1::ModelChecksumRequest* request,
+                            v1::ModelChecksumResponse* response) override;
+  grpc::Status NodeDeleteModel(grpc::ServerContext* context,
+                               const v1::DeleteModelRequest* request,
+                               v1::NodeModelResponse* response) override;
+
+ private:
+  Membership* const membership_;
+  ModelRegistry* const registry_;
+  NodeRuntime* const runtime_;
+};
+
+// Creates a model on this node from a CreateModelRequest (each node fills
+// only its own ranks' shards). Shared by the Summon service (single node,
+// leader) and the Peer service (followers).
+absl::StatusOr<std::shared_ptr<ModelEntry>> CreateModelFromRequest(
+    ModelRegistry& registry, const v1::CreateModelRequest& request);
+// Appends this node's per-rank checksums of `model` to `response`.
+void AppendChecksums(ModelRegistry& registry, ModelEntry& model,
+                     v1::ModelChecksumResponse* response);
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_PEER_SERVICE_H_
