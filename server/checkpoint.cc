@@ -5,11 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -151,12 +149,6 @@ absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path,
 
 namespace {
 
-// A primary parameter to save: units[unit].layout.params()[param].
-struct SavedTensor {
-  int unit = 0;
-  int param = 0;
-};
-
 // The rank that writes each shard position: the first holder among `ranks`.
 absl::StatusOr<std::vector<int>> WriterByPosition(
     const core::ModelSpec& model, const std::vector<int>& ranks) {
@@ -178,15 +170,31 @@ absl::StatusOr<std::vector<int>> WriterByPosition(
   return writers;
 }
 
+// The position's designated writer (its lowest global rank) where that rank
+// is in `ranks`, -1 elsewhere: the positions some other node writes.
+absl::StatusOr<std::vector<int>> DesignatedWritersAmong(
+    const core::ModelSpec& model, const std::vector<int>& ranks) {
+  if (absl::Status checked = CheckRanks(model, ranks); !checked.ok()) {
+    return checked;
+  }
+  std::vector<int> writers(model.groups.group_size, -1);
+  for (int rank : ranks) {
+    if (model.groups.ReplicasOf(rank).front() == rank) {
+      writers[model.groups.PositionOf(rank)] = rank;
+    }
+  }
+  return writers;
+}
+
 int64_t TensorBytes(const core::FlatParamEntry& param) {
   return param.numel * static_cast<int64_t>(core::ElementSize(param.dtype));
 }
 
 // The primaries in model order, cut into files of at most `max_file_bytes`
 // tensor bytes; a tensor larger than that gets a file of its own.
-std::vector<std::vector<SavedTensor>> SplitIntoFiles(
+std::vector<std::vector<core::ParamLocation>> SplitIntoFiles(
     const core::ModelSpec& model, int64_t max_file_bytes) {
-  std::vector<std::vector<SavedTensor>> files(1);
+  std::vector<std::vector<core::ParamLocation>> files(1);
   int64_t file_bytes = 0;
   for (size_t u = 0; u < model.units.size(); ++u) {
     const auto& params = model.units[u].layout.params();
@@ -203,176 +211,278 @@ std::vector<std::vector<SavedTensor>> SplitIntoFiles(
   return files;
 }
 
-// Writes `final_path` under a temporary name beside it: `fill` writes the
-// contents into the descriptor, then the file is fsynced and renamed over
-// `final_path`, so readers see the old file or the whole new one.
-absl::Status WriteFileAtomically(
-    const std::string& final_path,
-    const std::function<absl::Status(int fd)>& fill) {
-  static std::atomic<uint64_t> temp_counter{0};
-  const std::string temp =
-      absl::StrCat(final_path, ".tmp.", ::getpid(), ".", temp_counter++);
-  const int raw_fd =
-      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (raw_fd < 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("create ", temp));
-  }
-  absl::Status status;
-  {
-    ScopedFd fd(raw_fd);
-    status = fill(fd.get());
-    if (status.ok() && ::fsync(fd.get()) != 0) {
-      status = absl::ErrnoToStatus(errno, absl::StrCat("fsync ", temp));
-    }
-  }
-  if (status.ok() && ::rename(temp.c_str(), final_path.c_str()) != 0) {
-    status = absl::ErrnoToStatus(errno, absl::StrCat("rename ", temp));
-  }
-  if (!status.ok()) ::unlink(temp.c_str());
-  return status;
+PlannedCheckpointFile PlanFile(std::string path, std::string head,
+                               int64_t size) {
+  std::string temp_path = absl::StrCat(path, kCheckpointPartialSuffix);
+  return {std::move(path), std::move(temp_path), std::move(head), size};
 }
 
-// Makes the renames into `directory` durable.
-absl::Status SyncDirectory(const fs::path& directory) {
-  const std::string name = directory.empty() ? "." : directory.string();
-  const int fd = ::open(name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("open ", name));
-  ScopedFd closer(fd);
-  if (::fsync(fd) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("fsync ", name));
+absl::StatusOr<ScopedFd> OpenFile(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("open ", path));
+  return ScopedFd(fd);
+}
+
+absl::Status Fsync(const ScopedFd& fd, const std::string& path) {
+  if (::fsync(fd.get()) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("fsync ", path));
   }
   return absl::OkStatus();
 }
 
-// Writes one safetensors file holding `tensors`, each slice pwritten from the
-// rank `writers` names for its position. Returns the file's size.
-absl::StatusOr<int64_t> WriteTensorFile(
-    const std::string& final_path, const core::ModelSpec& model,
-    const std::vector<SavedTensor>& tensors, const std::vector<int>& writers,
-    const core::ShardAddress& shard,
-    const std::map<std::string, std::string>& metadata) {
-  SafetensorsHeader header;
-  header.metadata = metadata;
-  int64_t data_bytes = 0;
-  for (const SavedTensor& tensor : tensors) {
-    const core::FlatParamEntry& param =
-        model.units[tensor.unit].layout.params()[tensor.param];
-    const int64_t bytes = TensorBytes(param);
-    header.entries.push_back({param.fqn, param.dtype, param.shape, param.numel,
-                              data_bytes, data_bytes + bytes});
-    data_bytes += bytes;
+// Creates (or truncates a stale) `file.temp_path`, sized to the whole file
+// with `file.head` at its start.
+absl::StatusOr<ScopedFd> CreateWithHead(const PlannedCheckpointFile& file) {
+  absl::StatusOr<ScopedFd> fd =
+      OpenFile(file.temp_path, O_WRONLY | O_CREAT | O_TRUNC);
+  if (!fd.ok()) return fd;
+  if (::ftruncate(fd->get(), file.size) != 0) {
+    return absl::ErrnoToStatus(errno,
+                               absl::StrCat("ftruncate ", file.temp_path));
   }
-  const std::string prefix = SerializeSafetensorsHeader(header);
-  const int64_t data_start = static_cast<int64_t>(prefix.size());
-  const int64_t file_bytes = data_start + data_bytes;
-  absl::Status written = WriteFileAtomically(final_path, [&](int fd) {
-    if (::ftruncate(fd, file_bytes) != 0) {
-      return absl::ErrnoToStatus(errno, "ftruncate");
-    }
-    if (absl::Status put = PwriteFully(fd, prefix.data(), data_start, 0);
-        !put.ok()) {
-      return put;
-    }
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      const core::FlatParamLayout& layout = model.units[tensors[t].unit].layout;
-      const int64_t element_size =
-          static_cast<int64_t>(core::ElementSize(layout.dtype()));
-      for (int position = 0; position < layout.group_size(); ++position) {
-        const core::ShardSlice slice =
-            layout.SliceOf(tensors[t].param, position);
-        if (!slice.in_shard) continue;
-        if (absl::Status put =
-                PwriteFully(fd,
-                            shard(writers[position], tensors[t].unit) +
-                                slice.offset_in_shard * element_size,
-                            slice.numel_in_shard * element_size,
-                            data_start + header.entries[t].begin +
-                                slice.intra_start * element_size);
-            !put.ok()) {
-          return put;
-        }
+  if (absl::Status put = PwriteFully(fd->get(), file.head.data(),
+                                     static_cast<int64_t>(file.head.size()), 0);
+      !put.ok()) {
+    return Labelled(file.temp_path, put);
+  }
+  return fd;
+}
+
+// Opens a temporary tensor file the leader created, after checking it has
+// the size and header this node planned: a node that planned another model
+// or metadata would put its bytes in the wrong places.
+absl::StatusOr<ScopedFd> OpenCreated(const PlannedCheckpointFile& file) {
+  absl::StatusOr<ScopedFd> fd = OpenFile(file.temp_path, O_RDWR);
+  if (!fd.ok()) return fd;
+  struct stat info;
+  if (::fstat(fd->get(), &info) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("stat ", file.temp_path));
+  }
+  std::string head(file.head.size(), '\0');
+  if (info.st_size != file.size ||
+      !PreadFully(fd->get(), head.data(), static_cast<int64_t>(head.size()), 0)
+           .ok() ||
+      head != file.head) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        file.temp_path, " is not the file this node planned (", info.st_size,
+        " bytes, ", file.size,
+        " planned): was it planned with another model or metadata?"));
+  }
+  return fd;
+}
+
+// Pwrites every slice of the positions with a writer (a rank, not -1) from
+// that rank's shard into the created files, then fsyncs them.
+absl::StatusOr<int64_t> WriteSlices(const CheckpointFiles& plan,
+                                    const core::ModelSpec& model,
+                                    const std::vector<int>& writers,
+                                    const core::ShardAddress& shard) {
+  std::vector<ScopedFd> fds;
+  fds.reserve(plan.files.size());
+  for (const PlannedCheckpointFile& file : plan.files) {
+    absl::StatusOr<ScopedFd> fd = OpenCreated(file);
+    if (!fd.ok()) return fd.status();
+    fds.push_back(*std::move(fd));
+  }
+  int64_t bytes_written = 0;
+  for (const PlannedCheckpointTensor& tensor : plan.tensors) {
+    const core::FlatParamLayout& layout =
+        model.units[tensor.location.unit].layout;
+    const int64_t element_size =
+        static_cast<int64_t>(core::ElementSize(layout.dtype()));
+    for (int position = 0; position < layout.group_size(); ++position) {
+      const core::ShardSlice slice =
+          layout.SliceOf(tensor.location.param, position);
+      if (writers[position] < 0 || !slice.in_shard) continue;
+      const int64_t bytes = slice.numel_in_shard * element_size;
+      if (absl::Status put = PwriteFully(
+              fds[tensor.file].get(),
+              shard(writers[position], tensor.location.unit) +
+                  slice.offset_in_shard * element_size,
+              bytes, tensor.data_offset + slice.intra_start * element_size);
+          !put.ok()) {
+        return Labelled(
+            absl::StrCat(plan.files[tensor.file].temp_path, " tensor '",
+                         model.Param(tensor.location).fqn, "'"),
+            put);
       }
+      bytes_written += bytes;
     }
-    return absl::OkStatus();
-  });
-  if (!written.ok()) return Labelled(final_path, written);
-  return file_bytes;
+  }
+  for (size_t f = 0; f < fds.size(); ++f) {
+    if (absl::Status synced = Fsync(fds[f], plan.files[f].temp_path);
+        !synced.ok()) {
+      return synced;
+    }
+  }
+  return bytes_written;
+}
+
+absl::Status RenameIntoPlace(const PlannedCheckpointFile& file) {
+  if (::rename(file.temp_path.c_str(), file.path.c_str()) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("rename ", file.temp_path));
+  }
+  return absl::OkStatus();
+}
+
+// Makes the renames into `directory` durable.
+absl::Status SyncDirectory(const std::string& directory) {
+  const std::string name = directory.empty() ? "." : directory;
+  absl::StatusOr<ScopedFd> fd = OpenFile(name, O_RDONLY | O_DIRECTORY);
+  if (!fd.ok()) return fd.status();
+  return Fsync(*fd, name);
 }
 
 }  // namespace
 
-absl::StatusOr<SavedCheckpoint> SaveCheckpoint(
+absl::StatusOr<CheckpointFiles> PlanCheckpoint(
     const std::string& path, const core::ModelSpec& model,
-    const std::vector<int>& ranks, const core::ShardAddress& shard,
     const std::map<std::string, std::string>& metadata,
     int64_t max_file_bytes) {
   if (max_file_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_file_bytes must be >= 1, got ", max_file_bytes));
   }
-  absl::StatusOr<std::vector<int>> writers = WriterByPosition(model, ranks);
-  if (!writers.ok()) return writers.status();
   std::map<std::string, std::string> file_metadata = metadata;
   file_metadata.emplace("format", "pt");
-
-  SavedCheckpoint saved;
   const bool single_file = absl::EndsWith(path, ".safetensors");
-  if (single_file) {
-    absl::StatusOr<int64_t> bytes = WriteTensorFile(
-        path, model,
-        SplitIntoFiles(model, std::numeric_limits<int64_t>::max()).front(),
-        *writers, shard, file_metadata);
-    if (!bytes.ok()) return bytes.status();
-    saved.files.push_back(path);
-    saved.bytes_written = *bytes;
-    if (absl::Status synced = SyncDirectory(fs::path(path).parent_path());
-        !synced.ok()) {
-      return synced;
-    }
-    return saved;
-  }
+  const std::vector<std::vector<core::ParamLocation>> files =
+      SplitIntoFiles(model, single_file ? std::numeric_limits<int64_t>::max()
+                                        : max_file_bytes);
 
-  std::error_code error;
-  fs::create_directories(path, error);
-  if (error) {
-    return absl::ErrnoToStatus(error.value(), absl::StrCat("mkdir ", path));
-  }
-  const std::vector<std::vector<SavedTensor>> files =
-      SplitIntoFiles(model, max_file_bytes);
+  CheckpointFiles plan;
+  plan.directory = single_file ? fs::path(path).parent_path().string() : path;
   SafetensorsIndex index;
   index.metadata = file_metadata;
-  int64_t tensor_bytes = 0;
   for (size_t f = 0; f < files.size(); ++f) {
     const std::string name =
-        absl::StrFormat("model-%05d-of-%05d.safetensors", f + 1, files.size());
-    const std::string file_path = (fs::path(path) / name).string();
-    absl::StatusOr<int64_t> bytes = WriteTensorFile(
-        file_path, model, files[f], *writers, shard, file_metadata);
-    if (!bytes.ok()) return bytes.status();
-    saved.files.push_back(file_path);
-    saved.bytes_written += *bytes;
-    for (const SavedTensor& tensor : files[f]) {
-      const core::FlatParamEntry& param =
-          model.units[tensor.unit].layout.params()[tensor.param];
+        single_file ? std::string()
+                    : absl::StrFormat("model-%05d-of-%05d.safetensors", f + 1,
+                                      files.size());
+    SafetensorsHeader header;
+    header.metadata = file_metadata;
+    int64_t data_bytes = 0;
+    for (const core::ParamLocation& location : files[f]) {
+      const core::FlatParamEntry& param = model.Param(location);
+      const int64_t bytes = TensorBytes(param);
+      header.entries.push_back({param.fqn, param.dtype, param.shape,
+                                param.numel, data_bytes, data_bytes + bytes});
+      data_bytes += bytes;
       index.weight_map.emplace_back(param.fqn, name);
-      tensor_bytes += TensorBytes(param);
+    }
+    std::string head = SerializeSafetensorsHeader(header);
+    const int64_t data_start = static_cast<int64_t>(head.size());
+    for (size_t t = 0; t < files[f].size(); ++t) {
+      plan.tensors.push_back({files[f][t], static_cast<int>(f),
+                              data_start + header.entries[t].begin});
+    }
+    plan.files.push_back(
+        PlanFile(single_file ? path : (fs::path(path) / name).string(),
+                 std::move(head), data_start + data_bytes));
+    plan.tensor_bytes += data_bytes;
+  }
+  if (!single_file) {
+    std::string text = SerializeSafetensorsIndex(index, plan.tensor_bytes);
+    const int64_t size = static_cast<int64_t>(text.size());
+    plan.index =
+        PlanFile((fs::path(path) / std::string(kSafetensorsIndexName)).string(),
+                 std::move(text), size);
+  }
+  return plan;
+}
+
+absl::Status CreateCheckpointFiles(const CheckpointFiles& plan) {
+  if (plan.index.has_value()) {
+    std::error_code error;
+    fs::create_directories(plan.directory, error);
+    if (error) {
+      return absl::ErrnoToStatus(error.value(),
+                                 absl::StrCat("mkdir ", plan.directory));
     }
   }
-  const std::string index_text = SerializeSafetensorsIndex(index, tensor_bytes);
-  const std::string index_path =
-      (fs::path(path) / std::string(kSafetensorsIndexName)).string();
-  if (absl::Status written = WriteFileAtomically(
-          index_path,
-          [&](int fd) {
-            return PwriteFully(fd, index_text.data(),
-                               static_cast<int64_t>(index_text.size()), 0);
-          });
-      !written.ok()) {
-    return Labelled(index_path, written);
+  for (const PlannedCheckpointFile& file : plan.files) {
+    if (absl::StatusOr<ScopedFd> fd = CreateWithHead(file); !fd.ok()) {
+      return fd.status();
+    }
   }
-  saved.files.push_back(index_path);
-  saved.bytes_written += static_cast<int64_t>(index_text.size());
-  if (absl::Status synced = SyncDirectory(path); !synced.ok()) return synced;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> WriteCheckpointRanges(const CheckpointFiles& plan,
+                                              const core::ModelSpec& model,
+                                              const std::vector<int>& ranks,
+                                              const core::ShardAddress& shard) {
+  absl::StatusOr<std::vector<int>> writers =
+      DesignatedWritersAmong(model, ranks);
+  if (!writers.ok()) return writers.status();
+  return WriteSlices(plan, model, *writers, shard);
+}
+
+absl::StatusOr<SavedCheckpoint> CommitCheckpointFiles(
+    const CheckpointFiles& plan) {
+  for (const PlannedCheckpointFile& file : plan.files) {
+    absl::StatusOr<ScopedFd> fd = OpenFile(file.temp_path, O_WRONLY);
+    if (!fd.ok()) return fd.status();
+    if (absl::Status synced = Fsync(*fd, file.temp_path); !synced.ok()) {
+      return synced;
+    }
+  }
+  SavedCheckpoint saved;
+  for (const PlannedCheckpointFile& file : plan.files) {
+    if (absl::Status renamed = RenameIntoPlace(file); !renamed.ok()) {
+      return renamed;
+    }
+    saved.files.push_back(file.path);
+    saved.bytes_written += file.size;
+  }
+  if (plan.index.has_value()) {
+    absl::StatusOr<ScopedFd> fd = CreateWithHead(*plan.index);
+    if (!fd.ok()) return fd.status();
+    if (absl::Status synced = Fsync(*fd, plan.index->temp_path); !synced.ok()) {
+      return synced;
+    }
+    if (absl::Status renamed = RenameIntoPlace(*plan.index); !renamed.ok()) {
+      return renamed;
+    }
+    saved.files.push_back(plan.index->path);
+    saved.bytes_written += plan.index->size;
+  }
+  if (absl::Status synced = SyncDirectory(plan.directory); !synced.ok()) {
+    return synced;
+  }
+  return saved;
+}
+
+void AbandonCheckpointFiles(const CheckpointFiles& plan) {
+  for (const PlannedCheckpointFile& file : plan.files) {
+    ::unlink(file.temp_path.c_str());
+  }
+  if (plan.index.has_value()) ::unlink(plan.index->temp_path.c_str());
+}
+
+absl::StatusOr<SavedCheckpoint> SaveCheckpoint(
+    const std::string& path, const core::ModelSpec& model,
+    const std::vector<int>& ranks, const core::ShardAddress& shard,
+    const std::map<std::string, std::string>& metadata,
+    int64_t max_file_bytes) {
+  absl::StatusOr<CheckpointFiles> plan =
+      PlanCheckpoint(path, model, metadata, max_file_bytes);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::vector<int>> writers = WriterByPosition(model, ranks);
+  if (!writers.ok()) return writers.status();
+  absl::StatusOr<SavedCheckpoint> saved =
+      [&]() -> absl::StatusOr<SavedCheckpoint> {
+    if (absl::Status created = CreateCheckpointFiles(*plan); !created.ok()) {
+      return created;
+    }
+    if (absl::StatusOr<int64_t> written =
+            WriteSlices(*plan, model, *writers, shard);
+        !written.ok()) {
+      return written.status();
+    }
+    return CommitCheckpointFiles(*plan);
+  }();
+  if (!saved.ok()) AbandonCheckpointFiles(*plan);
   return saved;
 }
 

@@ -11,10 +11,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/model_spec.h"
 #include "core/plan.h"
 
@@ -62,11 +65,96 @@ struct SavedCheckpoint {
 // refuses safetensors metadata without a format.
 // INVALID_ARGUMENT when `ranks` leave a shard position uncovered or name a
 // rank outside the world, or max_file_bytes < 1; OS errors as ErrnoToStatus.
+// It is PlanCheckpoint, CreateCheckpointFiles, the writes and
+// CommitCheckpointFiles in one process (AbandonCheckpointFiles on failure).
 absl::StatusOr<SavedCheckpoint> SaveCheckpoint(
     const std::string& path, const core::ModelSpec& model,
     const std::vector<int>& ranks, const core::ShardAddress& shard,
     const std::map<std::string, std::string>& metadata,
     int64_t max_file_bytes = kDefaultMaxCheckpointFileBytes);
+
+// A save split across the nodes of a cluster that share one filesystem, each
+// holding only its local ranks' shards:
+//   1. every node: plan = PlanCheckpoint(same arguments) -- no I/O, and every
+//      node computes the same plan;
+//   2. the leader: CreateCheckpointFiles(plan);
+//   3. every node, once step 2 is done: WriteCheckpointRanges(plan, model,
+//      its local ranks, shard);
+//   4. the leader, once every node succeeded and their returned bytes sum to
+//      plan.tensor_bytes: CommitCheckpointFiles(plan); on any failure
+//      instead AbandonCheckpointFiles(plan).
+// Until step 4 nothing exists under a final name.
+
+// One file of a planned checkpoint: written as `temp_path` (the final path
+// plus kCheckpointPartialSuffix, so every node derives the same name) and
+// renamed to `path` by the commit.
+struct PlannedCheckpointFile {
+  std::string path;
+  std::string temp_path;
+  // A tensor file's serialized header (its data starts right after it); the
+  // index's whole text.
+  std::string head;
+  int64_t size = 0;  // The whole file.
+};
+
+// Where a primary parameter's bytes go.
+struct PlannedCheckpointTensor {
+  core::ParamLocation location;
+  int file = 0;             // Index in CheckpointFiles::files.
+  int64_t data_offset = 0;  // Absolute offset of its first byte in the file.
+};
+
+inline constexpr absl::string_view kCheckpointPartialSuffix = ".summon-partial";
+
+struct CheckpointFiles {
+  // Holds the files: created by CreateCheckpointFiles in the directory form,
+  // fsynced by the commit. Empty for a bare file name (the working
+  // directory).
+  std::string directory;
+  std::vector<PlannedCheckpointFile> files;      // Tensor files, in order.
+  std::vector<PlannedCheckpointTensor> tensors;  // Model order.
+  std::optional<PlannedCheckpointFile> index;    // Directory form only.
+  int64_t tensor_bytes = 0;  // What the writes of all nodes add up to.
+};
+
+// The files SaveCheckpoint would write for these arguments, and where each
+// tensor's bytes go in them. Deterministic and free of I/O.
+// INVALID_ARGUMENT when max_file_bytes < 1.
+absl::StatusOr<CheckpointFiles> PlanCheckpoint(
+    const std::string& path, const core::ModelSpec& model,
+    const std::map<std::string, std::string>& metadata,
+    int64_t max_file_bytes = kDefaultMaxCheckpointFileBytes);
+
+// Leader only: creates the directory (directory form), then every temporary
+// tensor file (replacing a stale one), sized with ftruncate and its header
+// written. OS errors as ErrnoToStatus, naming the file.
+absl::Status CreateCheckpointFiles(const CheckpointFiles& plan);
+
+// Any node: pwrites into the existing temporary files the slices of the shard
+// positions whose designated writer is in `ranks`: the lowest global rank
+// holding that position (under FULL_SHARD every position's only rank; under
+// NO_SHARD and the hybrid strategies the first replica, so node 0 writes
+// everything). Ranks are hosted by exactly one node, so when every node
+// passes its local ranks each tensor byte is written exactly once. Every file
+// is checked against the plan first and fsynced after, so the leader commits
+// durable data. Returns the tensor bytes written.
+// INVALID_ARGUMENT for a rank outside the world; NOT_FOUND when a temporary
+// file does not exist (yet); FAILED_PRECONDITION when one's size or header
+// differs from the plan (a node planned with another model or metadata).
+absl::StatusOr<int64_t> WriteCheckpointRanges(const CheckpointFiles& plan,
+                                              const core::ModelSpec& model,
+                                              const std::vector<int>& ranks,
+                                              const core::ShardAddress& shard);
+
+// Leader only: fsyncs every temporary tensor file, renames them into place,
+// writes the index (directory form) the same way, last, and fsyncs the
+// directory.
+absl::StatusOr<SavedCheckpoint> CommitCheckpointFiles(
+    const CheckpointFiles& plan);
+
+// Removes the temporary files of `plan` that exist (after a failed step);
+// final files are left alone.
+void AbandonCheckpointFiles(const CheckpointFiles& plan);
 
 // What LayoutJsonFromCheckpoint does with tensors of a non-floating dtype
 // (int64 position ids, bool masks): such buffers can never be flattened into

@@ -310,7 +310,7 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
     }
     // The bytes this node stages: its own copy's, or scattered from the home
     // copy (rank0_only).
-    std::vector<uint8_t> mine(sizes[node_]);
+    std::vector<uint8_t> mine;
     absl::MutexLock copy_lock(&copy.mu);
     auto pack = [&](int n,
                     uint8_t* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
@@ -325,9 +325,12 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
         at += t.bytes;
       }
     };
-    if (copy.copy_index >= 0 && (!copy.rank0_only || nodes == 1)) {
-      pack(node_, mine.data());
-    } else {
+    // With a copy here, slices are staged straight from it; otherwise
+    // (rank0_only, home elsewhere) they are scattered from the home copy.
+    const bool from_copy =
+        copy.copy_index >= 0 && (!copy.rank0_only || nodes == 1);
+    if (!from_copy) {
+      mine.resize(sizes[node_]);
       std::vector<uint8_t> send;
       if (node_ == copy.home_node) {
         int64_t total = 0;
@@ -358,9 +361,14 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
       absl::StatusOr<uint8_t*> staging = model.store->StagingShard(
           t.rank, t.unit, op.session_id, op.target_generations.at(t.unit));
       if (!staging.ok()) return staging.status();
-      std::memcpy(*staging + t.shard_offset, mine.data() + at, t.bytes);
+      std::memcpy(
+          *staging + t.shard_offset,
+          from_copy ? copy.params.data() + t.buffer_offset : mine.data() + at,
+          t.bytes);
       if (copy.grads && model.store->HasGrads(t.rank)) {
-        const uint8_t* from = mine.data() + grads_at + at;
+        const uint8_t* from = from_copy
+                                  ? copy.grad_bytes.data() + t.buffer_offset
+                                  : mine.data() + grads_at + at;
         grads->slices.push_back(
             {t.rank, t.unit, t.shard_offset, {from, from + t.bytes}});
         staged_bytes += t.bytes;

@@ -181,6 +181,10 @@ std::string SummonServer::address() const {
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port_);
 }
 
+bool SummonServer::ready() const {
+  return membership_ == nullptr || membership_->ready();
+}
+
 void SummonServer::Wait() {
   if (server_ != nullptr) server_->Wait();
 }

@@ -70,6 +70,10 @@ class SummonServer {
   // without TCP listener.
   std::string address() const;
 
+  // True once the cluster is READY (every node joined and connected); a
+  // single node is ready as soon as it started.
+  bool ready() const;
+
   // Blocks until Shutdown() has completed (from another thread).
   void Wait();
   // Reports NOT_SERVING to health checks, stops accepting calls and gives

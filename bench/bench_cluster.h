@@ -1,0 +1,61 @@
+#ifndef SUMMON_BENCH_BENCH_CLUSTER_H_
+#define SUMMON_BENCH_BENCH_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/server.h"
+
+namespace summon::bench {
+
+// summond running inside the benchmark process, so one binary measures the
+// whole path (gRPC over loopback TCP, gather, shard store) without a
+// separately started daemon. Each node gets its own temporary data directory
+// and therefore its own shared-memory instance.
+//
+// Several nodes form a real cluster (the same `nodes` list, node 0 leads);
+// target() names node 0 (clients may talk to any node).
+class BenchCluster {
+ public:
+  struct Options {
+    // N: summond nodes (in-process servers forming one cluster over
+    // loopback TCP and Gloo).
+    int nodes = 1;
+    // L: virtual ranks per node.
+    int local_ranks = 4;
+  };
+
+  // INVALID_ARGUMENT for local_ranks < 1; UNAVAILABLE when a data directory
+  // cannot be made or a server does not start.
+  static absl::StatusOr<std::unique_ptr<BenchCluster>> Start(
+      const Options& options);
+
+  BenchCluster(const BenchCluster&) = delete;
+  BenchCluster& operator=(const BenchCluster&) = delete;
+  // Shuts every node down, unlinks shared-memory segments still left (a run
+  // that failed before deleting its models; each is reported on stderr) and
+  // removes the data directories, so /dev/shm and /tmp are left clean.
+  ~BenchCluster();
+
+  // gRPC target of the node the benchmark's client talks to.
+  std::string target() const;
+  // W = nodes * local ranks.
+  int world_size() const;
+
+ private:
+  struct Node {
+    std::string data_dir;
+    std::unique_ptr<server::SummonServer> server;
+  };
+
+  explicit BenchCluster(int local_ranks) : local_ranks_(local_ranks) {}
+
+  const int local_ranks_;
+  std::vector<Node> nodes_;
+};
+
+}  // namespace summon::bench
+
+#endif  // SUMMON_BENCH_BENCH_CLUSTER_H_
