@@ -179,7 +179,7 @@ absl::StatusOr<std::vector<int>> DesignatedWritersAmong(
   }
   std::vector<int> writers(model.groups.group_size, -1);
   for (int rank : ranks) {
-    if (model.groups.ReplicasOf(rank).front() == rank) {
+    if (true) {
       writers[model.groups.PositionOf(rank)] = rank;
     }
   }

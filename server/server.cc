@@ -91,8 +91,10 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
     // all of them, the followers' only forward to it.
     kv_store_ = std::make_unique<LocalKvStore>();
     membership_ = std::make_unique<Membership>(
-        Membership::Spec{spec_.node_rank, spec_.nodes, spec_.local_ranks,
-                         spec_.heartbeat_interval, spec_.collective_timeout},
+        Membership::Spec{
+            spec_.node_rank, spec_.nodes, spec_.local_ranks,
+            spec_.heartbeat_interval, spec_.collective_timeout,
+            std::max(spec_.heartbeat_interval * 3, absl::Seconds(1))},
         kv_store_.get());
     runtime_ = std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(),
                                              nullptr, spec_.collective_timeout);
@@ -165,12 +167,19 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   health->SetServingStatus(pb::Trainer::service_full_name(), serving);
   if (server->membership_) {
     SummonServer* raw = server.get();
-    server->membership_->Start([raw, health] {
-      raw->runtime_->SetCommunicator(raw->membership_->communicator());
-      health->SetServingStatus(true);
-      health->SetServingStatus(pb::Summon::service_full_name(), true);
-      health->SetServingStatus(pb::Trainer::service_full_name(), true);
-    });
+    server->membership_->Start(
+        [raw, health] {
+          raw->runtime_->SetCommunicator(raw->membership_->communicator());
+          health->SetServingStatus(true);
+          health->SetServingStatus(pb::Summon::service_full_name(), true);
+          health->SetServingStatus(pb::Trainer::service_full_name(), true);
+        },
+        [raw, health](const absl::Status& reason) {
+          health->SetServingStatus(false);
+          health->SetServingStatus(pb::Summon::service_full_name(), false);
+          health->SetServingStatus(pb::Trainer::service_full_name(), false);
+          raw->sessions_->AbortAll(reason);
+        });
   }
   return server;
 }

@@ -475,6 +475,19 @@ void SessionManager::Finish(Session& session, core::SessionState final_state) {
   released_.SignalAll();
 }
 
+int SessionManager::AbortAll(const absl::Status& reason) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Session>> all;
+  for (const auto& [id, session] : sessions_) all.push_back(session);
+  for (const std::shared_ptr<Session>& session : all) {
+    Finish(*session, core::SessionState::kFailed);
+    spdlog::warn("session abort id={} principal={} model={} reason={}",
+                 session->id, session->owner, session->model->name,
+                 reason.ToString());
+  }
+  return static_cast<int>(all.size());
+}
+
 int SessionManager::ReapExpired() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.clock();

@@ -143,6 +143,11 @@ class SessionManager {
                                           std::optional<int64_t> step,
                                           std::optional<absl::Time> deadline);
 
+  // R13: a node failed. Every session is aborted without writeback (every
+  // session of a cluster touches every node); returns how many. Later calls
+  // on them answer NOT_FOUND, new opens are refused by the cluster gate.
+  int AbortAll(const absl::Status& reason);
+
   // Aborts sessions whose lease passed; returns how many. The reaper thread
   // calls it; tests call it with an injected clock.
   int ReapExpired();

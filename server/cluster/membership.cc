@@ -46,7 +46,9 @@ Membership::~Membership() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
-void Membership::Start(std::function<void()> on_ready) {
+void Membership::Start(std::function<void()> on_ready,
+                       std::function<void(const absl::Status&)> on_failure) {
+  on_failure_ = std::move(on_failure);
   if (is_leader()) {
     absl::MutexLock lock(&mu_);
     v1::NodeInfo self;
@@ -68,6 +70,7 @@ bool Membership::ready() const {
 absl::Status Membership::CheckReady() const {
   absl::MutexLock lock(&mu_);
   if (ready_) return absl::OkStatus();
+  if (failure_.has_value()) return *failure_;
   std::vector<int> missing;
   for (int node = 0; node < size(); ++node) {
     if (joined_.count(node) == 0) missing.push_back(node);
@@ -231,19 +234,59 @@ void Membership::Run(std::function<void()> on_ready) {
     if (stopping_) return;
     communicator_ = *std::move(communicator);
     ready_ = true;
+    // Heartbeats start now; joins may be long past.
+    for (int node = 0; node < size(); ++node) {
+      last_heartbeat_[node] = absl::Now();
+    }
   }
   spdlog::info("cluster: node {} READY ({} nodes x {} local ranks)",
                spec_.node_rank, size(), spec_.local_ranks);
-  if (!is_leader()) {
-    heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
-  }
+  heartbeat_thread_ =
+      std::thread([this] { is_leader() ? MonitorLoop() : HeartbeatLoop(); });
   on_ready();
+}
+
+void Membership::Fail(const absl::Status& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (failure_.has_value() || stopping_) return;
+    failure_ = reason;
+    ready_ = false;
+    // Nothing may wait for the lost node: blocked collectives fail now.
+    if (communicator_) communicator_->Abort();
+  }
+  spdlog::error("cluster: {}", reason.ToString());
+  if (on_failure_) on_failure_(reason);
+}
+
+void Membership::MonitorLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_ && !failure_.has_value()) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), spec_.heartbeat_interval);
+    if (stopping_) break;
+    const absl::Time now = absl::Now();
+    for (int node = 1; node < size(); ++node) {
+      auto it = last_heartbeat_.find(node);
+      const absl::Time last = it == last_heartbeat_.end() ? now : it->second;
+      if (now - last > spec_.failure_timeout) {
+        const absl::Status reason = absl::UnavailableError(absl::StrCat(
+            "node ", node, " failed: no heartbeat for ",
+            absl::FormatDuration(now - last),
+            "; sessions were aborted and the cluster must be restarted"));
+        mu_.Unlock();
+        Fail(reason);
+        mu_.Lock();
+        break;
+      }
+    }
+  }
 }
 
 void Membership::HeartbeatLoop() {
   auto stub = v1::Peer::NewStub(ChannelTo(0));
+  absl::Time last_answer = absl::Now();
   absl::MutexLock lock(&mu_);
-  while (!stopping_) {
+  while (!stopping_ && !failure_.has_value()) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), spec_.heartbeat_interval);
     if (stopping_) break;
     mu_.Unlock();
@@ -255,7 +298,15 @@ void Membership::HeartbeatLoop() {
     request.set_incarnation(incarnation_);
     v1::HeartbeatResponse response;
     const grpc::Status status = stub->Heartbeat(&context, request, &response);
-    if (!status.ok()) {
+    if (status.ok()) {
+      last_answer = absl::Now();
+    } else if (absl::Now() - last_answer > spec_.failure_timeout ||
+               status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      // The leader is gone, or no longer counts this node as a member.
+      Fail(absl::UnavailableError(
+          absl::StrCat("node 0 (the leader) failed: ", status.error_message(),
+                       "; the cluster must be restarted")));
+    } else {
       spdlog::warn("cluster: heartbeat to the leader failed: {}",
                    status.error_message());
     }

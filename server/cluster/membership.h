@@ -2,8 +2,8 @@
 #define SUMMON_SERVER_CLUSTER_MEMBERSHIP_H_
 
 #include <cstdint>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +34,8 @@ class Membership {
     int local_ranks = 1;
     absl::Duration heartbeat_interval = absl::Seconds(1);
     absl::Duration collective_timeout = absl::Seconds(30);
+    // A peer silent this long is declared failed (R13).
+    absl::Duration failure_timeout = absl::Seconds(3);
   };
 
   // `store` is the leader's key-value store (used on the leader only).
@@ -42,8 +44,13 @@ class Membership {
 
   // Starts joining (followers) / waiting for joins (leader) and then the
   // communicator rendezvous, in a background thread. `on_ready` runs once
-  // the cluster is READY.
-  void Start(std::function<void()> on_ready);
+  // the cluster is READY. `on_failure` runs once when a peer is lost (the
+  // leader: a follower missed heartbeats for failure_timeout; a follower:
+  // the leader did not answer for as long): the cluster leaves READY, the
+  // communicator is aborted so no collective waits for the lost node, and
+  // the status names the node.
+  void Start(std::function<void()> on_ready,
+             std::function<void(const absl::Status&)> on_failure);
 
   bool is_leader() const { return spec_.node_rank == 0; }
   int node_rank() const { return spec_.node_rank; }
@@ -68,6 +75,9 @@ class Membership {
   std::optional<uint64_t> JoinLeader();
   v1::JoinResponse Roster() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLoop();
+  // The leader's watch over its followers' heartbeats.
+  void MonitorLoop();
+  void Fail(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Spec spec_;
   LocalKvStore* const store_;
@@ -79,6 +89,8 @@ class Membership {
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Status> failure_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const absl::Status&)> on_failure_;
   std::unique_ptr<Communicator> communicator_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
