@@ -168,6 +168,11 @@ class CommandLineParser {
         return UsageError(
             absl::StrCat("missing flag --", flag.name, " ", flag.value_name));
       }
+      if (!flag.only_with.empty() && invocation_.Has(flag.name) &&
+          !invocation_.Has(flag.only_with)) {
+        return UsageError(
+            absl::StrCat("flag --", flag.name, " needs --", flag.only_with));
+      }
     }
     return std::move(invocation_);
   }

@@ -25,6 +25,9 @@ struct FlagSpec {
   // Empty: a switch taking no value. Otherwise the value's name for usage.
   absl::string_view value_name;
   bool required = false;
+  // Another flag (without "--") this one means nothing without: giving this
+  // one alone is a usage error. Empty: none.
+  absl::string_view only_with;
 };
 
 struct CommandSpec {
@@ -61,8 +64,9 @@ struct Invocation {
 // anywhere, the command's flags after its verb; "--flag value" and
 // "--flag=value" are both accepted; "--help" anywhere gives an Invocation
 // without command. Errors (unknown noun, verb or flag, a missing positional,
-// value or required flag, a flag given twice, a surplus argument) are
-// INVALID_ARGUMENT whose message ends with a usage line.
+// value or required flag, a flag given twice, a flag given without the flag
+// it is only_with, a surplus argument) are INVALID_ARGUMENT whose message
+// ends with a usage line.
 absl::StatusOr<Invocation> ParseCommandLine(
     const std::vector<std::string>& args, absl::string_view program,
     const std::vector<FlagSpec>& global_flags,

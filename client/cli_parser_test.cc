@@ -10,8 +10,8 @@ namespace {
 
 const std::vector<FlagSpec>& GlobalFlags() {
   static const auto* const kFlags = new std::vector<FlagSpec>{
-      {"server", "ADDR", false},
-      {"verbose", "", false},
+      {"server", "ADDR", false, ""},
+      {"verbose", "", false, ""},
   };
   return *kFlags;
 }
@@ -24,9 +24,17 @@ const std::vector<CommandSpec>& Commands() {
        {"FROM", "TO"},
        "",
        false,
-       {{"out", "FILE", true}, {"deep", "", false}, {"depth", "N", false}},
+       {{"out", "FILE", true, ""},
+        {"deep", "", false, ""},
+        {"depth", "N", false, ""}},
        nullptr},
-      {"lid", "stat", {"ID"}, "NAME", true, {{"bins", "N", false}}, nullptr},
+      {"lid",
+       "stat",
+       {"ID"},
+       "NAME",
+       true,
+       {{"bins", "N", false, ""}, {"scale", "S", false, "bins"}},
+       nullptr},
   };
   return *kCommands;
 }
@@ -141,6 +149,19 @@ TEST(CliParserTest, FlagErrorsNameTheFlag) {
             "flag --server given twice");
 }
 
+TEST(CliParserTest, AFlagOnlyWithAnotherNeedsIt) {
+  EXPECT_EQ(Problem({"lid", "stat", "7", "--scale", "log"}),
+            "flag --scale needs --bins");
+  EXPECT_EQ(UsageAfterProblem({"lid", "stat", "7", "--scale", "log"}),
+            "usage: tool lid stat ID [NAME...] [--bins N] [--scale S]");
+  absl::StatusOr<Invocation> both =
+      Parse({"lid", "stat", "7", "--scale=log", "--bins", "4"});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->Value("scale"), "log");
+  absl::StatusOr<Invocation> neither = Parse({"lid", "stat", "7"});
+  ASSERT_TRUE(neither.ok()) << neither.status();
+}
+
 TEST(CliParserTest, ErrorsEndWithTheMostSpecificUsage) {
   EXPECT_EQ(UsageAfterProblem({"box", "copy", "a"}),
             "usage: tool box copy FROM TO --out FILE [--deep] [--depth N]");
@@ -157,7 +178,7 @@ TEST(CliParserTest, UsageListsEveryCommand) {
             "tool [--server ADDR] [--verbose] NOUN VERB ...\n"
             "  tool box list [OWNER]\n"
             "  tool box copy FROM TO --out FILE [--deep] [--depth N]\n"
-            "  tool lid stat ID [NAME...] [--bins N]");
+            "  tool lid stat ID [NAME...] [--bins N] [--scale S]");
 }
 
 }  // namespace

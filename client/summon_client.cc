@@ -163,6 +163,11 @@ absl::StatusOr<v1::Model> SummonClient::CreateModel(
     v1::GradientShards& grads = *request.mutable_grads();
     grads.mutable_ranks()->Add(params.grad_ranks->begin(),
                                params.grad_ranks->end());
+    *grads.mutable_init() = params.grad_init;
+  } else if (params.grad_init.method_case() != v1::InitMethod::METHOD_NOT_SET) {
+    return absl::InvalidArgumentError(
+        "CreateModel: grad_init without grad_ranks (a model without "
+        "gradients has none to fill)");
   }
   return Unary(*summon_, &v1::Summon::Stub::CreateModel, NewContext(), request);
 }
@@ -199,8 +204,7 @@ absl::StatusOr<v1::DeleteModelResponse> SummonClient::DeleteModel(
     const std::string& model) const {
   v1::DeleteModelRequest request;
   request.set_model(model);
-  return Unary(*summon_, &v1::Summon::Stub::DeleteModel, NewContext(),
-               request);
+  return Unary(*summon_, &v1::Summon::Stub::DeleteModel, NewContext(), request);
 }
 
 absl::StatusOr<v1::Session> SummonClient::OpenSession(

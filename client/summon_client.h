@@ -49,9 +49,11 @@ struct CreateModelParams {
   std::optional<v1::ShardingStrategy> strategy = std::nullopt;
   // Parameter values; the default InitMethod is zeros.
   v1::InitMethod init;
-  // Ranks holding gradient shards (zeros). Unset: no gradients; empty: every
-  // rank.
+  // Ranks holding gradient shards. Unset: no gradients; empty: every rank.
   std::optional<std::vector<int32_t>> grad_ranks = std::nullopt;
+  // Gradient values; the default InitMethod is zeros. A method set without
+  // grad_ranks is INVALID_ARGUMENT: there would be no gradients to fill.
+  v1::InitMethod grad_init;
 };
 
 // Which tensor of a session a ReadTensor or WriteTensor call addresses.

@@ -124,6 +124,7 @@ TEST_F(SummonClientTest, CreateModelSendsItsParameters) {
   params.strategy = v1::SHARDING_STRATEGY_NO_SHARD;
   params.init.mutable_seeded()->set_seed(42);
   params.grad_ranks = std::vector<int32_t>{0, 2};
+  params.grad_init.mutable_seeded()->set_seed(9);
   v1::Model reply;
   reply.set_name("gpt");
   server_.summon().calls().SetResponse("CreateModel", reply);
@@ -141,6 +142,7 @@ TEST_F(SummonClientTest, CreateModelSendsItsParameters) {
   EXPECT_EQ(std::vector<int32_t>(request.grads().ranks().begin(),
                                  request.grads().ranks().end()),
             std::vector<int32_t>({0, 2}));
+  EXPECT_EQ(request.grads().init().seeded().seed(), 9u);
 }
 
 TEST_F(SummonClientTest, CreateModelGradRanksUnsetMeansNoGradsEmptyMeansAll) {
@@ -158,6 +160,17 @@ TEST_F(SummonClientTest, CreateModelGradRanksUnsetMeansNoGradsEmptyMeansAll) {
       "CreateModel");
   EXPECT_TRUE(request.has_grads());
   EXPECT_EQ(request.grads().ranks_size(), 0);
+  EXPECT_EQ(request.grads().init().method_case(),
+            v1::InitMethod::METHOD_NOT_SET);
+}
+
+TEST_F(SummonClientTest, CreateModelRefusesGradInitWithoutGradRanks) {
+  CreateModelParams params;
+  params.name = "a";
+  params.grad_init.mutable_zeros();
+  const absl::Status status = Client().CreateModel(params).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_EQ(server_.summon().calls().Count("CreateModel"), 0);
 }
 
 TEST_F(SummonClientTest, SessionCallsSendTheirArguments) {

@@ -46,6 +46,14 @@ absl::StatusOr<Enum> EnumFlag(const Invocation& args, absl::string_view flag,
   return ParseEnum<Enum>(absl::StrCat("--", flag), *text);
 }
 
+// An InitMethod flag's value; zeros (the default InitMethod) when absent.
+absl::StatusOr<v1::InitMethod> InitFlag(const Invocation& args,
+                                        absl::string_view flag) {
+  const std::optional<std::string> text = args.Get(flag);
+  if (!text) return v1::InitMethod();
+  return ParseInitMethod(absl::StrCat("--", flag), *text);
+}
+
 // Models ----------------------------------------------------------------------
 
 absl::Status ModelList(const CommandContext& c) {
@@ -68,26 +76,27 @@ absl::Status ModelCreate(const CommandContext& c) {
     if (!strategy.ok()) return strategy.status();
     params.strategy = *strategy;
   }
-  if (c.args.Has("init")) {
-    absl::StatusOr<v1::InitMethod> init =
-        ParseInitMethod("--init", c.args.Value("init"));
-    if (!init.ok()) return init.status();
-    params.init = *std::move(init);
-  }
+  absl::StatusOr<v1::InitMethod> init = InitFlag(c.args, "init");
+  if (!init.ok()) return init.status();
+  params.init = *std::move(init);
   if (c.args.Has("grad-ranks")) {
     absl::StatusOr<std::vector<int32_t>> ranks =
         ParseRankList("--grad-ranks", c.args.Value("grad-ranks"));
     if (!ranks.ok()) return ranks.status();
     params.grad_ranks = *std::move(ranks);
   }
+  absl::StatusOr<v1::InitMethod> grad_init = InitFlag(c.args, "grad-init");
+  if (!grad_init.ok()) return grad_init.status();
+  params.grad_init = *std::move(grad_init);
   return Print(c, c.client.CreateModel(params), &ModelTable);
 }
 
 absl::Status ModelLoad(const CommandContext& c) {
-  // --wrap or --strategy asks for the model to be created from the
-  // checkpoint; without both it is loaded into the existing model.
+  // --wrap, --strategy or --no-orig-params asks for the model to be created
+  // from the checkpoint; without them it is loaded into the existing model.
   std::optional<v1::CheckpointWrapRule> create;
-  if (c.args.Has("wrap") || c.args.Has("strategy")) {
+  if (c.args.Has("wrap") || c.args.Has("strategy") ||
+      c.args.Has("no-orig-params")) {
     create.emplace();
     absl::StatusOr<std::vector<std::string>> prefixes =
         ParseList("--wrap", c.args.Value("wrap"));
@@ -99,6 +108,7 @@ absl::Status ModelLoad(const CommandContext& c) {
         EnumFlag(c.args, "strategy", v1::SHARDING_STRATEGY_UNSPECIFIED);
     if (!strategy.ok()) return strategy.status();
     create->set_strategy(*strategy);
+    if (c.args.Has("no-orig-params")) create->set_use_orig_params(false);
   }
   return Print(
       c,
@@ -107,7 +117,12 @@ absl::Status ModelLoad(const CommandContext& c) {
 }
 
 absl::Status ModelSave(const CommandContext& c) {
-  return Print(c, c.client.SaveModel(c.args.positionals[0], c.args.Value("to")),
+  absl::StatusOr<std::optional<uint64_t>> max_file_bytes =
+      OptionalNumber<uint64_t>(c.args, "max-file-bytes");
+  if (!max_file_bytes.ok()) return max_file_bytes.status();
+  return Print(c,
+               c.client.SaveModel(c.args.positionals[0], c.args.Value("to"),
+                                  max_file_bytes->value_or(0)),
                &SaveModelTable);
 }
 
@@ -158,7 +173,10 @@ std::string RenewedSessionTable(const v1::Session& session) {
 }
 
 absl::Status SessionRenew(const CommandContext& c) {
-  return Print(c, c.client.RenewSession(c.args.positionals[0]),
+  absl::StatusOr<std::optional<uint32_t>> lease =
+      OptionalNumber<uint32_t>(c.args, "lease");
+  if (!lease.ok()) return lease.status();
+  return Print(c, c.client.RenewSession(c.args.positionals[0], *lease),
                &RenewedSessionTable);
 }
 
@@ -200,28 +218,54 @@ absl::Status TensorRead(const CommandContext& c) {
                &TensorInfoTable);
 }
 
-// The session's description of the tensor `ref` names, when it lists it
-// (a tied alias is listed under its primary's name only).
+// The primary parameter that `alias` is tied to; nullopt when `alias` is no
+// alias of the model.
+std::optional<std::string> PrimaryOf(const v1::Model& model,
+                                     absl::string_view alias) {
+  for (const v1::Unit& unit : model.units()) {
+    for (const v1::Parameter& param : unit.params()) {
+      for (const std::string& name : param.aliases()) {
+        if (name == alias) return param.info().fqn();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// The session's description of the tensor `ref` names. A session lists a tied
+// alias only under its primary's name, so a name it does not list is looked
+// up among the model's aliases (one DescribeModel). nullopt when the session
+// holds neither: the write is left to the server, which answers NOT_FOUND.
 absl::StatusOr<std::optional<v1::TensorInfo>> FindSessionTensor(
     const SummonClient& client, const TensorRef& ref) {
   absl::StatusOr<v1::Session> session = client.GetSession(ref.session_id);
   if (!session.ok()) return session.status();
-  for (const v1::TensorInfo& info :
-       ref.grad ? session->grads() : session->params()) {
-    if (info.fqn() == ref.fqn) return std::optional<v1::TensorInfo>(info);
-  }
-  return std::optional<v1::TensorInfo>();
+  const auto& listed = ref.grad ? session->grads() : session->params();
+  const auto find = [&listed](absl::string_view fqn) {
+    for (const v1::TensorInfo& info : listed) {
+      if (info.fqn() == fqn) return std::optional<v1::TensorInfo>(info);
+    }
+    return std::optional<v1::TensorInfo>();
+  };
+  if (std::optional<v1::TensorInfo> info = find(ref.fqn)) return info;
+  absl::StatusOr<v1::Model> model = client.DescribeModel(session->model());
+  if (!model.ok()) return model.status();
+  const std::optional<std::string> primary = PrimaryOf(*model, ref.fqn);
+  if (!primary) return std::optional<v1::TensorInfo>();
+  return find(*primary);
 }
 
-// Checks that `array` has the tensor's shape and converts it to the stored
-// dtype: writes never convert on the server (R5), so a float32 .npy edited
-// after a `--dtype float32` read of a bfloat16 tensor is rounded here.
-absl::Status MatchStoredTensor(const v1::TensorInfo& info, NpyArray& array) {
+// Checks that `array` has the shape of the tensor the user named `fqn` and
+// converts it to the stored dtype: writes never convert on the server (R5),
+// so a float32 .npy edited after a `--dtype float32` read of a bfloat16
+// tensor is rounded here.
+absl::Status MatchStoredTensor(absl::string_view fqn,
+                               const v1::TensorInfo& info, NpyArray& array) {
   if (!std::equal(array.shape.begin(), array.shape.end(), info.shape().begin(),
                   info.shape().end())) {
     return absl::InvalidArgumentError(
         absl::StrCat("the .npy shape ", core::ShapeToString(array.shape),
-                     " is not ", info.fqn(), "'s shape ",
+                     " is not ", fqn, "'s shape ",
                      core::ShapeToString(core::Shape(info.shape().begin(),
                                                      info.shape().end()))));
   }
@@ -247,7 +291,7 @@ absl::Status TensorWrite(const CommandContext& c) {
       FindSessionTensor(c.client, ref);
   if (!info.ok()) return info.status();
   if (info->has_value()) {
-    absl::Status matched = MatchStoredTensor(**info, *array);
+    absl::Status matched = MatchStoredTensor(ref.fqn, **info, *array);
     if (!matched.ok()) return matched;
   }
   WriteTensorParams params;
@@ -288,12 +332,16 @@ absl::Status TrainerPhase(const CommandContext& c) {
                &ReportPhaseTable);
 }
 
-FlagSpec Switch(absl::string_view name) { return {name, "", false}; }
+FlagSpec Switch(absl::string_view name) { return {name, "", false, ""}; }
 FlagSpec Valued(absl::string_view name, absl::string_view value_name) {
-  return {name, value_name, false};
+  return {name, value_name, false, ""};
 }
 FlagSpec Required(absl::string_view name, absl::string_view value_name) {
-  return {name, value_name, true};
+  return {name, value_name, true, ""};
+}
+FlagSpec OnlyWith(absl::string_view name, absl::string_view value_name,
+                  absl::string_view other_flag) {
+  return {name, value_name, false, other_flag};
 }
 
 absl::Status Fail(std::ostream& err, const absl::Status& status) {
@@ -323,7 +371,8 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        "",
        false,
        {Required("layout", "FILE.json"), Valued("strategy", "S"),
-        Valued("init", "zeros|seeded:SEED"), Valued("grad-ranks", "R,R|all")},
+        Valued("init", "zeros|seeded:SEED"), Valued("grad-ranks", "R,R|all"),
+        OnlyWith("grad-init", "zeros|seeded:SEED", "grad-ranks")},
        &ModelCreate},
       {"model",
        "load",
@@ -331,9 +380,15 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        "",
        false,
        {Required("from", "PATH"), Valued("wrap", "PREFIX,..."),
-        Valued("strategy", "S")},
+        Valued("strategy", "S"), Switch("no-orig-params")},
        &ModelLoad},
-      {"model", "save", {"M"}, "", false, {Required("to", "PATH")}, &ModelSave},
+      {"model",
+       "save",
+       {"M"},
+       "",
+       false,
+       {Required("to", "PATH"), Valued("max-file-bytes", "N")},
+       &ModelSave},
       {"model", "checksum", {"M"}, "", false, {}, &ModelChecksum},
       {"model", "delete", {"M"}, "", false, {}, &ModelDelete},
       {"session",
@@ -348,7 +403,13 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        &SessionOpen},
       {"session", "list", {}, "M", false, {}, &SessionList},
       {"session", "get", {"ID"}, "", false, {}, &SessionGet},
-      {"session", "renew", {"ID"}, "", false, {}, &SessionRenew},
+      {"session",
+       "renew",
+       {"ID"},
+       "",
+       false,
+       {Valued("lease", "SECONDS")},
+       &SessionRenew},
       {"session",
        "close",
        {"ID"},

@@ -1,69 +1,14 @@
 #include "client/summonctl_commands.h"
 
-#include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "client/fake_summon_service.h"
-#include "client/npy.h"
+#include "client/summonctl_test_fixture.h"
 #include "gtest/gtest.h"
 
 namespace summon::client {
 namespace {
-
-struct Result {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string TempPath(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-}
-
-v1::TensorInfo TensorOf(const std::string& fqn, v1::DType dtype,
-                        std::vector<int64_t> shape) {
-  v1::TensorInfo info;
-  info.set_fqn(fqn);
-  info.set_dtype(dtype);
-  int64_t numel = 1;
-  for (int64_t dim : shape) {
-    info.add_shape(dim);
-    numel *= dim;
-  }
-  info.set_numel(numel);
-  return info;
-}
-
-class SummonctlTest : public ::testing::Test {
- protected:
-  // Runs summonctl against the fake server (through --server).
-  Result Run(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--server", server_.address()});
-    return RunWithEnvironment(args, "");
-  }
-
-  static Result RunWithEnvironment(const std::vector<std::string>& args,
-                                   const std::string& environment_server) {
-    std::ostringstream out, err;
-    const int code = RunSummonctl(args, environment_server, out, err);
-    return {code, out.str(), err.str()};
-  }
-
-  FakeCalls& summon() { return server_.summon().calls(); }
-
-  // GetSession answers a session "s-1" listing `param`.
-  void SessionWithParam(const v1::TensorInfo& param) {
-    v1::Session session;
-    session.set_id("s-1");
-    *session.add_params() = param;
-    summon().SetResponse("GetSession", session);
-  }
-
-  FakeSummonServer server_;
-};
 
 TEST_F(SummonctlTest, UsageErrorsExitWithInvalidArgumentAndAUsageLine) {
   const std::vector<std::vector<std::string>> cases = {
@@ -80,7 +25,7 @@ TEST_F(SummonctlTest, UsageErrorsExitWithInvalidArgumentAndAUsageLine) {
       {"--output"},
   };
   for (const std::vector<std::string>& args : cases) {
-    const Result result = Run(args);
+    const SummonctlResult result = Run(args);
     const std::string line = ::testing::PrintToString(args);
     EXPECT_EQ(result.exit_code, 3) << line;
     EXPECT_EQ(result.out, "") << line;
@@ -93,7 +38,7 @@ TEST_F(SummonctlTest, UsageErrorsExitWithInvalidArgumentAndAUsageLine) {
 }
 
 TEST_F(SummonctlTest, UsageErrorNamesTheProblemThenTheCommandsUsage) {
-  const Result result = Run({"tensor", "read", "s-1", "w", "--grad"});
+  const SummonctlResult result = Run({"tensor", "read", "s-1", "w", "--grad"});
   EXPECT_EQ(result.err,
             "ERROR INVALID_ARGUMENT: missing flag --out FILE.npy\n"
             "usage: summonctl tensor read ID FQN --out FILE.npy [--grad] "
@@ -118,7 +63,7 @@ TEST_F(SummonctlTest, BadValuesExitWithInvalidArgumentBeforeAnyCall) {
        "ERROR INVALID_ARGUMENT: --bins: '-2' is not a valid number\n"},
   };
   for (const auto& c : cases) {
-    const Result result = Run(c.args);
+    const SummonctlResult result = Run(c.args);
     EXPECT_EQ(result.exit_code, 3) << c.err;
     EXPECT_EQ(result.err, c.err);
   }
@@ -127,7 +72,7 @@ TEST_F(SummonctlTest, BadValuesExitWithInvalidArgumentBeforeAnyCall) {
 }
 
 TEST_F(SummonctlTest, HelpPrintsEveryCommandAndExitsZero) {
-  const Result result = Run({"--help"});
+  const SummonctlResult result = Run({"--help"});
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_EQ(result.out.rfind("usage: summonctl [--server ADDR] [--output "
                              "table|json] [--principal P] NOUN VERB ...\n",
@@ -146,7 +91,7 @@ TEST_F(SummonctlTest, ServerErrorsExitWithTheGrpcCode) {
   summon().SetError(
       "DescribeModel",
       grpc::Status(grpc::StatusCode::NOT_FOUND, "model 'gpt' does not exist"));
-  const Result result = Run({"model", "describe", "gpt"});
+  const SummonctlResult result = Run({"model", "describe", "gpt"});
   EXPECT_EQ(result.exit_code, 5);
   EXPECT_EQ(result.out, "");
   EXPECT_EQ(result.err, "ERROR NOT_FOUND: model 'gpt' does not exist\n");
@@ -182,7 +127,7 @@ TEST_F(SummonctlTest, JsonOutputIsTheResponseMessage) {
   v1::ListModelsResponse models;
   models.add_models()->set_name("gpt");
   summon().SetResponse("ListModels", models);
-  const Result result = Run({"--output", "json", "model", "list"});
+  const SummonctlResult result = Run({"--output", "json", "model", "list"});
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_NE(result.out.find("\"name\": \"gpt\""), std::string::npos)
       << result.out;
@@ -194,13 +139,13 @@ TEST_F(SummonctlTest, SessionOpenPrintsOnlyTheIdInTableMode) {
   session.set_id("s-9");
   session.add_warnings("layers is not a unit: no parameters");
   summon().SetResponse("OpenSession", session);
-  const Result table =
+  const SummonctlResult table =
       Run({"session", "open", "gpt", "--scope", "layers", "--no-recurse"});
   EXPECT_EQ(table.exit_code, 0);
   EXPECT_EQ(table.out, "s-9\n");
   EXPECT_EQ(table.err, "warning: layers is not a unit: no parameters\n");
 
-  const Result json = Run({"session", "open", "gpt", "--output=json"});
+  const SummonctlResult json = Run({"session", "open", "gpt", "--output=json"});
   EXPECT_NE(json.out.find("\"id\": \"s-9\""), std::string::npos) << json.out;
 }
 
@@ -259,14 +204,32 @@ TEST_F(SummonctlTest, SessionCloseRenewAndGet) {
   v1::Session renewed;
   renewed.set_id("s-1");
   summon().SetResponse("RenewSession", renewed);
-  const Result renew = Run({"session", "renew", "s-1"});
+  const SummonctlResult renew = Run({"session", "renew", "s-1"});
   EXPECT_EQ(renew.exit_code, 0);
   EXPECT_NE(renew.out.find("\ns-1 "), std::string::npos) << renew.out;
+  EXPECT_FALSE(summon()
+                   .LastRequest<v1::RenewSessionRequest>("RenewSession")
+                   .has_lease_seconds());
 
   ASSERT_EQ(Run({"session", "get", "s-7"}).exit_code, 0);
   EXPECT_EQ(
       summon().LastRequest<v1::GetSessionRequest>("GetSession").session_id(),
       "s-7");
+}
+
+TEST_F(SummonctlTest, SessionRenewLeaseSetsTheNewLeaseLength) {
+  ASSERT_EQ(Run({"session", "renew", "s-1", "--lease", "600"}).exit_code, 0);
+  const auto request =
+      summon().LastRequest<v1::RenewSessionRequest>("RenewSession");
+  EXPECT_EQ(request.session_id(), "s-1");
+  ASSERT_TRUE(request.has_lease_seconds());
+  EXPECT_EQ(request.lease_seconds(), 600u);
+
+  const SummonctlResult bad = Run({"session", "renew", "s-1", "--lease", "1m"});
+  EXPECT_EQ(bad.exit_code, 3);
+  EXPECT_EQ(bad.err,
+            "ERROR INVALID_ARGUMENT: --lease: '1m' is not a valid number\n");
+  EXPECT_EQ(summon().Count("RenewSession"), 1);
 }
 
 TEST_F(SummonctlTest, ModelCreateSendsTheLayoutFileAndOptions) {
@@ -284,10 +247,61 @@ TEST_F(SummonctlTest, ModelCreateSendsTheLayoutFileAndOptions) {
   EXPECT_EQ(request.init().seeded().seed(), 7u);
   EXPECT_EQ(request.grads().ranks_size(), 2);
 
-  const Result missing =
+  const SummonctlResult missing =
       Run({"model", "create", "gpt", "--layout", TempPath("none.json")});
   EXPECT_EQ(missing.exit_code, 5);
   EXPECT_EQ(summon().Count("CreateModel"), 1);
+}
+
+TEST_F(SummonctlTest, ModelCreateGradInitFillsTheGradients) {
+  const std::string layout = TempPath("grads.json");
+  std::ofstream(layout) << "{}";
+  ASSERT_EQ(Run({"model", "create", "gpt", "--layout", layout, "--grad-ranks",
+                 "all", "--grad-init", "seeded:11"})
+                .exit_code,
+            0);
+  auto request = summon().LastRequest<v1::CreateModelRequest>("CreateModel");
+  ASSERT_TRUE(request.has_grads());
+  EXPECT_EQ(request.grads().ranks_size(), 0);
+  EXPECT_EQ(request.grads().init().seeded().seed(), 11u);
+  EXPECT_EQ(request.init().method_case(), v1::InitMethod::METHOD_NOT_SET);
+
+  ASSERT_EQ(Run({"model", "create", "gpt", "--layout", layout, "--grad-ranks",
+                 "1", "--grad-init", "zeros"})
+                .exit_code,
+            0);
+  request = summon().LastRequest<v1::CreateModelRequest>("CreateModel");
+  EXPECT_TRUE(request.grads().init().has_zeros());
+
+  ASSERT_EQ(
+      Run({"model", "create", "gpt", "--layout", layout, "--grad-ranks", "1"})
+          .exit_code,
+      0);
+  request = summon().LastRequest<v1::CreateModelRequest>("CreateModel");
+  EXPECT_EQ(request.grads().init().method_case(),
+            v1::InitMethod::METHOD_NOT_SET);
+}
+
+TEST_F(SummonctlTest, ModelCreateGradInitWithoutGradRanksIsAUsageError) {
+  const std::string layout = TempPath("nograds.json");
+  std::ofstream(layout) << "{}";
+  const SummonctlResult result = Run({"model", "create", "gpt", "--layout",
+                                      layout, "--grad-init", "seeded:11"});
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_EQ(result.out, "");
+  EXPECT_EQ(result.err,
+            "ERROR INVALID_ARGUMENT: flag --grad-init needs --grad-ranks\n"
+            "usage: summonctl model create M --layout FILE.json [--strategy S] "
+            "[--init zeros|seeded:SEED] [--grad-ranks R,R|all] [--grad-init "
+            "zeros|seeded:SEED]\n");
+
+  const SummonctlResult bad = Run({"model", "create", "gpt", "--layout", layout,
+                                   "--grad-ranks", "0", "--grad-init", "ones"});
+  EXPECT_EQ(bad.exit_code, 3);
+  EXPECT_EQ(bad.err,
+            "ERROR INVALID_ARGUMENT: --grad-init: 'ones' is neither 'zeros' "
+            "nor 'seeded:SEED'\n");
+  EXPECT_EQ(summon().Count("CreateModel"), 0);
 }
 
 TEST_F(SummonctlTest, ModelLoadCreatesOnlyWithWrapOrStrategy) {
@@ -301,126 +315,49 @@ TEST_F(SummonctlTest, ModelLoadCreatesOnlyWithWrapOrStrategy) {
   EXPECT_EQ(request.create().unit_prefixes(1), "blocks.*");
   EXPECT_EQ(request.create().strategy(), v1::SHARDING_STRATEGY_HYBRID_SHARD);
 
+  EXPECT_FALSE(request.create().has_use_orig_params());
+
   ASSERT_EQ(Run({"model", "load", "gpt", "--from", "/ckpt"}).exit_code, 0);
   request = summon().LastRequest<v1::LoadModelRequest>("LoadModel");
   EXPECT_FALSE(request.has_create());
-
-  ASSERT_EQ(Run({"model", "save", "gpt", "--to", "out.safetensors"}).exit_code,
-            0);
-  EXPECT_EQ(summon().LastRequest<v1::SaveModelRequest>("SaveModel").path(),
-            "out.safetensors");
   ASSERT_EQ(Run({"model", "checksum", "gpt"}).exit_code, 0);
 }
 
-TEST_F(SummonctlTest, TensorReadWritesTheTensorAsNpy) {
-  const std::string data("\x80\x3f\x00\x40\x00\xbf\x01\x02\x03\x04\x05\x06",
-                         12);
-  server_.summon().SetTensor(TensorOf("w", v1::DTYPE_BFLOAT16, {2, 3}), data);
-  const std::string path = TempPath("w.npy");
-  const Result result =
-      Run({"tensor", "read", "s-1", "w", "--out", path, "--grad"});
-  EXPECT_EQ(result.exit_code, 0) << result.err;
-  EXPECT_EQ(result.out,
-            "FQN  DTYPE     SHAPE   NUMEL\n"
-            "w    BFLOAT16  [2, 3]  6\n");
-  const auto request =
-      summon().LastRequest<v1::ReadTensorRequest>("ReadTensor");
-  EXPECT_TRUE(request.grad());
-  EXPECT_EQ(request.dtype(), v1::DTYPE_UNSPECIFIED);
-  absl::StatusOr<NpyArray> array = ReadNpyFile(path);
-  ASSERT_TRUE(array.ok()) << array.status();
-  EXPECT_EQ(array->dtype, core::DType::kBFloat16);
-  EXPECT_EQ(array->shape, core::Shape({2, 3}));
-  EXPECT_EQ(array->data, data);
-
-  ASSERT_EQ(
-      Run({"tensor", "read", "s-1", "w", "--out", path, "--dtype", "float32"})
-          .exit_code,
-      0);
-  EXPECT_EQ(summon().LastRequest<v1::ReadTensorRequest>("ReadTensor").dtype(),
-            v1::DTYPE_FLOAT32);
-}
-
-TEST_F(SummonctlTest, TensorWriteSendsTheNpyData) {
-  SessionWithParam(TensorOf("w", v1::DTYPE_FLOAT32, {2, 2}));
-  const std::string path = TempPath("in.npy");
-  const std::string data(
-      "\x00\x00\x80\x3f\x00\x00\x00\xc0\x00\x00\x00\x3f\x00\x00\x40\x40", 16);
-  ASSERT_TRUE(WriteNpyFile(path, {core::DType::kFloat32, {2, 2}, data}).ok());
-  const Result result = Run({"tensor", "write", "s-1", "w", "--in", path});
-  EXPECT_EQ(result.exit_code, 0) << result.err;
-  const ReceivedWrite write = server_.summon().LastWrite();
-  EXPECT_EQ(write.header.session_id(), "s-1");
-  EXPECT_EQ(write.header.fqn(), "w");
-  EXPECT_FALSE(write.header.grad());
-  EXPECT_EQ(write.header.dtype(), v1::DTYPE_FLOAT32);
-  EXPECT_EQ(write.header.element_count(), 4);
-  EXPECT_EQ(write.data, data);
-}
-
-TEST_F(SummonctlTest, TensorWriteRoundsFloat32IntoABFloat16Tensor) {
-  SessionWithParam(TensorOf("w", v1::DTYPE_BFLOAT16, {4}));
-  const std::string path = TempPath("f32.npy");
-  // 1.0, -2.0, 0.5, 3.0 as float32.
-  ASSERT_TRUE(
-      WriteNpyFile(path, {core::DType::kFloat32,
-                          {4},
-                          std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0"
-                                      "\x00\x00\x00\x3f\x00\x00\x40\x40",
-                                      16)})
-          .ok());
-  ASSERT_EQ(Run({"tensor", "write", "s-1", "w", "--in", path}).exit_code, 0);
-  const ReceivedWrite write = server_.summon().LastWrite();
-  EXPECT_EQ(write.header.dtype(), v1::DTYPE_BFLOAT16);
-  EXPECT_EQ(write.data, std::string("\x80\x3f\x00\xc0\x00\x3f\x40\x40", 8));
-}
-
-TEST_F(SummonctlTest, TensorWriteRefusesAnotherShape) {
-  SessionWithParam(TensorOf("w", v1::DTYPE_FLOAT32, {2, 2}));
-  const std::string path = TempPath("flat.npy");
-  ASSERT_TRUE(
-      WriteNpyFile(path, {core::DType::kFloat32, {4}, std::string(16, '\0')})
-          .ok());
-  const Result result = Run({"tensor", "write", "s-1", "w", "--in", path});
-  EXPECT_EQ(result.exit_code, 3);
-  EXPECT_EQ(result.err,
-            "ERROR INVALID_ARGUMENT: the .npy shape [4] is not w's shape "
-            "[2, 2]\n");
-  EXPECT_EQ(summon().Count("WriteTensor"), 0);
-}
-
-TEST_F(SummonctlTest, TensorWriteOfAnUnlistedNameLeavesItToTheServer) {
-  SessionWithParam(TensorOf("embed.w", v1::DTYPE_FLOAT32, {2}));
-  const std::string path = TempPath("alias.npy");
-  ASSERT_TRUE(
-      WriteNpyFile(path, {core::DType::kFloat64, {2}, std::string(16, '\0')})
-          .ok());
-  ASSERT_EQ(Run({"tensor", "write", "s-1", "head.w", "--in", path, "--grad"})
+TEST_F(SummonctlTest, ModelLoadNoOrigParamsCreatesWithoutAlignment) {
+  ASSERT_EQ(Run({"model", "load", "gpt", "--from", "/ckpt", "--no-orig-params"})
                 .exit_code,
             0);
-  const ReceivedWrite write = server_.summon().LastWrite();
-  EXPECT_EQ(write.header.fqn(), "head.w");
-  EXPECT_TRUE(write.header.grad());
-  EXPECT_EQ(write.header.dtype(), v1::DTYPE_FLOAT64);
+  const auto request = summon().LastRequest<v1::LoadModelRequest>("LoadModel");
+  ASSERT_TRUE(request.has_create());
+  ASSERT_TRUE(request.create().has_use_orig_params());
+  EXPECT_FALSE(request.create().use_orig_params());
+  EXPECT_EQ(request.create().unit_prefixes_size(), 0);
+  EXPECT_EQ(request.create().strategy(), v1::SHARDING_STRATEGY_UNSPECIFIED);
 }
 
-TEST_F(SummonctlTest, TensorStatsSendsNamesGradAndBins) {
-  ASSERT_EQ(
-      Run({"tensor", "stats", "s-1", "a.w", "b.w", "--grad", "--bins", "8"})
-          .exit_code,
-      0);
-  const auto request =
-      summon().LastRequest<v1::TensorStatsRequest>("TensorStats");
-  EXPECT_EQ(request.session_id(), "s-1");
-  ASSERT_EQ(request.fqns_size(), 2);
-  EXPECT_EQ(request.fqns(0), "a.w");
-  EXPECT_TRUE(request.grad());
-  EXPECT_EQ(request.histogram_bins(), 8u);
+TEST_F(SummonctlTest, ModelSaveSendsThePathAndTheFileCap) {
+  ASSERT_EQ(Run({"model", "save", "gpt", "--to", "ckpt/gpt", "--max-file-bytes",
+                 "8589934592"})
+                .exit_code,
+            0);
+  auto request = summon().LastRequest<v1::SaveModelRequest>("SaveModel");
+  EXPECT_EQ(request.model(), "gpt");
+  EXPECT_EQ(request.path(), "ckpt/gpt");
+  EXPECT_EQ(request.max_file_bytes(), 8589934592u);
 
-  ASSERT_EQ(Run({"tensor", "stats", "s-1"}).exit_code, 0);
-  const auto all = summon().LastRequest<v1::TensorStatsRequest>("TensorStats");
-  EXPECT_EQ(all.fqns_size(), 0);
-  EXPECT_FALSE(all.has_histogram_bins());
+  ASSERT_EQ(Run({"model", "save", "gpt", "--to", "out.safetensors"}).exit_code,
+            0);
+  request = summon().LastRequest<v1::SaveModelRequest>("SaveModel");
+  EXPECT_EQ(request.path(), "out.safetensors");
+  EXPECT_EQ(request.max_file_bytes(), 0u);
+
+  const SummonctlResult bad =
+      Run({"model", "save", "gpt", "--to", "d", "--max-file-bytes", "-1"});
+  EXPECT_EQ(bad.exit_code, 3);
+  EXPECT_EQ(bad.err,
+            "ERROR INVALID_ARGUMENT: --max-file-bytes: '-1' is not a valid "
+            "number\n");
+  EXPECT_EQ(summon().Count("SaveModel"), 2);
 }
 
 TEST_F(SummonctlTest, TrainerPhaseReportsThePhase) {
@@ -429,8 +366,8 @@ TEST_F(SummonctlTest, TrainerPhaseReportsThePhase) {
   reply.set_phase(v1::TRAINING_PHASE_FORWARD);
   reply.set_step(12);
   server_.trainer().calls().SetResponse("ReportPhase", reply);
-  const Result result = Run({"trainer", "phase", "gpt", "3", "forward",
-                             "--step", "12", "--deadline-ms", "500"});
+  const SummonctlResult result = Run({"trainer", "phase", "gpt", "3", "forward",
+                                      "--step", "12", "--deadline-ms", "500"});
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out,
             "previous_phase  IDLE\n"

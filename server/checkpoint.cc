@@ -1,7 +1,6 @@
 #include "server/checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -149,38 +148,21 @@ absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path,
 
 namespace {
 
-// The rank that writes each shard position: the first holder among `ranks`.
-absl::StatusOr<std::vector<int>> WriterByPosition(
-    const core::ModelSpec& model, const std::vector<int>& ranks) {
-  if (absl::Status checked = CheckRanks(model, ranks); !checked.ok()) {
-    return checked;
-  }
-  const std::map<int, std::vector<int>> holders = RanksByPosition(model, ranks);
-  std::vector<int> writers;
-  for (int position = 0; position < model.groups.group_size; ++position) {
-    auto found = holders.find(position);
-    if (found == holders.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ranks [", absl::StrJoin(ranks, ", "),
-                       "] hold no copy of shard position ", position,
-                       ": saving needs every position of the shard group"));
-    }
-    writers.push_back(found->second.front());
-  }
-  return writers;
-}
-
-// The position's designated writer (its lowest global rank) where that rank
-// is in `ranks`, -1 elsewhere: the positions some other node writes.
-absl::StatusOr<std::vector<int>> DesignatedWritersAmong(
-    const core::ModelSpec& model, const std::vector<int>& ranks) {
+// Per shard position, the lowest of `ranks` holding it, or -1 for none; with
+// `designated_only` only a position's designated writer (its lowest global
+// rank) counts, so each position has one writer in the whole cluster.
+absl::StatusOr<std::vector<int>> WritersAmong(const core::ModelSpec& model,
+                                              const std::vector<int>& ranks,
+                                              bool designated_only) {
   if (absl::Status checked = CheckRanks(model, ranks); !checked.ok()) {
     return checked;
   }
   std::vector<int> writers(model.groups.group_size, -1);
-  for (int rank : ranks) {
-    if (true) {
-      writers[model.groups.PositionOf(rank)] = rank;
+  for (int rank : std::set<int>(ranks.begin(), ranks.end())) {
+    int& writer = writers[model.groups.PositionOf(rank)];
+    if (writer < 0 &&
+        (!designated_only || model.groups.ReplicasOf(rank).front() == rank)) {
+      writer = rank;
     }
   }
   return writers;
@@ -231,11 +213,11 @@ absl::Status Fsync(const ScopedFd& fd, const std::string& path) {
 }
 
 // Creates (or truncates a stale) `file.temp_path`, sized to the whole file
-// with `file.head` at its start.
-absl::StatusOr<ScopedFd> CreateWithHead(const PlannedCheckpointFile& file) {
+// with `file.head` at its start, and fsyncs it.
+absl::Status CreateDurably(const PlannedCheckpointFile& file) {
   absl::StatusOr<ScopedFd> fd =
       OpenFile(file.temp_path, O_WRONLY | O_CREAT | O_TRUNC);
-  if (!fd.ok()) return fd;
+  if (!fd.ok()) return fd.status();
   if (::ftruncate(fd->get(), file.size) != 0) {
     return absl::ErrnoToStatus(errno,
                                absl::StrCat("ftruncate ", file.temp_path));
@@ -245,28 +227,24 @@ absl::StatusOr<ScopedFd> CreateWithHead(const PlannedCheckpointFile& file) {
       !put.ok()) {
     return Labelled(file.temp_path, put);
   }
-  return fd;
+  return Fsync(*fd, file.temp_path);
 }
 
-// Opens a temporary tensor file the leader created, after checking it has
-// the size and header this node planned: a node that planned another model
-// or metadata would put its bytes in the wrong places.
+// Opens a temporary tensor file the leader created, after checking that it
+// starts with the header this node planned (which fixes every offset and
+// the size): a node that planned another model or metadata would put its
+// bytes in the wrong places.
 absl::StatusOr<ScopedFd> OpenCreated(const PlannedCheckpointFile& file) {
   absl::StatusOr<ScopedFd> fd = OpenFile(file.temp_path, O_RDWR);
   if (!fd.ok()) return fd;
-  struct stat info;
-  if (::fstat(fd->get(), &info) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("stat ", file.temp_path));
-  }
   std::string head(file.head.size(), '\0');
-  if (info.st_size != file.size ||
-      !PreadFully(fd->get(), head.data(), static_cast<int64_t>(head.size()), 0)
+  if (!PreadFully(fd->get(), head.data(), static_cast<int64_t>(head.size()), 0)
            .ok() ||
       head != file.head) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        file.temp_path, " is not the file this node planned (", info.st_size,
-        " bytes, ", file.size,
-        " planned): was it planned with another model or metadata?"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(file.temp_path,
+                     " does not start with the header this node planned: "
+                     "was it planned with another model or metadata?"));
   }
   return fd;
 }
@@ -318,10 +296,13 @@ absl::StatusOr<int64_t> WriteSlices(const CheckpointFiles& plan,
   return bytes_written;
 }
 
-absl::Status RenameIntoPlace(const PlannedCheckpointFile& file) {
+absl::Status RenameIntoPlace(const PlannedCheckpointFile& file,
+                             SavedCheckpoint& saved) {
   if (::rename(file.temp_path.c_str(), file.path.c_str()) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("rename ", file.temp_path));
   }
+  saved.files.push_back(file.path);
+  saved.bytes_written += file.size;
   return absl::OkStatus();
 }
 
@@ -401,8 +382,8 @@ absl::Status CreateCheckpointFiles(const CheckpointFiles& plan) {
     }
   }
   for (const PlannedCheckpointFile& file : plan.files) {
-    if (absl::StatusOr<ScopedFd> fd = CreateWithHead(file); !fd.ok()) {
-      return fd.status();
+    if (absl::Status created = CreateDurably(file); !created.ok()) {
+      return created;
     }
   }
   return absl::OkStatus();
@@ -413,39 +394,30 @@ absl::StatusOr<int64_t> WriteCheckpointRanges(const CheckpointFiles& plan,
                                               const std::vector<int>& ranks,
                                               const core::ShardAddress& shard) {
   absl::StatusOr<std::vector<int>> writers =
-      DesignatedWritersAmong(model, ranks);
+      WritersAmong(model, ranks, /*designated_only=*/true);
   if (!writers.ok()) return writers.status();
   return WriteSlices(plan, model, *writers, shard);
 }
 
 absl::StatusOr<SavedCheckpoint> CommitCheckpointFiles(
     const CheckpointFiles& plan) {
-  for (const PlannedCheckpointFile& file : plan.files) {
-    absl::StatusOr<ScopedFd> fd = OpenFile(file.temp_path, O_WRONLY);
-    if (!fd.ok()) return fd.status();
-    if (absl::Status synced = Fsync(*fd, file.temp_path); !synced.ok()) {
-      return synced;
-    }
-  }
+  // Every byte of the tensor files is durable already: CreateCheckpointFiles
+  // fsynced the headers, each writer the ranges it wrote (on a shared
+  // filesystem only the writing node can flush its own writes).
   SavedCheckpoint saved;
   for (const PlannedCheckpointFile& file : plan.files) {
-    if (absl::Status renamed = RenameIntoPlace(file); !renamed.ok()) {
+    if (absl::Status renamed = RenameIntoPlace(file, saved); !renamed.ok()) {
       return renamed;
     }
-    saved.files.push_back(file.path);
-    saved.bytes_written += file.size;
   }
   if (plan.index.has_value()) {
-    absl::StatusOr<ScopedFd> fd = CreateWithHead(*plan.index);
-    if (!fd.ok()) return fd.status();
-    if (absl::Status synced = Fsync(*fd, plan.index->temp_path); !synced.ok()) {
-      return synced;
+    if (absl::Status created = CreateDurably(*plan.index); !created.ok()) {
+      return created;
     }
-    if (absl::Status renamed = RenameIntoPlace(*plan.index); !renamed.ok()) {
+    if (absl::Status renamed = RenameIntoPlace(*plan.index, saved);
+        !renamed.ok()) {
       return renamed;
     }
-    saved.files.push_back(plan.index->path);
-    saved.bytes_written += plan.index->size;
   }
   if (absl::Status synced = SyncDirectory(plan.directory); !synced.ok()) {
     return synced;
@@ -468,8 +440,17 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpoint(
   absl::StatusOr<CheckpointFiles> plan =
       PlanCheckpoint(path, model, metadata, max_file_bytes);
   if (!plan.ok()) return plan.status();
-  absl::StatusOr<std::vector<int>> writers = WriterByPosition(model, ranks);
+  absl::StatusOr<std::vector<int>> writers =
+      WritersAmong(model, ranks, /*designated_only=*/false);
   if (!writers.ok()) return writers.status();
+  for (size_t position = 0; position < writers->size(); ++position) {
+    if ((*writers)[position] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ranks [", absl::StrJoin(ranks, ", "),
+                       "] hold no copy of shard position ", position,
+                       ": saving needs every position of the shard group"));
+    }
+  }
   absl::StatusOr<SavedCheckpoint> saved =
       [&]() -> absl::StatusOr<SavedCheckpoint> {
     if (absl::Status created = CreateCheckpointFiles(*plan); !created.ok()) {

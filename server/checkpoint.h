@@ -83,7 +83,12 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpoint(
 //   4. the leader, once every node succeeded and their returned bytes sum to
 //      plan.tensor_bytes: CommitCheckpointFiles(plan); on any failure
 //      instead AbandonCheckpointFiles(plan).
-// Until step 4 nothing exists under a final name.
+// Until step 4 nothing exists under a final name. The temporary names derive
+// from `path` alone, so two saves to one path must not overlap. Nodes pwrite
+// disjoint byte ranges of the same files concurrently: the shared
+// filesystem must keep such writes apart, as POSIX write semantics do.
+
+inline constexpr absl::string_view kCheckpointPartialSuffix = ".summon-partial";
 
 // One file of a planned checkpoint: written as `temp_path` (the final path
 // plus kCheckpointPartialSuffix, so every node derives the same name) and
@@ -104,12 +109,10 @@ struct PlannedCheckpointTensor {
   int64_t data_offset = 0;  // Absolute offset of its first byte in the file.
 };
 
-inline constexpr absl::string_view kCheckpointPartialSuffix = ".summon-partial";
-
 struct CheckpointFiles {
-  // Holds the files: created by CreateCheckpointFiles in the directory form,
-  // fsynced by the commit. Empty for a bare file name (the working
-  // directory).
+  // Holds the files: created by CreateCheckpointFiles in the directory form
+  // (a single file's directory must exist), fsynced by the commit. Empty for
+  // a bare file name (the working directory).
   std::string directory;
   std::vector<PlannedCheckpointFile> files;      // Tensor files, in order.
   std::vector<PlannedCheckpointTensor> tensors;  // Model order.
@@ -126,29 +129,30 @@ absl::StatusOr<CheckpointFiles> PlanCheckpoint(
     int64_t max_file_bytes = kDefaultMaxCheckpointFileBytes);
 
 // Leader only: creates the directory (directory form), then every temporary
-// tensor file (replacing a stale one), sized with ftruncate and its header
-// written. OS errors as ErrnoToStatus, naming the file.
+// tensor file (replacing a stale one), sized with ftruncate, its header
+// written and fsynced. OS errors as ErrnoToStatus, naming the file.
 absl::Status CreateCheckpointFiles(const CheckpointFiles& plan);
 
 // Any node: pwrites into the existing temporary files the slices of the shard
 // positions whose designated writer is in `ranks`: the lowest global rank
 // holding that position (under FULL_SHARD every position's only rank; under
-// NO_SHARD and the hybrid strategies the first replica, so node 0 writes
-// everything). Ranks are hosted by exactly one node, so when every node
-// passes its local ranks each tensor byte is written exactly once. Every file
-// is checked against the plan first and fsynced after, so the leader commits
-// durable data. Returns the tensor bytes written.
-// INVALID_ARGUMENT for a rank outside the world; NOT_FOUND when a temporary
-// file does not exist (yet); FAILED_PRECONDITION when one's size or header
-// differs from the plan (a node planned with another model or metadata).
+// NO_SHARD and the hybrid strategies the first replica, so the node of rank
+// 0 writes everything). Ranks are hosted by exactly one node, so when every
+// node passes its local ranks each tensor byte is written exactly once. Every
+// file is checked against the plan first and fsynced after, so the leader
+// commits durable data. Returns the tensor bytes written. INVALID_ARGUMENT for
+// a rank outside the world; NOT_FOUND when a temporary file does not exist
+// (yet); FAILED_PRECONDITION when one does not start with the planned header (a
+// node planned with another model or metadata).
 absl::StatusOr<int64_t> WriteCheckpointRanges(const CheckpointFiles& plan,
                                               const core::ModelSpec& model,
                                               const std::vector<int>& ranks,
                                               const core::ShardAddress& shard);
 
-// Leader only: fsyncs every temporary tensor file, renames them into place,
-// writes the index (directory form) the same way, last, and fsyncs the
-// directory.
+// Leader only: renames every temporary tensor file into place (their bytes
+// are durable: fsynced by CreateCheckpointFiles and by each writer), writes
+// the index (directory form) under its temporary name, fsyncs and renames it,
+// last, and fsyncs the directory. A failure may leave some files renamed.
 absl::StatusOr<SavedCheckpoint> CommitCheckpointFiles(
     const CheckpointFiles& plan);
 

@@ -357,6 +357,22 @@ absl::StatusOr<std::vector<std::string>> ModelRegistry::SaveCheckpoint(
   return saved->files;
 }
 
+absl::StatusOr<CheckpointFiles> ModelRegistry::PlanSave(
+    const ModelEntry& model, const std::string& path,
+    int64_t max_file_bytes) const {
+  return PlanCheckpoint(
+      path, model.spec, {{"summon.model", model.name}},
+      max_file_bytes > 0 ? max_file_bytes : kDefaultMaxCheckpointFileBytes);
+}
+
+absl::StatusOr<int64_t> ModelRegistry::WriteSaveRanges(
+    ModelEntry& model, const CheckpointFiles& plan) {
+  absl::ReaderMutexLock shards_lock(&model.shards_mu);
+  return WriteCheckpointRanges(
+      plan, model.spec, model.local_ranks,
+      [&](int rank, int unit) { return model.ParamShard(rank, unit); });
+}
+
 std::vector<ShardChecksums> ModelRegistry::Checksums(ModelEntry& model) {
   absl::ReaderMutexLock shards_lock(&model.shards_mu);
   std::vector<ShardChecksums> result;

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/model_spec.h"
 #include "core/session_rules.h"
+#include "server/checkpoint.h"
 #include "server/shard_store.h"
 
 namespace summon::server {
@@ -111,6 +112,16 @@ class ModelRegistry {
                                          const std::string& path);
   absl::StatusOr<std::vector<std::string>> SaveCheckpoint(
       ModelEntry& model, const std::string& path, int64_t max_file_bytes);
+
+  // The checkpoint files a save of `model` to `path` writes; the same on
+  // every node of a cluster.
+  absl::StatusOr<CheckpointFiles> PlanSave(const ModelEntry& model,
+                                           const std::string& path,
+                                           int64_t max_file_bytes) const;
+  // This node's ranks' ranges of a planned save, into files the leader
+  // created. Returns the bytes written.
+  absl::StatusOr<int64_t> WriteSaveRanges(ModelEntry& model,
+                                          const CheckpointFiles& plan);
 
   std::vector<ShardChecksums> Checksums(ModelEntry& model);
 

@@ -224,4 +224,19 @@ grpc::Status PeerServiceImpl::NodeDeleteModel(
   return ToGrpcStatus(registry_->Remove(request->model()));
 }
 
+grpc::Status PeerServiceImpl::NodeSaveModel(
+    grpc::ServerContext*, const v1::NodeSaveModelRequest* request,
+    v1::NodeModelResponse* response) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  absl::StatusOr<CheckpointFiles> plan =
+      registry_->PlanSave(**model, request->path(), request->max_file_bytes());
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  absl::StatusOr<int64_t> bytes = registry_->WriteSaveRanges(**model, *plan);
+  if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+  response->set_bytes(*bytes);
+  return grpc::Status::OK;
+}
+
 }  // namespace summon::server

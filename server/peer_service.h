@@ -58,6 +58,9 @@ class PeerServiceImpl final : public KvStoreService {
   grpc::Status NodeDeleteModel(grpc::ServerContext* context,
                                const v1::DeleteModelRequest* request,
                                v1::NodeModelResponse* response) override;
+  grpc::Status NodeSaveModel(grpc::ServerContext* context,
+                             const v1::NodeSaveModelRequest* request,
+                             v1::NodeModelResponse* response) override;
 
  private:
   Membership* const membership_;

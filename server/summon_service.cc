@@ -63,6 +63,49 @@ absl::Status SummonServiceImpl::CreateEverywhere(
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::string>> SummonServiceImpl::SaveEverywhere(
+    ModelEntry& model, const std::string& path, int64_t max_file_bytes) {
+  // The leader creates the files, every node writes its own ranks' ranges
+  // (never a full copy anywhere), the leader commits once every byte is in.
+  absl::MutexLock save_lock(&save_mu_);
+  absl::StatusOr<CheckpointFiles> plan =
+      registry_->PlanSave(model, path, max_file_bytes);
+  if (!plan.ok()) return plan.status();
+  if (absl::Status status = CreateCheckpointFiles(*plan); !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<int64_t> local = registry_->WriteSaveRanges(model, *plan);
+  absl::Status status = local.status();
+  int64_t total = local.ok() ? *local : 0;
+  v1::NodeSaveModelRequest save;
+  save.set_model(model.name);
+  save.set_path(path);
+  save.set_max_file_bytes(max_file_bytes);
+  const std::vector<absl::Status> results = OnFollowers(
+      *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
+        v1::NodeModelResponse response;
+        grpc::Status result = stub.NodeSaveModel(&context, save, &response);
+        absl::MutexLock lock(&checksum_mu_);
+        total += response.bytes();
+        return result;
+      });
+  for (const absl::Status& result : results) {
+    if (status.ok() && !result.ok()) status = result;
+  }
+  if (status.ok() && total != plan->tensor_bytes) {
+    status = absl::InternalError(absl::StrCat("the nodes wrote ", total, " of ",
+                                              plan->tensor_bytes,
+                                              " checkpoint bytes"));
+  }
+  if (!status.ok()) {
+    AbandonCheckpointFiles(*plan);
+    return status;
+  }
+  absl::StatusOr<SavedCheckpoint> saved = CommitCheckpointFiles(*plan);
+  if (!saved.ok()) return saved.status();
+  return saved->files;
+}
+
 absl::StatusOr<int64_t> SummonServiceImpl::LoadEverywhere(
     ModelEntry& model, const std::string& path) {
   absl::StatusOr<int64_t> bytes = registry_->LoadCheckpoint(model, path);
@@ -211,10 +254,6 @@ grpc::Status SummonServiceImpl::SaveModel(grpc::ServerContext* context,
           Route(*context, &v1::Summon::Stub::SaveModel, *request, response)) {
     return *routed;
   }
-  if (cluster_ != nullptr && cluster_->size() > 1) {
-    return ToGrpcStatus(absl::UnimplementedError(
-        "saving a model that spans several nodes is not supported yet"));
-  }
   if (request->path().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("path must be set"));
   }
@@ -224,12 +263,22 @@ grpc::Status SummonServiceImpl::SaveModel(grpc::ServerContext* context,
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
-  absl::StatusOr<std::vector<std::string>> files = registry_->SaveCheckpoint(
-      **model, ResolvePath(request->path()),
-      static_cast<int64_t>(request->max_file_bytes()));
-  if (!files.ok()) return ToGrpcStatus(files.status());
+  std::vector<std::string> files;
+  if (cluster_ == nullptr) {
+    absl::StatusOr<std::vector<std::string>> saved = registry_->SaveCheckpoint(
+        **model, ResolvePath(request->path()),
+        static_cast<int64_t>(request->max_file_bytes()));
+    if (!saved.ok()) return ToGrpcStatus(saved.status());
+    files = *std::move(saved);
+  } else {
+    absl::StatusOr<std::vector<std::string>> saved = SaveEverywhere(
+        **model, std::filesystem::absolute(ResolvePath(request->path())),
+        static_cast<int64_t>(request->max_file_bytes()));
+    if (!saved.ok()) return ToGrpcStatus(saved.status());
+    files = *std::move(saved);
+  }
   int64_t bytes = 0;
-  for (const std::string& file : *files) {
+  for (const std::string& file : files) {
     response->add_files(file);
     std::error_code error;
     const auto size = std::filesystem::file_size(file, error);
@@ -267,10 +316,10 @@ grpc::Status SummonServiceImpl::ModelChecksum(
   }
   // Rank order, whichever node answered first.
   std::stable_sort(response->mutable_shards()->begin(),
-            response->mutable_shards()->end(),
-            [](const v1::ShardChecksum& a, const v1::ShardChecksum& b) {
-              return a.rank() < b.rank();
-            });
+                   response->mutable_shards()->end(),
+                   [](const v1::ShardChecksum& a, const v1::ShardChecksum& b) {
+                     return a.rank() < b.rank();
+                   });
   return grpc::Status::OK;
 }
 

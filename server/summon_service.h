@@ -99,13 +99,16 @@ class SummonServiceImpl final : public v1::Summon::Service {
   absl::Status CreateEverywhere(const v1::CreateModelRequest& request);
   absl::StatusOr<int64_t> LoadEverywhere(ModelEntry& model,
                                          const std::string& path);
+  absl::StatusOr<std::vector<std::string>> SaveEverywhere(
+      ModelEntry& model, const std::string& path, int64_t max_file_bytes);
 
   ModelRegistry* const registry_;
   SessionManager* const sessions_;
   const std::string path_root_;
   Membership* const cluster_;
   LeaderForwarder forwarder_;
-  absl::Mutex checksum_mu_;  // Followers' checksums arrive concurrently.
+  absl::Mutex checksum_mu_;  // Followers' answers arrive concurrently.
+  absl::Mutex save_mu_;      // Saves use deterministic temporary names.
 };
 
 // summon.v1.Trainer: training phases (R1, R3, R4 inputs) and shard mapping.
