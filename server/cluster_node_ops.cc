@@ -83,6 +83,7 @@ absl::Status ClusterNodeOps::Gather(const GatherOp& op) {
   request.set_rank0_only(op.rank0_only);
   request.set_home_rank(op.home_rank);
   request.set_grads(op.grads);
+  request.set_epoch(membership_->epoch());
   return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
     if (node == membership_->node_rank()) return local_->Gather(op);
     grpc::ClientContext context;
@@ -104,6 +105,7 @@ absl::Status ClusterNodeOps::Write(const WriteOp& op) {
     request.set_private_copy(op.private_copy);
     request.set_tensor(op.tensor);
     request.set_grad(op.grad);
+    request.set_epoch(membership_->epoch());
     size_t at = 0;
     do {
       const size_t piece = std::min(kWritePieceBytes, op.bytes.size() - at);
@@ -221,6 +223,7 @@ absl::StatusOr<int64_t> ClusterNodeOps::Prepare(const PrepareOp& op) {
     (*request.mutable_target_generations())[unit] = generation;
   }
   request.set_force(op.force);
+  request.set_epoch(membership_->epoch());
   std::vector<int64_t> staged(membership_->size(), 0);
   const std::vector<absl::Status> votes =
       OnEveryNode([&](int node) -> absl::Status {
@@ -250,6 +253,8 @@ absl::StatusOr<int64_t> ClusterNodeOps::Prepare(const PrepareOp& op) {
 absl::Status ClusterNodeOps::Commit(const CommitOp& op) {
   v1::NodeCommitRequest request;
   request.set_sequence(op.sequence);
+  request.set_model(op.model);
+  request.set_epoch(membership_->epoch());
   request.set_gather_id(op.gather_id);
   request.set_session_id(op.session_id);
   for (const auto& [unit, generation] : op.target_generations) {

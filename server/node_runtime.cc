@@ -80,13 +80,18 @@ absl::Status NodeRuntime::InSequence(
     uint64_t sequence, const std::function<absl::Status()>& body) {
   {
     absl::MutexLock lock(&mu_);
-    auto turn = [this, sequence]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return next_sequence_ >= sequence;
+    const uint64_t resets = resets_;
+    auto turn = [this, sequence, resets]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return next_sequence_ >= sequence || resets_ != resets;
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&turn), collective_timeout_)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "node ", node_, " waited ", absl::FormatDuration(collective_timeout_),
           " for operation ", sequence, " but is still at ", next_sequence_));
+    }
+    if (resets_ != resets) {
+      return absl::AbortedError(absl::StrCat(
+          "operation ", sequence, " belongs to a cluster epoch that ended"));
     }
     if (next_sequence_ != sequence) {
       return absl::FailedPreconditionError(
@@ -388,12 +393,16 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
 }
 
 absl::Status NodeRuntime::Commit(const CommitOp& op) {
-  absl::StatusOr<std::shared_ptr<Copy>> found = FindCopy(op.gather_id);
+  absl::StatusOr<std::shared_ptr<ModelEntry>> found = registry_->Get(op.model);
   if (!found.ok()) return found.status();
-  ModelEntry& model = *(*found)->model;
+  ModelEntry& model = **found;
   // In sequence, so that every node applies a commit at the same point
-  // relative to other sessions' gathers.
-  return InSequence(op.sequence, [&]() -> absl::Status {
+  // relative to other sessions' gathers. Sequence 0: a commit decided before
+  // a failure, finished while the cluster re-forms (nothing else runs then).
+  auto in_order = [&](const std::function<absl::Status()>& body) {
+    return op.sequence == 0 ? body() : InSequence(op.sequence, body);
+  };
+  return in_order([&]() -> absl::Status {
     std::unique_ptr<StagedGrads> grads;
     {
       absl::MutexLock lock(&mu_);
@@ -422,25 +431,32 @@ absl::Status NodeRuntime::Commit(const CommitOp& op) {
 }
 
 void NodeRuntime::Abort(const std::string& session_id) {
-  std::vector<std::shared_ptr<Copy>> copies;
   {
     absl::MutexLock lock(&mu_);
-    staged_grads_.erase(session_id);
-    for (const auto& [id, copy] : copies_) copies.push_back(copy);
+    if (session_id.empty()) {
+      staged_grads_.clear();
+    } else {
+      staged_grads_.erase(session_id);
+    }
   }
-  std::set<ModelEntry*> models;
-  for (const std::shared_ptr<Copy>& copy : copies) {
-    models.insert(copy->model.get());
-  }
-  for (ModelEntry* model : models) {
+  for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
     for (int rank : model->local_ranks) {
       std::optional<ShardStore::StagedWriteback> staged =
           model->store->Staged(rank);
-      if (staged.has_value() && staged->session_id == session_id) {
+      if (staged.has_value() &&
+          (session_id.empty() || staged->session_id == session_id)) {
         model->store->ClearStaging(rank).IgnoreError();
       }
     }
   }
+}
+
+void NodeRuntime::Reset() {
+  absl::MutexLock lock(&mu_);
+  copies_.clear();
+  staged_grads_.clear();
+  next_sequence_ = 1;
+  ++resets_;
 }
 
 }  // namespace summon::server

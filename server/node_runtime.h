@@ -64,7 +64,10 @@ struct PrepareOp {
 // COMMIT: staged data goes into the shards and every scoped unit takes its
 // target generation, on every node alike.
 struct CommitOp {
+  // 0: out of order, for commits decided before a failure and finished
+  // while the cluster re-forms.
   uint64_t sequence = 0;
+  std::string model;
   std::string gather_id;
   std::string session_id;
   std::map<int, uint64_t> target_generations;
@@ -112,7 +115,12 @@ class NodeRuntime {
   // and sets the target generations; Abort drops what was staged.
   absl::StatusOr<int64_t> Prepare(const PrepareOp& op);
   absl::Status Commit(const CommitOp& op);
+  // Drops what `session_id` staged here; an empty id drops everything
+  // staged on this node (after a re-form, once decided commits finished).
   void Abort(const std::string& session_id);
+  // After a failure: every copy and staged gradient dropped, the sequence
+  // back to 1 for the next epoch.
+  void Reset();
 
   // Frees a gather's copy / a session's private tensors.
   void Release(const std::string& gather_id);
@@ -144,6 +152,9 @@ class NodeRuntime {
   std::map<std::string, std::unique_ptr<StagedGrads>> staged_grads_
       ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // Counts Reset()s: an operation waiting for its turn across a reset
+  // belongs to a dead epoch and must not run in the next one.
+  uint64_t resets_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace summon::server

@@ -65,6 +65,16 @@ PeerServiceImpl::PeerServiceImpl(LocalKvStore& store, Membership* membership,
       registry_(registry),
       runtime_(runtime) {}
 
+grpc::Status PeerServiceImpl::Fence(uint64_t epoch) const {
+  const uint64_t current = membership_->epoch();
+  if (epoch == current) return grpc::Status::OK;
+  return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+      "node ", membership_->node_rank(),
+      " is fenced: the operation is from "
+      "cluster epoch ",
+      absl::Hex(epoch), ", the node is in epoch ", absl::Hex(current))));
+}
+
 grpc::Status PeerServiceImpl::Join(grpc::ServerContext*,
                                    const v1::JoinRequest* request,
                                    v1::JoinResponse* response) {
@@ -87,6 +97,9 @@ grpc::Status PeerServiceImpl::Heartbeat(grpc::ServerContext*,
 grpc::Status PeerServiceImpl::NodeGather(grpc::ServerContext*,
                                          const v1::NodeGatherRequest* request,
                                          v1::NodeGatherResponse*) {
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
   absl::StatusOr<SessionOptions> options =
       SessionOptionsFromProto(request->scope());
   if (!options.ok()) return ToGrpcStatus(options.status());
@@ -99,6 +112,9 @@ grpc::Status PeerServiceImpl::NodeGather(grpc::ServerContext*,
 grpc::Status PeerServiceImpl::NodeWrite(grpc::ServerContext*,
                                         const v1::NodeWriteRequest* request,
                                         v1::NodeWriteResponse*) {
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
   WriteOp op;
   op.gather_id = request->gather_id();
   op.session_id = request->session_id();
@@ -145,6 +161,9 @@ grpc::Status PeerServiceImpl::NodeStats(grpc::ServerContext*,
 grpc::Status PeerServiceImpl::NodePrepare(grpc::ServerContext*,
                                           const v1::NodePrepareRequest* request,
                                           v1::NodePrepareResponse* response) {
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
   PrepareOp op;
   op.sequence = request->sequence();
   op.gather_id = request->gather_id();
@@ -163,11 +182,16 @@ grpc::Status PeerServiceImpl::NodePrepare(grpc::ServerContext*,
 grpc::Status PeerServiceImpl::NodeCommit(grpc::ServerContext*,
                                          const v1::NodeCommitRequest* request,
                                          v1::NodeCommitResponse*) {
-  CommitOp op{request->sequence(),
-              request->gather_id(),
-              request->session_id(),
-              {request->target_generations().begin(),
-               request->target_generations().end()}};
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
+  CommitOp op;
+  op.sequence = request->sequence();
+  op.model = request->model();
+  op.gather_id = request->gather_id();
+  op.session_id = request->session_id();
+  op.target_generations = {request->target_generations().begin(),
+                           request->target_generations().end()};
   return ToGrpcStatus(runtime_->Commit(op));
 }
 

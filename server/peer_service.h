@@ -63,6 +63,9 @@ class PeerServiceImpl final : public KvStoreService {
                              v1::NodeModelResponse* response) override;
 
  private:
+  // FAILED_PRECONDITION unless `epoch` is this node's current epoch.
+  grpc::Status Fence(uint64_t epoch) const;
+
   Membership* const membership_;
   ModelRegistry* const registry_;
   NodeRuntime* const runtime_;

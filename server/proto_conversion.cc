@@ -188,7 +188,7 @@ void ModelToProto(ModelEntry& model, v1::Model* out) {
     state->set_rank(rank);
     state->set_phase(PhaseToProto(model.runtime.phase_per_rank[rank]));
     if (model.steps[rank].has_value()) state->set_step(*model.steps[rank]);
-    state->set_has_grads(model.store->HasGrads(rank));
+    state->set_has_grads(model.grads_by_rank[rank]);
   }
 }
 

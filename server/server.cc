@@ -126,6 +126,10 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   if (absl::Status recovered = server->registry_->Recover(); !recovered.ok()) {
     return recovered;
   }
+  // A single node finishes (or drops) writebacks interrupted by a crash
+  // now; a cluster's leader does it each time the cluster forms.
+  if (server->membership_ == nullptr)
+    server->sessions_->ResolvePendingCommits();
   const Spec& s = server->spec_;
   std::vector<std::string> listeners;
   grpc::ServerBuilder builder;
@@ -170,6 +174,7 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
     server->membership_->Start(
         [raw, health] {
           raw->runtime_->SetCommunicator(raw->membership_->communicator());
+          if (raw->membership_->is_leader()) raw->sessions_->OnClusterFormed();
           health->SetServingStatus(true);
           health->SetServingStatus(pb::Summon::service_full_name(), true);
           health->SetServingStatus(pb::Trainer::service_full_name(), true);
@@ -178,6 +183,8 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
           health->SetServingStatus(false);
           health->SetServingStatus(pb::Summon::service_full_name(), false);
           health->SetServingStatus(pb::Trainer::service_full_name(), false);
+          raw->runtime_->SetCommunicator(nullptr);
+          raw->runtime_->Reset();
           raw->sessions_->AbortAll(reason);
         });
   }

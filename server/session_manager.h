@@ -148,6 +148,14 @@ class SessionManager {
   // on them answer NOT_FOUND, new opens are refused by the cluster gate.
   int AbortAll(const absl::Status& reason);
 
+  // A cluster (re-)formed: collectives start again at sequence 1, and
+  // writebacks decided before a failure finish.
+  void OnClusterFormed();
+  // R8: finishes every writeback whose COMMIT was decided but did not reach
+  // every node (recorded in <data-dir>/commits, so a restarted leader
+  // finishes them too), then drops data staged for anything else.
+  void ResolvePendingCommits();
+
   // Aborts sessions whose lease passed; returns how many. The reaper thread
   // calls it; tests call it with an injected clock.
   int ReapExpired();
@@ -171,6 +179,9 @@ class SessionManager {
   absl::StatusOr<int> FindTensor(const Session& session, const std::string& fqn,
                                  bool grad) const;
   void ReaperLoop();
+  // The decision log of pending commits (a no-op without a data dir).
+  void RecordDecision(const CommitOp& commit);
+  void ForgetDecision(const std::string& session_id);
 
   ModelRegistry* const registry_;
   const Options options_;
@@ -189,6 +200,8 @@ class SessionManager {
   std::vector<int64_t> memory_per_node_ ABSL_GUARDED_BY(mu_);
   // Collectives get consecutive numbers; every node runs them in order.
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // COMMITs decided but not yet acknowledged by every node, by session.
+  std::map<std::string, CommitOp> pending_commits_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };

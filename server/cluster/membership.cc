@@ -43,7 +43,6 @@ Membership::~Membership() {
     if (communicator_) communicator_->Abort();
   }
   if (thread_.joinable()) thread_.join();
-  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
 void Membership::Start(std::function<void()> on_ready,
@@ -57,7 +56,6 @@ void Membership::Start(std::function<void()> on_ready,
     self.set_incarnation(incarnation_);
     self.set_alive(true);
     joined_[0] = self;
-    epoch_ = incarnation_;
   }
   thread_ = std::thread([this, on_ready] { Run(on_ready); });
 }
@@ -129,21 +127,31 @@ absl::StatusOr<v1::JoinResponse> Membership::HandleJoin(
         absl::StrCat("node ", node, " hosts ", request.local_ranks(),
                      " local ranks but the cluster has ", spec_.local_ranks));
   }
-  absl::MutexLock lock(&mu_);
-  auto it = joined_.find(node);
-  if (it == joined_.end() ||
-      it->second.incarnation() != request.node().incarnation()) {
-    if (ready_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "node ", node, " rejoined a running cluster; restart the cluster"));
+  bool restarted_while_ready = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = joined_.find(node);
+    const bool known = it != joined_.end() &&
+                       it->second.incarnation() == request.node().incarnation();
+    if (!known) {
+      restarted_while_ready = ready_;
+      v1::NodeInfo info = request.node();
+      info.set_alive(true);
+      joined_[node] = info;
+      spdlog::info("cluster: node {} joined (incarnation {:x})", node,
+                   info.incarnation());
     }
-    v1::NodeInfo info = request.node();
-    info.set_alive(true);
-    joined_[node] = info;
-    spdlog::info("cluster: node {} joined ({}/{})", node, joined_.size(),
-                 size());
+    last_heartbeat_[node] = absl::Now();
   }
-  last_heartbeat_[node] = absl::Now();
+  if (restarted_while_ready) {
+    // Its previous life's copies and staged data are gone from the
+    // cluster's view: treat it as a failure and re-form.
+    Fail(absl::UnavailableError(
+        absl::StrCat("node ", node,
+                     " restarted; sessions were aborted and the cluster "
+                     "re-forms")));
+  }
+  absl::MutexLock lock(&mu_);
   return Roster();
 }
 
@@ -162,7 +170,12 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::HandleHeartbeat(
   return response;
 }
 
-std::optional<uint64_t> Membership::JoinLeader() {
+uint64_t Membership::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+std::optional<uint64_t> Membership::JoinLeader(uint64_t previous_epoch) {
   auto stub = v1::Peer::NewStub(ChannelTo(0));
   v1::JoinRequest request;
   request.mutable_node()->set_node_rank(spec_.node_rank);
@@ -178,7 +191,9 @@ std::optional<uint64_t> Membership::JoinLeader() {
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
     v1::JoinResponse response;
     const grpc::Status status = stub->Join(&context, request, &response);
-    if (status.ok() && response.nodes_size() == size()) {
+    // Epoch 0: the leader still waits for every node to be alive.
+    if (status.ok() && response.membership_epoch() != 0 &&
+        response.membership_epoch() != previous_epoch) {
       absl::MutexLock lock(&mu_);
       for (const v1::NodeInfo& info : response.nodes()) {
         joined_[info.node_rank()] = info;
@@ -195,23 +210,29 @@ std::optional<uint64_t> Membership::JoinLeader() {
   }
 }
 
-void Membership::Run(std::function<void()> on_ready) {
-  uint64_t epoch = 0;
+bool Membership::WaitForEveryNode() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const absl::Time now = absl::Now();
+    int alive = 1;
+    for (int node = 1; node < size(); ++node) {
+      auto it = last_heartbeat_.find(node);
+      if (joined_.count(node) > 0 && it != last_heartbeat_.end() &&
+          now - it->second <= spec_.failure_timeout) {
+        ++alive;
+      }
+    }
+    if (alive == size()) return true;
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), kJoinRetry);
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Membership::Connect(
+    uint64_t epoch) {
   std::unique_ptr<KvStore> remote;
   KvStore* store = store_;
-  if (is_leader()) {
-    // Every follower joins; then everyone meets in the rendezvous store.
-    absl::MutexLock lock(&mu_);
-    auto all_joined = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || static_cast<int>(joined_.size()) == size();
-    };
-    mu_.Await(absl::Condition(&all_joined));
-    if (stopping_) return;
-    epoch = epoch_;
-  } else {
-    std::optional<uint64_t> joined = JoinLeader();
-    if (!joined.has_value()) return;
-    epoch = *joined;
+  if (!is_leader()) {
     remote = std::make_unique<RemoteKvStore>(ChannelTo(0));
     store = remote.get();
   }
@@ -224,26 +245,64 @@ void Membership::Run(std::function<void()> on_ready) {
   gloo.connect_timeout = spec_.collective_timeout;
   absl::StatusOr<std::unique_ptr<GlooCommunicator>> communicator =
       GlooCommunicator::Create(gloo, rendezvous);
-  if (!communicator.ok()) {
-    spdlog::error("cluster: node {} could not connect to its peers: {}",
-                  spec_.node_rank, communicator.status().ToString());
-    return;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;
-    communicator_ = *std::move(communicator);
-    ready_ = true;
-    // Heartbeats start now; joins may be long past.
-    for (int node = 0; node < size(); ++node) {
-      last_heartbeat_[node] = absl::Now();
+  if (!communicator.ok()) return communicator.status();
+  return std::unique_ptr<Communicator>(*std::move(communicator));
+}
+
+void Membership::Run(std::function<void()> on_ready) {
+  uint64_t previous_epoch = 0;
+  while (true) {
+    uint64_t epoch = 0;
+    if (is_leader()) {
+      // Every follower joined and is alive; then everyone meets in the
+      // rendezvous store under a fresh epoch.
+      if (!WaitForEveryNode()) return;
+      absl::MutexLock lock(&mu_);
+      epoch_ = NewIncarnation() | 1;
+      epoch = epoch_;
+    } else {
+      std::optional<uint64_t> joined = JoinLeader(previous_epoch);
+      if (!joined.has_value()) return;
+      epoch = *joined;
     }
+    absl::StatusOr<std::unique_ptr<Communicator>> communicator = Connect(epoch);
+    if (!communicator.ok()) {
+      spdlog::error("cluster: node {} could not connect to its peers: {}",
+                    spec_.node_rank, communicator.status().ToString());
+      absl::MutexLock lock(&mu_);
+      if (is_leader()) epoch_ = 0;
+      previous_epoch = epoch;
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      if (communicator_) retired_.push_back(std::move(communicator_));
+      communicator_ = *std::move(communicator);
+      failure_.reset();
+      // Heartbeats start now; joins may be long past.
+      for (int node = 0; node < size(); ++node) {
+        last_heartbeat_[node] = absl::Now();
+      }
+    }
+    // Runtimes reset and pending commits resolve before any client call is
+    // let through.
+    on_ready();
+    {
+      absl::MutexLock lock(&mu_);
+      ready_ = true;
+    }
+    spdlog::info(
+        "cluster: node {} READY ({} nodes x {} local ranks, epoch "
+        "{:x})",
+        spec_.node_rank, size(), spec_.local_ranks, epoch);
+    if (is_leader()) {
+      MonitorLoop();
+    } else {
+      HeartbeatLoop(epoch);
+    }
+    previous_epoch = epoch;
   }
-  spdlog::info("cluster: node {} READY ({} nodes x {} local ranks)",
-               spec_.node_rank, size(), spec_.local_ranks);
-  heartbeat_thread_ =
-      std::thread([this] { is_leader() ? MonitorLoop() : HeartbeatLoop(); });
-  on_ready();
 }
 
 void Membership::Fail(const absl::Status& reason) {
@@ -252,6 +311,7 @@ void Membership::Fail(const absl::Status& reason) {
     if (failure_.has_value() || stopping_) return;
     failure_ = reason;
     ready_ = false;
+    if (is_leader()) epoch_ = 0;
     // Nothing may wait for the lost node: blocked collectives fail now.
     if (communicator_) communicator_->Abort();
   }
@@ -263,7 +323,7 @@ void Membership::MonitorLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_ && !failure_.has_value()) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), spec_.heartbeat_interval);
-    if (stopping_) break;
+    if (stopping_ || failure_.has_value()) break;
     const absl::Time now = absl::Now();
     for (int node = 1; node < size(); ++node) {
       auto it = last_heartbeat_.find(node);
@@ -272,7 +332,8 @@ void Membership::MonitorLoop() {
         const absl::Status reason = absl::UnavailableError(absl::StrCat(
             "node ", node, " failed: no heartbeat for ",
             absl::FormatDuration(now - last),
-            "; sessions were aborted and the cluster must be restarted"));
+            "; sessions were aborted and the cluster re-forms when it is "
+            "back"));
         mu_.Unlock();
         Fail(reason);
         mu_.Lock();
@@ -282,7 +343,7 @@ void Membership::MonitorLoop() {
   }
 }
 
-void Membership::HeartbeatLoop() {
+void Membership::HeartbeatLoop(uint64_t epoch) {
   auto stub = v1::Peer::NewStub(ChannelTo(0));
   absl::Time last_answer = absl::Now();
   absl::MutexLock lock(&mu_);
@@ -298,14 +359,19 @@ void Membership::HeartbeatLoop() {
     request.set_incarnation(incarnation_);
     v1::HeartbeatResponse response;
     const grpc::Status status = stub->Heartbeat(&context, request, &response);
-    if (status.ok()) {
+    if (status.ok() && response.membership_epoch() == epoch) {
       last_answer = absl::Now();
+    } else if (status.ok()) {
+      // The leader lost a node (or restarted): this node's view is stale,
+      // so it is fenced until it rejoins the next epoch.
+      Fail(absl::UnavailableError(
+          "the cluster lost a node; sessions were aborted and the cluster "
+          "re-forms"));
     } else if (absl::Now() - last_answer > spec_.failure_timeout ||
                status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-      // The leader is gone, or no longer counts this node as a member.
       Fail(absl::UnavailableError(
           absl::StrCat("node 0 (the leader) failed: ", status.error_message(),
-                       "; the cluster must be restarted")));
+                       "; the cluster re-forms when it is back")));
     } else {
       spdlog::warn("cluster: heartbeat to the leader failed: {}",
                    status.error_message());

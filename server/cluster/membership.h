@@ -63,18 +63,28 @@ class Membership {
   // The Peer and Summon stubs' channel to a node (cached).
   std::shared_ptr<grpc::Channel> ChannelTo(int node);
 
+  // The current epoch: changes every time the cluster (re-)forms; 0 while
+  // it is not formed. Node operations carry it, so a node fenced out of an
+  // earlier epoch (stopped, then resumed) cannot apply stale ones.
+  uint64_t epoch() const;
+
   // Leader side of the Peer RPCs.
   absl::StatusOr<v1::JoinResponse> HandleJoin(const v1::JoinRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> HandleHeartbeat(
       const v1::HeartbeatRequest& request);
 
  private:
+  // Forms the cluster, watches it, and re-forms it after a failure once
+  // every node is alive again, until stopped.
   void Run(std::function<void()> on_ready);
-  // Followers: Join until the leader reports every node joined. Returns the
-  // leader's epoch, or nullopt when stopping.
-  std::optional<uint64_t> JoinLeader();
+  // Followers: Join until the leader hands out an epoch other than
+  // `previous_epoch`. Nullopt when stopping.
+  std::optional<uint64_t> JoinLeader(uint64_t previous_epoch);
+  // Leader: until every follower joined and heartbeats. False when stopping.
+  bool WaitForEveryNode();
+  absl::StatusOr<std::unique_ptr<Communicator>> Connect(uint64_t epoch);
   v1::JoinResponse Roster() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HeartbeatLoop();
+  void HeartbeatLoop(uint64_t epoch);
   // The leader's watch over its followers' heartbeats.
   void MonitorLoop();
   void Fail(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(mu_);
@@ -92,9 +102,11 @@ class Membership {
   std::optional<absl::Status> failure_ ABSL_GUARDED_BY(mu_);
   std::function<void(const absl::Status&)> on_failure_;
   std::unique_ptr<Communicator> communicator_ ABSL_GUARDED_BY(mu_);
+  // Communicators of earlier epochs: a runtime may still be returning from
+  // an aborted collective on one, so they live as long as the membership.
+  std::vector<std::unique_ptr<Communicator>> retired_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
-  std::thread heartbeat_thread_;
 };
 
 }  // namespace summon::server
