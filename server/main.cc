@@ -44,6 +44,10 @@ ABSL_FLAG(std::string, data_dir, "",
 ABSL_FLAG(std::vector<std::string>, admins, {},
           "Principals (summon-principal metadata) allowed to operate any "
           "session.");
+ABSL_FLAG(int32_t, max_sessions_per_principal, 64,
+          "Most sessions one principal may hold at once; 0: no limit.");
+ABSL_FLAG(int32_t, max_open_streams, 256,
+          "Most tensor read/write streams in flight; 0: no limit.");
 ABSL_FLAG(int64_t, memory_budget, 0,
           "Most bytes this node's session copies may take; 0: no limit.");
 ABSL_FLAG(int32_t, heartbeat_ms, 1000,
@@ -114,6 +118,9 @@ SummonServer::Spec SpecFromFlags() {
   spec.nodes = absl::GetFlag(FLAGS_nodes);
   spec.data_dir = absl::GetFlag(FLAGS_data_dir);
   spec.admins = absl::GetFlag(FLAGS_admins);
+  spec.max_sessions_per_principal =
+      absl::GetFlag(FLAGS_max_sessions_per_principal);
+  spec.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
   spec.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget);
   spec.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/fault_points.h"
 #include "server/node_runtime_internal.h"
 
 namespace summon::server {
@@ -203,6 +204,7 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
       }
     }
     if (nodes == 1) return absl::OkStatus();
+    FaultPoint("gather.before_exchange");
 
     // Exchange: every node's ranges reach the nodes holding copies.
     std::vector<int64_t> recv_sizes(nodes);
@@ -383,6 +385,7 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
     }
     absl::MutexLock lock(&mu_);
     staged_grads_[op.session_id] = std::move(grads);
+    FaultPoint("prepare.after_stage");
     return absl::OkStatus();
   });
   if (!status.ok()) {
@@ -413,6 +416,7 @@ absl::Status NodeRuntime::Commit(const CommitOp& op) {
       }
     }
     absl::MutexLock shards_lock(&model.shards_mu);
+    FaultPoint("commit.before_apply");
     absl::Status status = model.store->CommitStaging(op.session_id);
     // A node whose ranks own nothing of the scope staged nothing.
     if (!status.ok() && !absl::IsNotFound(status)) return status;
@@ -426,6 +430,7 @@ absl::Status NodeRuntime::Commit(const CommitOp& op) {
     for (const auto& [unit, generation] : op.target_generations) {
       model.store->SetGeneration(unit, generation);
     }
+    FaultPoint("commit.after_apply");
     return absl::OkStatus();
   });
 }

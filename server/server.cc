@@ -84,6 +84,7 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
   SessionManager::Options session_options;
   session_options.memory_budget_bytes = spec_.memory_budget_bytes;
   session_options.admins = spec_.admins;
+  session_options.max_sessions_per_principal = spec_.max_sessions_per_principal;
   session_options.reaper_interval = spec_.reaper_interval;
   session_options.collective_timeout = spec_.collective_timeout;
   if (nodes > 1) {
@@ -107,7 +108,8 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
   sessions_ =
       std::make_unique<SessionManager>(registry_.get(), session_options);
   summon_service_ = std::make_unique<SummonServiceImpl>(
-      registry_.get(), sessions_.get(), spec_.data_dir, membership_.get());
+      registry_.get(), sessions_.get(), spec_.data_dir, membership_.get(),
+      spec_.max_open_streams);
   trainer_service_ = std::make_unique<TrainerServiceImpl>(
       registry_.get(), sessions_.get(), membership_.get());
 }

@@ -48,6 +48,11 @@ class SummonServer {
     int64_t memory_budget_bytes = 0;
     // Principals allowed to operate any session (R12).
     std::vector<std::string> admins;
+    // Most sessions one principal may hold at once; 0: no limit.
+    int max_sessions_per_principal = 64;
+    // Most tensor streams (reads and writes) in flight at once; more are
+    // refused with RESOURCE_EXHAUSTED. 0: no limit.
+    int max_open_streams = 256;
     // How often expired leases are looked for.
     absl::Duration reaper_interval = absl::Milliseconds(200);
     absl::Duration heartbeat_interval = absl::Seconds(1);

@@ -156,6 +156,16 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
   GatherOp op;
   {
     absl::MutexLock lock(&mu_);
+    if (options_.max_sessions_per_principal > 0) {
+      int held = 0;
+      for (const auto& [id, other] : sessions_)
+        held += other->owner == principal;
+      if (held >= options_.max_sessions_per_principal) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "principal '", principal, "' already holds ", held,
+            " sessions, the most allowed (--max-sessions-per-principal)"));
+      }
+    }
     absl::MutexLock runtime_lock(&model->runtime_mu);
     core::OpenRequest request{scope->units, RanksOfScope(spec, *scope),
                               options.writeback};

@@ -81,6 +81,8 @@ class SessionManager {
     absl::Duration reaper_interval = absl::Milliseconds(200);
     absl::Duration max_lease = absl::Hours(24);
     std::function<absl::Time()> clock = absl::Now;
+    // Most sessions one principal may hold at once; 0: no limit.
+    int max_sessions_per_principal = 64;
     // Moves the bytes. Null: this single node's own runtime.
     NodeOps* node_ops = nullptr;
     absl::Duration collective_timeout = absl::Seconds(30);

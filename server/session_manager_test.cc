@@ -47,7 +47,8 @@ std::vector<float> Seeded(const std::string& fqn, int64_t numel) {
 class SessionManagerTest : public ::testing::Test {
  protected:
   void Start(int local_ranks, std::optional<core::Strategy> strategy,
-             std::vector<int> grad_ranks = {}, int64_t budget = 0) {
+             std::vector<int> grad_ranks = {}, int64_t budget = 0,
+             int max_sessions = 64) {
     static int counter = 0;
     sessions_.reset();
     registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
@@ -55,6 +56,7 @@ class SessionManagerTest : public ::testing::Test {
         core::Topology{1, local_ranks}, 0});
     SessionManager::Options options;
     options.memory_budget_bytes = budget;
+    options.max_sessions_per_principal = max_sessions;
     options.admins = {"root"};
     options.clock = [this] { return now_; };
     sessions_ = std::make_unique<SessionManager>(registry_.get(), options);
@@ -298,6 +300,20 @@ TEST_F(SessionManagerTest, R9_OpenBeyondTheBudgetFailsBeforeAllocating) {
   EXPECT_EQ(sessions_->MemoryInUse(), 140);
   EXPECT_EQ(sessions_->Open("m", Scoped("layers.0"), "alice").status().code(),
             absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(SessionManagerTest, SessionsPerPrincipalAreLimited) {
+  Start(2, core::Strategy::kFullShard, {}, 0, /*max_sessions=*/2);
+  SessionOptions read_only;
+  read_only.writeback = false;
+  SessionInfo first = Open(read_only);
+  SessionInfo second = Open(read_only);
+  auto third = sessions_->Open("m", read_only, "alice");
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("alice"), std::string::npos);
+  EXPECT_TRUE(sessions_->Open("m", read_only, "bob").ok());  // Per principal.
+  ASSERT_TRUE(sessions_->Close(first.id, false, false, "alice").ok());
+  EXPECT_TRUE(sessions_->Open("m", read_only, "alice").ok());
 }
 
 TEST_F(SessionManagerTest, R11_R12_UnknownIdsAndOtherPrincipals) {

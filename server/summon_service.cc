@@ -28,12 +28,28 @@ std::string PrincipalOf(const grpc::ServerContext& context) {
 
 SummonServiceImpl::SummonServiceImpl(ModelRegistry* registry,
                                      SessionManager* sessions,
-                                     std::string path_root, Membership* cluster)
+                                     std::string path_root, Membership* cluster,
+                                     int max_open_streams)
     : registry_(registry),
       sessions_(sessions),
       path_root_(std::move(path_root)),
       cluster_(cluster),
-      forwarder_(cluster) {}
+      forwarder_(cluster),
+      max_open_streams_(max_open_streams) {}
+
+SummonServiceImpl::StreamSlot::StreamSlot(SummonServiceImpl& service)
+    : service_(service) {
+  const int open = service_.open_streams_.fetch_add(1) + 1;
+  if (service_.max_open_streams_ > 0 && open > service_.max_open_streams_) {
+    status_ = absl::ResourceExhaustedError(absl::StrCat(
+        "too many tensor streams in flight (", service_.max_open_streams_,
+        ", --max-open-streams); retry later"));
+  }
+}
+
+SummonServiceImpl::StreamSlot::~StreamSlot() {
+  service_.open_streams_.fetch_sub(1);
+}
 
 absl::Status SummonServiceImpl::CreateEverywhere(
     const v1::CreateModelRequest& request) {
@@ -436,6 +452,8 @@ grpc::Status SummonServiceImpl::CloseSession(
 grpc::Status SummonServiceImpl::ReadTensor(
     grpc::ServerContext* context, const v1::ReadTensorRequest* request,
     grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
+  const StreamSlot slot(*this);
+  if (!slot.status().ok()) return ToGrpcStatus(slot.status());
   if (cluster_ != nullptr) {
     if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
       return ToGrpcStatus(ready);
@@ -494,6 +512,8 @@ grpc::Status SummonServiceImpl::WriteTensor(
     grpc::ServerContext* context,
     grpc::ServerReader<v1::WriteTensorRequest>* reader,
     v1::WriteTensorResponse* response) {
+  const StreamSlot slot(*this);
+  if (!slot.status().ok()) return ToGrpcStatus(slot.status());
   if (cluster_ != nullptr) {
     if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
       return ToGrpcStatus(ready);

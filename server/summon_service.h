@@ -1,6 +1,7 @@
 #ifndef SUMMON_SERVER_SUMMON_SERVICE_H_
 #define SUMMON_SERVER_SUMMON_SERVICE_H_
 
+#include <atomic>
 #include <optional>
 #include <string>
 
@@ -26,7 +27,8 @@ class SummonServiceImpl final : public v1::Summon::Service {
   // every call (applying model operations on every node) and followers
   // forward their clients' calls to it.
   SummonServiceImpl(ModelRegistry* registry, SessionManager* sessions,
-                    std::string path_root, Membership* cluster = nullptr);
+                    std::string path_root, Membership* cluster = nullptr,
+                    int max_open_streams = 0);
 
   grpc::Status ListModels(grpc::ServerContext* context,
                           const v1::ListModelsRequest* request,
@@ -102,11 +104,26 @@ class SummonServiceImpl final : public v1::Summon::Service {
   absl::StatusOr<std::vector<std::string>> SaveEverywhere(
       ModelEntry& model, const std::string& path, int64_t max_file_bytes);
 
+  // Counts a tensor stream for its lifetime; RESOURCE_EXHAUSTED beyond the
+  // limit.
+  class StreamSlot {
+   public:
+    explicit StreamSlot(SummonServiceImpl& service);
+    ~StreamSlot();
+    absl::Status status() const { return status_; }
+
+   private:
+    SummonServiceImpl& service_;
+    absl::Status status_;
+  };
+
   ModelRegistry* const registry_;
   SessionManager* const sessions_;
   const std::string path_root_;
   Membership* const cluster_;
   LeaderForwarder forwarder_;
+  const int max_open_streams_;
+  std::atomic<int> open_streams_{0};
   absl::Mutex checksum_mu_;  // Followers' answers arrive concurrently.
   absl::Mutex save_mu_;      // Saves use deterministic temporary names.
 };
