@@ -286,24 +286,20 @@ void ClusterNodeOps::Abort(const std::string& session_id) {
 
 void ClusterNodeOps::Release(const std::string& gather_id) {
   local_->Release(gather_id);
-  Enqueue([this, gather_id] {
-    v1::NodeReleaseRequest request;
-    request.set_gather_id(gather_id);
-    for (int node = 0; node < membership_->size(); ++node) {
-      if (node == membership_->node_rank()) continue;
-      grpc::ClientContext context;
-      Deadline(context);
-      v1::NodeReleaseResponse response;
-      Stub(node)->NodeRelease(&context, request, &response);
-    }
-  });
+  v1::NodeReleaseRequest request;
+  request.set_gather_id(gather_id);
+  ReleaseOnPeers(std::move(request));
 }
 
 void ClusterNodeOps::ReleaseSession(const std::string& session_id) {
   local_->ReleaseSession(session_id);
-  Enqueue([this, session_id] {
-    v1::NodeReleaseRequest request;
-    request.set_session_id(session_id);
+  v1::NodeReleaseRequest request;
+  request.set_session_id(session_id);
+  ReleaseOnPeers(std::move(request));
+}
+
+void ClusterNodeOps::ReleaseOnPeers(v1::NodeReleaseRequest request) {
+  Enqueue([this, request = std::move(request)] {
     for (int node = 0; node < membership_->size(); ++node) {
       if (node == membership_->node_rank()) continue;
       grpc::ClientContext context;

@@ -48,6 +48,7 @@ class ClusterNodeOps final : public NodeOps {
   std::unique_ptr<v1::Peer::Stub> Stub(int node);
   void Deadline(grpc::ClientContext& context) const;
   // Releases are fire-and-forget (they run under the manager's lock).
+  void ReleaseOnPeers(v1::NodeReleaseRequest request);
   void Enqueue(std::function<void()> task);
   void Worker();
 
