@@ -364,7 +364,7 @@ absl::StatusOr<SessionInfo> SessionManager::Renew(
 
 absl::StatusOr<CloseResult> SessionManager::Close(
     const std::string& id, bool abort, bool force,
-    const std::string& principal) {
+    const std::string& principal, const std::function<bool()>& cancelled) {
   const absl::Time started = options_.clock();
   std::shared_ptr<Session> session;
   PrepareOp prepare;
@@ -408,6 +408,14 @@ absl::StatusOr<CloseResult> SessionManager::Close(
   // Two phases: nothing reaches a shard unless every node staged (R8).
   // Writebacks of one model run one at a time (a rank stages one session).
   absl::MutexLock writeback_lock(&session->model->writeback_mu);
+  if (cancelled()) {
+    absl::MutexLock lock(&mu_);
+    session->state = core::SessionState::kOpen;
+    return absl::CancelledError(absl::StrCat(
+        "the close of session ", id,
+        " was cancelled before its writeback began; the session is still "
+        "open"));
+  }
   {
     absl::MutexLock lock(&mu_);
     prepare.sequence = next_sequence_++;

@@ -105,8 +105,13 @@ class SessionManager {
   // Writes back (writeback sessions, unless `abort`) and frees the session.
   // R7: ABORTED when a scoped unit's generation moved since the gather,
   // unless `force`; the session then stays open so the caller can decide.
-  absl::StatusOr<CloseResult> Close(const std::string& id, bool abort,
-                                    bool force, const std::string& principal);
+  // `cancelled` is asked once the writeback's turn came: a caller that gave
+  // up meanwhile (deadline, disconnect) gets CANCELLED and nothing is
+  // written, so it never believes a write failed that landed.
+  absl::StatusOr<CloseResult> Close(
+      const std::string& id, bool abort, bool force,
+      const std::string& principal,
+      const std::function<bool()>& cancelled = [] { return false; });
 
   // Streams elements [offset, offset + count) of a tensor, converted to
   // `dtype` when given, in chunks of about `chunk_bytes`.

@@ -290,6 +290,23 @@ TEST_F(SessionManagerTest, R7_WritebackRefusedAfterAStepUnlessForced) {
   EXPECT_TRUE(forced->written_back);
 }
 
+TEST_F(SessionManagerTest, CloseCancelledBeforeItsWritebackWritesNothing) {
+  Start(2, core::Strategy::kFullShard);
+  SessionInfo info = Open(Scoped("layers.0"));
+  WriteAll(info.id, "layers.0.w", Doubled(Seeded("layers.0.w", 25)));
+  auto cancelled =
+      sessions_->Close(info.id, false, false, "alice", [] { return true; });
+  EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled);
+  auto still = sessions_->Get(info.id, "alice");
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(still->state, core::SessionState::kOpen);
+  ASSERT_TRUE(sessions_->Close(info.id, true, false, "alice").ok());
+  SessionOptions read_only;
+  read_only.writeback = false;
+  SessionInfo check = Open(read_only);
+  EXPECT_EQ(Read(check.id, "layers.0.w"), Seeded("layers.0.w", 25));
+}
+
 TEST_F(SessionManagerTest, R9_OpenBeyondTheBudgetFailsBeforeAllocating) {
   Start(2, core::Strategy::kFullShard, {}, /*budget=*/200);
   // layers.1.w alone is 140 bytes; the root scope is far more.

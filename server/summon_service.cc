@@ -435,9 +435,9 @@ grpc::Status SummonServiceImpl::CloseSession(
                           response)) {
     return *routed;
   }
-  absl::StatusOr<CloseResult> result =
-      sessions_->Close(request->session_id(), request->abort(),
-                       request->force(), PrincipalOf(*context));
+  absl::StatusOr<CloseResult> result = sessions_->Close(
+      request->session_id(), request->abort(), request->force(),
+      PrincipalOf(*context), [context] { return context->IsCancelled(); });
   if (!result.ok()) return ToGrpcStatus(result.status());
   response->set_written_back(result->written_back);
   response->set_bytes_written(result->bytes_written);
