@@ -25,11 +25,13 @@ absl::Status OnNode(int node, const absl::Status& status) {
 }  // namespace
 
 ClusterNodeOps::ClusterNodeOps(Membership* membership, NodeRuntime* local,
-                               absl::Duration collective_timeout)
+                               absl::Duration collective_timeout,
+                               absl::Duration failure_wait)
     : membership_(membership),
       local_(local),
       // A node's part waits for its turn and then for the collective.
-      rpc_timeout_(collective_timeout * 2 + absl::Seconds(5)) {
+      rpc_timeout_(collective_timeout * 2 + absl::Seconds(5)),
+      failure_wait_(failure_wait) {
   worker_ = std::thread([this] { Worker(); });
 }
 
@@ -49,6 +51,30 @@ void ClusterNodeOps::Deadline(grpc::ClientContext& context) const {
   context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
 }
 
+// A ClientContext registered for CancelInFlight while it lives.
+class ClusterNodeOps::Call {
+ public:
+  explicit Call(const ClusterNodeOps& ops) : ops_(ops) {
+    ops_.Deadline(context_);
+    absl::MutexLock lock(&ops_.calls_mu_);
+    ops_.calls_.insert(&context_);
+  }
+  ~Call() {
+    absl::MutexLock lock(&ops_.calls_mu_);
+    ops_.calls_.erase(&context_);
+  }
+  grpc::ClientContext* get() { return &context_; }
+
+ private:
+  const ClusterNodeOps& ops_;
+  grpc::ClientContext context_;
+};
+
+void ClusterNodeOps::CancelInFlight() {
+  absl::MutexLock lock(&calls_mu_);
+  for (grpc::ClientContext* context : calls_) context->TryCancel();
+}
+
 std::vector<absl::Status> ClusterNodeOps::OnEveryNode(
     const std::function<absl::Status(int node)>& op) {
   const int nodes = membership_->size();
@@ -65,9 +91,23 @@ std::vector<absl::Status> ClusterNodeOps::OnEveryNode(
 }
 
 absl::Status ClusterNodeOps::FirstFailure(
-    const std::vector<absl::Status>& results) {
+    const std::vector<absl::Status>& results) const {
   for (const absl::Status& status : results) {
-    if (!status.ok()) return status;
+    if (status.ok()) continue;
+    // A lost peer shows up first as a broken collective on whichever node
+    // noticed; the membership names the node that failed, once it has
+    // declared it (within the failure timeout).
+    if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+        absl::IsCancelled(status) || absl::IsAborted(status)) {
+      const absl::Time give_up = absl::Now() + failure_wait_;
+      while (membership_->ready() && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      if (absl::Status cluster = membership_->CheckReady(); !cluster.ok()) {
+        return cluster;
+      }
+    }
+    return status;
   }
   return absl::OkStatus();
 }
@@ -86,10 +126,10 @@ absl::Status ClusterNodeOps::Gather(const GatherOp& op) {
   request.set_epoch(membership_->epoch());
   return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
     if (node == membership_->node_rank()) return local_->Gather(op);
-    grpc::ClientContext context;
-    Deadline(context);
+    Call call(*this);
     v1::NodeGatherResponse response;
-    return FromGrpcStatus(Stub(node)->NodeGather(&context, request, &response));
+    return FromGrpcStatus(
+        Stub(node)->NodeGather(call.get(), request, &response));
   }));
 }
 
@@ -232,11 +272,10 @@ absl::StatusOr<int64_t> ClusterNodeOps::Prepare(const PrepareOp& op) {
           if (bytes.ok()) staged[node] = *bytes;
           return bytes.status();
         }
-        grpc::ClientContext context;
-        Deadline(context);
+        Call call(*this);
         v1::NodePrepareResponse response;
         const absl::Status status = FromGrpcStatus(
-            Stub(node)->NodePrepare(&context, request, &response));
+            Stub(node)->NodePrepare(call.get(), request, &response));
         staged[node] = response.staged_bytes();
         return status;
       });
@@ -262,10 +301,10 @@ absl::Status ClusterNodeOps::Commit(const CommitOp& op) {
   }
   return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
     if (node == membership_->node_rank()) return local_->Commit(op);
-    grpc::ClientContext context;
-    Deadline(context);
+    Call call(*this);
     v1::NodeCommitResponse response;
-    return FromGrpcStatus(Stub(node)->NodeCommit(&context, request, &response));
+    return FromGrpcStatus(
+        Stub(node)->NodeCommit(call.get(), request, &response));
   }));
 }
 

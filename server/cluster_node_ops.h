@@ -3,6 +3,7 @@
 
 #include <deque>
 #include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,8 +21,11 @@ namespace summon::server {
 // runs them in the same order. Reads go to the nearest node holding a copy.
 class ClusterNodeOps final : public NodeOps {
  public:
+  // `failure_wait`: how long a failed operation waits for the membership
+  // to name a failed node (its failure timeout).
   ClusterNodeOps(Membership* membership, NodeRuntime* local,
-                 absl::Duration collective_timeout);
+                 absl::Duration collective_timeout,
+                 absl::Duration failure_wait);
   ~ClusterNodeOps() override;  // Finishes queued releases.
 
   absl::Status Gather(const GatherOp& op) override;
@@ -36,6 +40,10 @@ class ClusterNodeOps final : public NodeOps {
   absl::StatusOr<int64_t> Prepare(const PrepareOp& op) override;
   absl::Status Commit(const CommitOp& op) override;
   void Abort(const std::string& session_id) override;
+  uint64_t Epoch() const override { return membership_->epoch(); }
+  // Cancels every call in flight to any node: after a failure nothing waits
+  // for the lost node until its own deadline.
+  void CancelInFlight();
   void Release(const std::string& gather_id) override;
   void ReleaseSession(const std::string& session_id) override;
 
@@ -44,8 +52,10 @@ class ClusterNodeOps final : public NodeOps {
   std::vector<absl::Status> OnEveryNode(
       const std::function<absl::Status(int node)>& op);
   // The first failure, naming its node; OK when none failed.
-  static absl::Status FirstFailure(const std::vector<absl::Status>& results);
+  absl::Status FirstFailure(const std::vector<absl::Status>& results) const;
   std::unique_ptr<v1::Peer::Stub> Stub(int node);
+  // Sets the deadline and tracks the call until `context` is destroyed.
+  class Call;
   void Deadline(grpc::ClientContext& context) const;
   // Releases are fire-and-forget (they run under the manager's lock).
   void ReleaseOnPeers(v1::NodeReleaseRequest request);
@@ -55,6 +65,10 @@ class ClusterNodeOps final : public NodeOps {
   Membership* const membership_;
   NodeRuntime* const local_;
   const absl::Duration rpc_timeout_;
+  const absl::Duration failure_wait_;
+
+  mutable absl::Mutex calls_mu_;
+  mutable std::set<grpc::ClientContext*> calls_ ABSL_GUARDED_BY(calls_mu_);
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);

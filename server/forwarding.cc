@@ -12,6 +12,16 @@ constexpr absl::Duration kModelOperationTimeout = absl::Minutes(10);
 
 }  // namespace
 
+grpc::Status LeaderForwarder::FromLeader(grpc::Status status) {
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+      status.error_message().find("node ") != std::string::npos) {
+    return status;
+  }
+  return grpc::Status(status.error_code(),
+                      absl::StrCat("node 0 (the leader) is unreachable: ",
+                                   status.error_message()));
+}
+
 std::unique_ptr<grpc::ClientContext> LeaderForwarder::ContextFor(
     const grpc::ServerContext& incoming) const {
   auto context = std::make_unique<grpc::ClientContext>();
@@ -37,7 +47,7 @@ grpc::Status LeaderForwarder::ReadTensor(
       break;
     }
   }
-  return reader->Finish();
+  return FromLeader(reader->Finish());
 }
 
 grpc::Status LeaderForwarder::WriteTensor(
@@ -58,7 +68,7 @@ grpc::Status LeaderForwarder::WriteTensor(
   } else {
     writer->WritesDone();
   }
-  return writer->Finish();
+  return FromLeader(writer->Finish());
 }
 
 std::vector<absl::Status> OnFollowers(

@@ -41,8 +41,12 @@ class LeaderForwarder {
                                                   const Request&, Response*),
                      const Request& request, Response* response) const {
     std::unique_ptr<grpc::ClientContext> context = ContextFor(incoming);
-    return (stub.*method)(context.get(), request, response);
+    return FromLeader((stub.*method)(context.get(), request, response));
   }
+
+  // A transport failure reaching the leader says so (the bare gRPC message
+  // would not name the node).
+  static grpc::Status FromLeader(grpc::Status status);
 
   grpc::Status ReadTensor(
       grpc::ServerContext* context, const v1::ReadTensorRequest& request,

@@ -35,6 +35,9 @@ class NodeOps {
   virtual absl::StatusOr<int64_t> Prepare(const PrepareOp& op) = 0;
   virtual absl::Status Commit(const CommitOp& op) = 0;
   virtual void Abort(const std::string& session_id) = 0;
+  // The cluster epoch operations run in (0 on a single node); a session
+  // whose gather ran in another epoch cannot be written back.
+  virtual uint64_t Epoch() const { return 0; }
   // Must not block on other nodes: they are called under the manager's lock.
   virtual void Release(const std::string& gather_id) = 0;
   virtual void ReleaseSession(const std::string& session_id) = 0;

@@ -12,19 +12,6 @@
 
 namespace summon::server {
 
-// Gradient slices staged by PREPARE, applied at COMMIT. Parameters are
-// staged in shared memory (ShardStore) so a restarted daemon can finish a
-// commit; gradients are staged here.
-struct NodeRuntime::StagedGrads {
-  struct Slice {
-    int rank;
-    int unit;
-    int64_t shard_offset;
-    std::vector<uint8_t> bytes;
-  };
-  std::vector<Slice> slices;
-};
-
 namespace {
 
 // A range of one rank's shard of one unit.
@@ -273,7 +260,6 @@ void NodeRuntime::ReleaseSession(const std::string& session_id) {
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, copy] : copies_) copies.push_back(copy);
-    staged_grads_.erase(session_id);
   }
   for (const std::shared_ptr<Copy>& copy : copies) {
     absl::MutexLock copy_lock(&copy->mu);
@@ -360,8 +346,8 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
         return scattered;
       }
     }
-    // Stage: parameters into the shared-memory staging area, gradients here.
-    auto grads = std::make_unique<StagedGrads>();
+    // Stage parameters and gradients in shared memory: a node that dies
+    // after this point finishes a decided commit when it is back.
     const int64_t grads_at = sizes[node_] / grads_factor;
     int64_t at = 0;
     for (const core::Transfer& t : by_node[node_]) {
@@ -376,15 +362,15 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
         const uint8_t* from = from_copy
                                   ? copy.grad_bytes.data() + t.buffer_offset
                                   : mine.data() + grads_at + at;
-        grads->slices.push_back(
-            {t.rank, t.unit, t.shard_offset, {from, from + t.bytes}});
+        absl::StatusOr<uint8_t*> grad_staging = model.store->StagingGradShard(
+            t.rank, t.unit, op.session_id, op.target_generations.at(t.unit));
+        if (!grad_staging.ok()) return grad_staging.status();
+        std::memcpy(*grad_staging + t.shard_offset, from, t.bytes);
         staged_bytes += t.bytes;
       }
       staged_bytes += t.bytes;
       at += t.bytes;
     }
-    absl::MutexLock lock(&mu_);
-    staged_grads_[op.session_id] = std::move(grads);
     FaultPoint("prepare.after_stage");
     return absl::OkStatus();
   });
@@ -406,27 +392,11 @@ absl::Status NodeRuntime::Commit(const CommitOp& op) {
     return op.sequence == 0 ? body() : InSequence(op.sequence, body);
   };
   return in_order([&]() -> absl::Status {
-    std::unique_ptr<StagedGrads> grads;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = staged_grads_.find(op.session_id);
-      if (it != staged_grads_.end()) {
-        grads = std::move(it->second);
-        staged_grads_.erase(it);
-      }
-    }
     absl::MutexLock shards_lock(&model.shards_mu);
     FaultPoint("commit.before_apply");
     absl::Status status = model.store->CommitStaging(op.session_id);
     // A node whose ranks own nothing of the scope staged nothing.
     if (!status.ok() && !absl::IsNotFound(status)) return status;
-    if (grads) {
-      for (const StagedGrads::Slice& slice : grads->slices) {
-        std::memcpy(
-            model.store->GradShard(slice.rank, slice.unit) + slice.shard_offset,
-            slice.bytes.data(), slice.bytes.size());
-      }
-    }
     for (const auto& [unit, generation] : op.target_generations) {
       model.store->SetGeneration(unit, generation);
     }
@@ -436,14 +406,6 @@ absl::Status NodeRuntime::Commit(const CommitOp& op) {
 }
 
 void NodeRuntime::Abort(const std::string& session_id) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (session_id.empty()) {
-      staged_grads_.clear();
-    } else {
-      staged_grads_.erase(session_id);
-    }
-  }
   for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
     for (int rank : model->local_ranks) {
       std::optional<ShardStore::StagedWriteback> staged =
@@ -459,7 +421,6 @@ void NodeRuntime::Abort(const std::string& session_id) {
 void NodeRuntime::Reset() {
   absl::MutexLock lock(&mu_);
   copies_.clear();
-  staged_grads_.clear();
   next_sequence_ = 1;
   ++resets_;
 }

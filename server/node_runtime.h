@@ -128,7 +128,6 @@ class NodeRuntime {
 
  private:
   struct Copy;
-  struct StagedGrads;
 
   // Runs `body` when `sequence` is this node's next collective.
   absl::Status InSequence(uint64_t sequence,
@@ -149,8 +148,6 @@ class NodeRuntime {
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Copy>> copies_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<StagedGrads>> staged_grads_
-      ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Counts Reset()s: an operation waiting for its turn across a reset
   // belongs to a dead epoch and must not run in the next one.

@@ -90,6 +90,8 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
   if (nodes > 1) {
     // Every node runs the same runtime; the leader's session manager drives
     // all of them, the followers' only forward to it.
+    const absl::Duration failure_timeout =
+        std::max(spec_.heartbeat_interval * 3, absl::Seconds(1));
     kv_store_ = std::make_unique<LocalKvStore>();
     membership_ = std::make_unique<Membership>(
         Membership::Spec{
@@ -100,7 +102,8 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
     runtime_ = std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(),
                                              nullptr, spec_.collective_timeout);
     cluster_ops_ = std::make_unique<ClusterNodeOps>(
-        membership_.get(), runtime_.get(), spec_.collective_timeout);
+        membership_.get(), runtime_.get(), spec_.collective_timeout,
+        failure_timeout + spec_.heartbeat_interval);
     session_options.node_ops = cluster_ops_.get();
     peer_service_ = std::make_unique<PeerServiceImpl>(
         *kv_store_, membership_.get(), registry_.get(), runtime_.get());
@@ -130,8 +133,12 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   }
   // A single node finishes (or drops) writebacks interrupted by a crash
   // now; a cluster's leader does it each time the cluster forms.
-  if (server->membership_ == nullptr)
-    server->sessions_->ResolvePendingCommits();
+  if (server->membership_ == nullptr) {
+    if (absl::Status resolved = server->sessions_->ResolvePendingCommits();
+        !resolved.ok()) {
+      return resolved;
+    }
+  }
   const Spec& s = server->spec_;
   std::vector<std::string> listeners;
   grpc::ServerBuilder builder;
@@ -174,17 +181,24 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   if (server->membership_) {
     SummonServer* raw = server.get();
     server->membership_->Start(
-        [raw, health] {
+        [raw, health]() -> absl::Status {
           raw->runtime_->SetCommunicator(raw->membership_->communicator());
-          if (raw->membership_->is_leader()) raw->sessions_->OnClusterFormed();
+          if (raw->membership_->is_leader()) {
+            if (absl::Status formed = raw->sessions_->OnClusterFormed();
+                !formed.ok()) {
+              return formed;
+            }
+          }
           health->SetServingStatus(true);
           health->SetServingStatus(pb::Summon::service_full_name(), true);
           health->SetServingStatus(pb::Trainer::service_full_name(), true);
+          return absl::OkStatus();
         },
         [raw, health](const absl::Status& reason) {
           health->SetServingStatus(false);
           health->SetServingStatus(pb::Summon::service_full_name(), false);
           health->SetServingStatus(pb::Trainer::service_full_name(), false);
+          raw->cluster_ops_->CancelInFlight();
           raw->runtime_->SetCommunicator(nullptr);
           raw->runtime_->Reset();
           raw->sessions_->AbortAll(reason);

@@ -25,8 +25,9 @@ struct SessionManager::Gather {
   bool has_grads = false;
   // Copy bytes per node (params and grads), released with the gather.
   std::vector<int64_t> bytes_per_node;
-  int64_t bytes = 0;  // Of one copy.
-  int holders = 0;    // Guarded by the manager's mutex.
+  int64_t bytes = 0;   // Of one copy.
+  uint64_t epoch = 0;  // The cluster epoch it was gathered in.
+  int holders = 0;     // Guarded by the manager's mutex.
 };
 
 struct SessionManager::Session {

@@ -20,6 +20,10 @@ namespace summon::server {
 
 namespace {
 
+// A decided commit's retries while the cluster forms.
+constexpr int kCommitAttempts = 10;
+constexpr absl::Duration kCommitRetry = absl::Milliseconds(200);
+
 std::string NewSessionId() {
   static std::mt19937_64 generator{std::random_device{}()};
   static absl::Mutex generator_mu;
@@ -237,6 +241,7 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
           model->runtime.units[unit].read_only_gathering.insert(session->id);
         }
       }
+      gather->epoch = ops_->Epoch();
       op = GatherOp{next_sequence_++, gather->id,         model_name,
                     options.scope,    options.rank0_only, options.home_rank,
                     gather->has_grads};
@@ -363,8 +368,8 @@ absl::StatusOr<SessionInfo> SessionManager::Renew(
 }
 
 absl::StatusOr<CloseResult> SessionManager::Close(
-    const std::string& id, bool abort, bool force,
-    const std::string& principal, const std::function<bool()>& cancelled) {
+    const std::string& id, bool abort, bool force, const std::string& principal,
+    const std::function<bool()>& cancelled) {
   const absl::Time started = options_.clock();
   std::shared_ptr<Session> session;
   PrepareOp prepare;
@@ -421,6 +426,19 @@ absl::StatusOr<CloseResult> SessionManager::Close(
     prepare.sequence = next_sequence_++;
   }
   absl::StatusOr<int64_t> staged = ops_->Prepare(prepare);
+  if (staged.ok()) {
+    // A node may have failed (and the session been aborted) while PREPARE
+    // ran; a node resumed from a stop may even have voted from a dead epoch.
+    // Only a session still closing in the epoch it was gathered in commits.
+    absl::MutexLock lock(&mu_);
+    if (sessions_.count(id) == 0 ||
+        session->state != core::SessionState::kClosing ||
+        ops_->Epoch() != session->gather->epoch) {
+      staged = absl::UnavailableError(
+          absl::StrCat("the cluster changed while session ", id,
+                       " was being written back; nothing was committed"));
+    }
+  }
   if (!staged.ok()) {
     ops_->Abort(id);
     absl::MutexLock lock(&mu_);
@@ -553,15 +571,15 @@ void SessionManager::ForgetDecision(const std::string& session_id) {
       error);
 }
 
-void SessionManager::OnClusterFormed() {
+absl::Status SessionManager::OnClusterFormed() {
   {
     absl::MutexLock lock(&mu_);
     next_sequence_ = 1;
   }
-  ResolvePendingCommits();
+  return ResolvePendingCommits();
 }
 
-void SessionManager::ResolvePendingCommits() {
+absl::Status SessionManager::ResolvePendingCommits() {
   std::map<std::string, CommitOp> pending;
   {
     absl::MutexLock lock(&mu_);
@@ -601,11 +619,22 @@ void SessionManager::ResolvePendingCommits() {
       pending[commit.session_id] = commit;
     }
   }
+  absl::Status unresolved = absl::OkStatus();
   for (auto& [id, commit] : pending) {
     commit.sequence = 0;  // Nothing else runs while the cluster forms.
-    if (absl::Status status = ops_->Commit(commit); !status.ok()) {
+    // A peer that just restarted may need a moment before it answers.
+    absl::Status status;
+    for (int attempt = 0; attempt < kCommitAttempts; ++attempt) {
+      status = ops_->Commit(commit);
+      if (status.ok()) break;
+      absl::SleepFor(kCommitRetry);
+    }
+    if (!status.ok()) {
       spdlog::error("session commit still incomplete id={}: {}", id,
                     status.ToString());
+      unresolved = absl::UnavailableError(
+          absl::StrCat("the decided writeback of session ", id,
+                       " could not complete: ", status.message()));
       continue;
     }
     absl::StatusOr<std::shared_ptr<ModelEntry>> model =
@@ -626,12 +655,8 @@ void SessionManager::ResolvePendingCommits() {
   }
   // Whatever else is staged anywhere belongs to writebacks that were never
   // decided: shards stay as they were.
-  bool unresolved;
-  {
-    absl::MutexLock lock(&mu_);
-    unresolved = !pending_commits_.empty();
-  }
-  if (!unresolved) ops_->Abort("");
+  if (unresolved.ok()) ops_->Abort("");
+  return unresolved;
 }
 
 int SessionManager::AbortAll(const absl::Status& reason) {

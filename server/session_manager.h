@@ -157,11 +157,12 @@ class SessionManager {
 
   // A cluster (re-)formed: collectives start again at sequence 1, and
   // writebacks decided before a failure finish.
-  void OnClusterFormed();
+  absl::Status OnClusterFormed();
   // R8: finishes every writeback whose COMMIT was decided but did not reach
   // every node (recorded in <data-dir>/commits, so a restarted leader
   // finishes them too), then drops data staged for anything else.
-  void ResolvePendingCommits();
+  // UNAVAILABLE when a decided commit still cannot reach every node.
+  absl::Status ResolvePendingCommits();
 
   // Aborts sessions whose lease passed; returns how many. The reaper thread
   // calls it; tests call it with an injected clock.

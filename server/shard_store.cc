@@ -41,6 +41,8 @@ absl::string_view KindSuffix(SegmentKind kind) {
       return "grads";
     case SegmentKind::kStaged:
       return "staged";
+    case SegmentKind::kStagedGrads:
+      return "stagedgrads";
   }
   return "unknown";
 }
@@ -109,8 +111,8 @@ bool IsSegmentOfModel(absl::string_view name, absl::string_view prefix) {
     return false;
   }
   const absl::string_view suffix = name.substr(dash + 1);
-  for (SegmentKind kind :
-       {SegmentKind::kParams, SegmentKind::kGrads, SegmentKind::kStaged}) {
+  for (SegmentKind kind : {SegmentKind::kParams, SegmentKind::kGrads,
+                           SegmentKind::kStaged, SegmentKind::kStagedGrads}) {
     if (suffix == KindSuffix(kind)) return true;
   }
   return false;
@@ -204,7 +206,7 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::CreateOrAttach(
   std::vector<std::string> missing;
   for (int rank : ranks) {
     store->ranks_.push_back(RankSegments{rank, LayoutFingerprint(model, rank),
-                                         nullptr, nullptr, nullptr});
+                                         nullptr, nullptr, nullptr, nullptr});
     const std::string name =
         SegmentName(instance, model_name, rank, SegmentKind::kParams);
     absl::StatusOr<std::unique_ptr<shm::Segment>> segment =
@@ -250,7 +252,8 @@ absl::Status ShardStore::CreateAll() {
   // Grads or staged data of an earlier model by this name would be attached
   // by a later restart as if they were this model's.
   for (const RankSegments& rank : ranks_) {
-    for (SegmentKind kind : {SegmentKind::kGrads, SegmentKind::kStaged}) {
+    for (SegmentKind kind : {SegmentKind::kGrads, SegmentKind::kStaged,
+                             SegmentKind::kStagedGrads}) {
       const std::string name =
           SegmentName(instance_, model_name_, rank.rank, kind);
       absl::StatusOr<std::unique_ptr<shm::Segment>> leftover =
@@ -298,7 +301,8 @@ absl::Status ShardStore::AttachAll(
     rank.params = std::move(params[i]);
   }
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    for (SegmentKind kind : {SegmentKind::kGrads, SegmentKind::kStaged}) {
+    for (SegmentKind kind : {SegmentKind::kGrads, SegmentKind::kStaged,
+                             SegmentKind::kStagedGrads}) {
       if (absl::Status status = AttachOptional(i, kind); !status.ok()) {
         return status;
       }
@@ -325,8 +329,11 @@ absl::Status ShardStore::AttachOptional(size_t index, SegmentKind kind) {
       !status.ok()) {
     return status;
   }
-  (kind == SegmentKind::kGrads ? rank.grads : rank.staged) =
-      *std::move(segment);
+  std::unique_ptr<shm::Segment>& slot = kind == SegmentKind::kGrads ? rank.grads
+                                        : kind == SegmentKind::kStaged
+                                            ? rank.staged
+                                            : rank.staged_grads;
+  slot = *std::move(segment);
   return absl::OkStatus();
 }
 
@@ -335,7 +342,9 @@ absl::StatusOr<std::unique_ptr<shm::Segment>> ShardStore::CreateSegment(
     absl::string_view session_id) const {
   // Staged data is reserved unit by unit as it is staged (StagingShard).
   const int64_t reserve_bytes =
-      kind == SegmentKind::kStaged ? header_bytes_ : segment_bytes_;
+      kind == SegmentKind::kStaged || kind == SegmentKind::kStagedGrads
+          ? header_bytes_
+          : segment_bytes_;
   absl::StatusOr<std::unique_ptr<shm::Segment>> segment =
       shm::Segment::Create(SegmentName(instance_, model_name_, rank, kind),
                            segment_bytes_, reserve_bytes);
@@ -525,7 +534,8 @@ int64_t ShardStore::TotalBytes() const {
   int64_t total = 0;
   for (const RankSegments& rank : ranks_) {
     for (const shm::Segment* segment :
-         {rank.params.get(), rank.grads.get(), rank.staged.get()}) {
+         {rank.params.get(), rank.grads.get(), rank.staged.get(),
+          rank.staged_grads.get()}) {
       if (segment != nullptr) total += segment->size();
     }
   }
@@ -537,7 +547,7 @@ absl::Status ShardStore::Destroy() {
   absl::Status first_failure;
   for (RankSegments& rank : ranks_) {
     for (std::unique_ptr<shm::Segment>* segment :
-         {&rank.params, &rank.grads, &rank.staged}) {
+         {&rank.params, &rank.grads, &rank.staged, &rank.staged_grads}) {
       if (*segment == nullptr) continue;
       const std::string name = (*segment)->name();
       segment->reset();

@@ -34,7 +34,8 @@ enum class AttachMode {
 enum class SegmentKind : uint32_t {
   kParams = 1,
   kGrads = 2,
-  kStaged = 3,  // Writeback data between PREPARE and COMMIT.
+  kStaged = 3,       // Writeback data between PREPARE and COMMIT.
+  kStagedGrads = 4,  // The same for gradients.
 };
 
 // One node's shards of one model, in POSIX shared memory: per local rank a
@@ -147,6 +148,12 @@ class ShardStore {
   absl::StatusOr<uint8_t*> StagingShard(int rank, int unit,
                                         absl::string_view session_id,
                                         uint64_t target_generation);
+  // The same for `rank`'s gradients (FAILED_PRECONDITION when it has none):
+  // staged in shared memory too, so a COMMIT finished after a crash writes
+  // parameters and gradients alike.
+  absl::StatusOr<uint8_t*> StagingGradShard(int rank, int unit,
+                                            absl::string_view session_id,
+                                            uint64_t target_generation);
   // What `rank`'s staged segment records; nullopt when it has none.
   std::optional<StagedWriteback> Staged(int rank) const;
   // COMMIT: copies every unit staged for `session_id` (on any local rank)
@@ -163,8 +170,9 @@ class ShardStore {
     int rank = -1;
     uint64_t fingerprint = 0;
     std::unique_ptr<shm::Segment> params;
-    std::unique_ptr<shm::Segment> grads;   // Null: no grads.
-    std::unique_ptr<shm::Segment> staged;  // Null: nothing staged.
+    std::unique_ptr<shm::Segment> grads;         // Null: no grads.
+    std::unique_ptr<shm::Segment> staged;        // Null: nothing staged.
+    std::unique_ptr<shm::Segment> staged_grads;  // Null: no grads staged.
   };
 
   ShardStore(std::string instance, std::string model_name,
@@ -185,6 +193,10 @@ class ShardStore {
                              SegmentKind kind, uint64_t fingerprint) const;
   void ReconcileGenerations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetGenerationLocked(int unit, uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint8_t*> Staging(RankSegments& rank, SegmentKind kind,
+                                   int unit, absl::string_view session_id,
+                                   uint64_t target_generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RemoveStaging(RankSegments& rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

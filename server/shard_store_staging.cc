@@ -16,10 +16,6 @@ namespace summon::server {
 absl::StatusOr<uint8_t*> ShardStore::StagingShard(int rank, int unit,
                                                   absl::string_view session_id,
                                                   uint64_t target_generation) {
-  if (session_id.empty() || session_id.size() > kMaxSessionIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a staging session id has 1 to ", kMaxSessionIdBytes, " bytes"));
-  }
   absl::MutexLock lock(&mu_);
   RankSegments* segments = FindRank(rank);
   if (segments == nullptr || !ValidUnit(unit)) {
@@ -27,29 +23,62 @@ absl::StatusOr<uint8_t*> ShardStore::StagingShard(int rank, int unit,
         absl::StrCat("no shard of unit ", unit, " of rank ", rank,
                      " in this node's store of model '", model_name_, "'"));
   }
-  if (segments->staged == nullptr) {
-    absl::StatusOr<std::unique_ptr<shm::Segment>> staged = CreateSegment(
-        rank, SegmentKind::kStaged, segments->fingerprint, session_id);
-    if (!staged.ok()) return staged.status();
-    segments->staged = *std::move(staged);
+  return Staging(*segments, SegmentKind::kStaged, unit, session_id,
+                 target_generation);
+}
+
+absl::StatusOr<uint8_t*> ShardStore::StagingGradShard(
+    int rank, int unit, absl::string_view session_id,
+    uint64_t target_generation) {
+  absl::MutexLock lock(&mu_);
+  RankSegments* segments = FindRank(rank);
+  if (segments == nullptr || !ValidUnit(unit) || segments->grads == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank, " holds no gradients of unit ", unit,
+                     " in this node's store of model '", model_name_, "'"));
   }
-  shm::Segment& staged = *segments->staged;
+  return Staging(*segments, SegmentKind::kStagedGrads, unit, session_id,
+                 target_generation);
+}
+
+absl::StatusOr<uint8_t*> ShardStore::Staging(RankSegments& segments,
+                                             SegmentKind kind, int unit,
+                                             absl::string_view session_id,
+                                             uint64_t target_generation) {
+  if (session_id.empty() || session_id.size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a staging session id has 1 to ", kMaxSessionIdBytes, " bytes"));
+  }
+  const bool grads = kind == SegmentKind::kStagedGrads;
+  std::unique_ptr<shm::Segment>& slot =
+      grads ? segments.staged_grads : segments.staged;
+  if (slot == nullptr) {
+    absl::StatusOr<std::unique_ptr<shm::Segment>> created =
+        CreateSegment(segments.rank, kind, segments.fingerprint, session_id);
+    if (!created.ok()) return created.status();
+    slot = *std::move(created);
+  }
+  shm::Segment& staged = *slot;
   const absl::string_view staged_session(staged.header()->session_id,
                                          staged.header()->session_id_bytes);
   if (staged_session != session_id) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank, "'s staging area holds the writeback of session '",
-        staged_session, "'; commit or clear it before staging '", session_id,
-        "'"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", segments.rank,
+                     "'s staging area holds the writeback of "
+                     "session '",
+                     staged_session, "'; commit or clear it before staging '",
+                     session_id, "'"));
   }
   shm::UnitEntry& entry = staged.units()[unit];
   uint8_t* buffer = staged.data() + unit_offsets_[unit];
   if (shm::LoadShared(&entry.flags) & shm::kUnitStaged) {
     const uint64_t staged_generation = shm::LoadShared(&entry.generation);
     if (staged_generation != target_generation) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "unit ", unit, " of rank ", rank, " is staged for generation ",
-          staged_generation, ", not ", target_generation));
+      return absl::FailedPreconditionError(
+          absl::StrCat("unit ", unit, " of rank ", segments.rank,
+                       " is staged for "
+                       "generation ",
+                       staged_generation, ", not ", target_generation));
     }
     return buffer;
   }
@@ -58,8 +87,8 @@ absl::StatusOr<uint8_t*> ShardStore::StagingShard(int rank, int unit,
       !status.ok()) {
     return status;
   }
-  std::memcpy(buffer, segments->params->data() + unit_offsets_[unit],
-              unit_bytes_[unit]);
+  const shm::Segment& current = grads ? *segments.grads : *segments.params;
+  std::memcpy(buffer, current.data() + unit_offsets_[unit], unit_bytes_[unit]);
   shm::StoreShared(&entry.generation, target_generation);
   shm::StoreShared(&entry.flags, shm::kUnitStaged);
   return buffer;
@@ -114,13 +143,19 @@ absl::Status ShardStore::CommitStaging(absl::string_view session_id) {
   }
   for (RankSegments* rank : committing) {
     for (const auto& [unit, target] : targets) {
-      if (!(shm::LoadShared(&rank->staged->units()[unit].flags) &
-            shm::kUnitStaged)) {
-        continue;
+      if (shm::LoadShared(&rank->staged->units()[unit].flags) &
+          shm::kUnitStaged) {
+        std::memcpy(rank->params->data() + unit_offsets_[unit],
+                    rank->staged->data() + unit_offsets_[unit],
+                    unit_bytes_[unit]);
       }
-      std::memcpy(rank->params->data() + unit_offsets_[unit],
-                  rank->staged->data() + unit_offsets_[unit],
-                  unit_bytes_[unit]);
+      if (rank->staged_grads != nullptr && rank->grads != nullptr &&
+          (shm::LoadShared(&rank->staged_grads->units()[unit].flags) &
+           shm::kUnitStaged)) {
+        std::memcpy(rank->grads->data() + unit_offsets_[unit],
+                    rank->staged_grads->data() + unit_offsets_[unit],
+                    unit_bytes_[unit]);
+      }
     }
   }
   for (const auto& [unit, target] : targets) {
@@ -143,10 +178,15 @@ absl::Status ShardStore::ClearStaging(int rank) {
 }
 
 absl::Status ShardStore::RemoveStaging(RankSegments& rank) {
-  if (rank.staged == nullptr) return absl::OkStatus();
-  const std::string name = rank.staged->name();
-  rank.staged.reset();
-  return shm::Unlink(name);
+  absl::Status first_failure;
+  for (std::unique_ptr<shm::Segment>* segment :
+       {&rank.staged, &rank.staged_grads}) {
+    if (*segment == nullptr) continue;
+    const std::string name = (*segment)->name();
+    segment->reset();
+    first_failure.Update(shm::Unlink(name));
+  }
+  return first_failure;
 }
 
 }  // namespace summon::server

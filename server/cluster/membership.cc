@@ -45,7 +45,7 @@ Membership::~Membership() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Membership::Start(std::function<void()> on_ready,
+void Membership::Start(std::function<absl::Status()> on_ready,
                        std::function<void(const absl::Status&)> on_failure) {
   on_failure_ = std::move(on_failure);
   if (is_leader()) {
@@ -93,6 +93,11 @@ std::shared_ptr<grpc::Channel> Membership::ChannelTo(int node) {
     grpc::ChannelArguments arguments;
     arguments.SetMaxReceiveMessageSize(64 << 20);
     arguments.SetMaxSendMessageSize(64 << 20);
+    // A restarted peer is back within a second or two: reconnect quickly
+    // instead of gRPC's default backoff of up to two minutes.
+    arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
     channel = grpc::CreateCustomChannel(
         spec_.nodes[node], grpc::InsecureChannelCredentials(), arguments);
   }
@@ -144,6 +149,10 @@ absl::StatusOr<v1::JoinResponse> Membership::HandleJoin(
     last_heartbeat_[node] = absl::Now();
   }
   if (restarted_while_ready) {
+    {
+      absl::MutexLock lock(&mu_);
+      failed_nodes_ = {node};
+    }
     // Its previous life's copies and staged data are gone from the
     // cluster's view: treat it as a failure and re-form.
     Fail(absl::UnavailableError(
@@ -167,6 +176,7 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::HandleHeartbeat(
   last_heartbeat_[request.node_rank()] = absl::Now();
   v1::HeartbeatResponse response;
   response.set_membership_epoch(epoch_);
+  for (int node : failed_nodes_) response.add_failed_nodes(node);
   return response;
 }
 
@@ -249,7 +259,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Membership::Connect(
   return std::unique_ptr<Communicator>(*std::move(communicator));
 }
 
-void Membership::Run(std::function<void()> on_ready) {
+void Membership::Run(std::function<absl::Status()> on_ready) {
   uint64_t previous_epoch = 0;
   while (true) {
     uint64_t epoch = 0;
@@ -286,11 +296,18 @@ void Membership::Run(std::function<void()> on_ready) {
       }
     }
     // Runtimes reset and pending commits resolve before any client call is
-    // let through.
-    on_ready();
+    // let through; a commit that still cannot finish keeps the cluster out
+    // of READY (it re-forms and tries again).
+    if (absl::Status formed = on_ready(); !formed.ok()) {
+      Fail(formed);
+      previous_epoch = epoch;
+      absl::SleepFor(kJoinRetry);
+      continue;
+    }
     {
       absl::MutexLock lock(&mu_);
       ready_ = true;
+      failed_nodes_.clear();
     }
     spdlog::info(
         "cluster: node {} READY ({} nodes x {} local ranks, epoch "
@@ -312,6 +329,8 @@ void Membership::Fail(const absl::Status& reason) {
     failure_ = reason;
     ready_ = false;
     if (is_leader()) epoch_ = 0;
+    // Channels to a restarted peer would carry the dead peer's backoff.
+    channels_.clear();
     // Nothing may wait for the lost node: blocked collectives fail now.
     if (communicator_) communicator_->Abort();
   }
@@ -329,6 +348,7 @@ void Membership::MonitorLoop() {
       auto it = last_heartbeat_.find(node);
       const absl::Time last = it == last_heartbeat_.end() ? now : it->second;
       if (now - last > spec_.failure_timeout) {
+        failed_nodes_ = {node};
         const absl::Status reason = absl::UnavailableError(absl::StrCat(
             "node ", node, " failed: no heartbeat for ",
             absl::FormatDuration(now - last),
@@ -364,9 +384,13 @@ void Membership::HeartbeatLoop(uint64_t epoch) {
     } else if (status.ok()) {
       // The leader lost a node (or restarted): this node's view is stale,
       // so it is fenced until it rejoins the next epoch.
-      Fail(absl::UnavailableError(
-          "the cluster lost a node; sessions were aborted and the cluster "
-          "re-forms"));
+      std::vector<int> failed(response.failed_nodes().begin(),
+                              response.failed_nodes().end());
+      Fail(absl::UnavailableError(absl::StrCat(
+          failed.empty()
+              ? std::string("the cluster lost a node")
+              : absl::StrCat("node ", absl::StrJoin(failed, ", "), " failed"),
+          "; sessions were aborted and the cluster re-forms")));
     } else if (absl::Now() - last_answer > spec_.failure_timeout ||
                status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       Fail(absl::UnavailableError(

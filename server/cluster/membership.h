@@ -49,7 +49,7 @@ class Membership {
   // the leader did not answer for as long): the cluster leaves READY, the
   // communicator is aborted so no collective waits for the lost node, and
   // the status names the node.
-  void Start(std::function<void()> on_ready,
+  void Start(std::function<absl::Status()> on_ready,
              std::function<void(const absl::Status&)> on_failure);
 
   bool is_leader() const { return spec_.node_rank == 0; }
@@ -76,7 +76,7 @@ class Membership {
  private:
   // Forms the cluster, watches it, and re-forms it after a failure once
   // every node is alive again, until stopped.
-  void Run(std::function<void()> on_ready);
+  void Run(std::function<absl::Status()> on_ready);
   // Followers: Join until the leader hands out an epoch other than
   // `previous_epoch`. Nullopt when stopping.
   std::optional<uint64_t> JoinLeader(uint64_t previous_epoch);
@@ -100,6 +100,8 @@ class Membership {
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> failure_ ABSL_GUARDED_BY(mu_);
+  // Leader: the nodes behind the last failure (told to followers).
+  std::vector<int> failed_nodes_ ABSL_GUARDED_BY(mu_);
   std::function<void(const absl::Status&)> on_failure_;
   std::unique_ptr<Communicator> communicator_ ABSL_GUARDED_BY(mu_);
   // Communicators of earlier epochs: a runtime may still be returning from
