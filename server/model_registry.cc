@@ -1,12 +1,15 @@
 #include "server/model_registry.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -62,6 +65,35 @@ absl::Status FillSeededShards(const ModelEntry& model,
   return absl::OkStatus();
 }
 
+// Shards live in /dev/shm, which is RAM: a model whose local shards (with
+// room for gradients and one writeback's staging) would not fit is refused
+// before anything is allocated, instead of driving the host out of memory.
+absl::Status CheckShardsFit(const ModelEntry& model) {
+  int64_t shard_bytes = 0;
+  for (const core::UnitSpec& unit : model.spec.units) {
+    shard_bytes += unit.layout.shard_bytes();
+  }
+  const int64_t node_bytes =
+      shard_bytes * static_cast<int64_t>(model.local_ranks.size());
+  struct statvfs shm {};
+  int64_t available = std::numeric_limits<int64_t>::max();
+  if (statvfs("/dev/shm", &shm) == 0) {
+    available =
+        static_cast<int64_t>(shm.f_bavail) * static_cast<int64_t>(shm.f_frsize);
+  }
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
+                         static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
+  if (memory > 0) available = std::min(available, memory / 2);
+  if (node_bytes > available) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model '", model.name, "' needs ", node_bytes,
+        " bytes of shards on this node but only ", available,
+        " are available for them (/dev/shm free space, at most half the "
+        "memory)"));
+  }
+  return absl::OkStatus();
+}
+
 uint64_t Fnv1a(const uint8_t* data, int64_t size) {
   uint64_t hash = 0xcbf29ce484222325ULL;
   for (int64_t i = 0; i < size; ++i) {
@@ -113,6 +145,9 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Build(
   model->spec = *std::move(spec);
   model->local_ranks = LocalRanks(options_.topology, options_.node);
   model->grads_by_rank.assign(options_.topology.world_size(), false);
+  if (mode == AttachMode::kCreate) {
+    if (absl::Status fits = CheckShardsFit(*model); !fits.ok()) return fits;
+  }
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
       ShardStore::CreateOrAttach(options_.instance, name, model->spec,
                                  model->local_ranks, mode);

@@ -135,10 +135,10 @@ class NodeRuntime {
   absl::StatusOr<std::shared_ptr<Copy>> FindCopy(
       const std::string& gather_id) const;
   // The bytes of a tensor as `session_id` sees them; `for_write` with a
-  // private copy first copies the tensor for that session.
+  // private copy first copies the tensor for that session. The caller holds
+  // copy.mu (not annotated: Copy is incomplete here).
   uint8_t* TensorBytes(Copy& copy, const std::string& session_id, int tensor,
-                       bool grad, bool for_write)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu);
+                       bool grad, bool for_write);
   CollectiveOptions Collective(uint64_t sequence) const;
 
   const int node_;

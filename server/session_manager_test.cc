@@ -333,6 +333,20 @@ TEST_F(SessionManagerTest, SessionsPerPrincipalAreLimited) {
   EXPECT_TRUE(sessions_->Open("m", read_only, "alice").ok());
 }
 
+TEST_F(SessionManagerTest, ModelsLargerThanSharedMemoryAreRefusedUpFront) {
+  Start(2, core::Strategy::kFullShard);
+  // 40 GB of float32 over this node's ranks: more than /dev/shm or half the
+  // memory of any machine this runs on; refused before allocating.
+  auto huge = registry_->Create(
+      "huge", R"({"units": [{"fqn": "", "params": [
+        {"fqn": "w", "shape": [100000, 100000], "dtype": "float32"}]}]})",
+      std::nullopt, ModelInit{ModelInit::Kind::kSeeded, 1}, {}, {});
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("huge"), std::string::npos);
+  EXPECT_EQ(registry_->Get("huge").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(SessionManagerTest, R11_R12_UnknownIdsAndOtherPrincipals) {
   Start(2, core::Strategy::kFullShard);
   EXPECT_EQ(sessions_->Open("other", {}, "alice").status().code(),

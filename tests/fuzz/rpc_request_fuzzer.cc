@@ -1,0 +1,478 @@
+// Fuzzes request validation of every Summon and Trainer RPC against a real
+// single-node daemon in this process: the registry, session manager and
+// services summond runs, served by a grpc::Server without listeners and
+// called through its in-process channel.
+//
+// Input: frames of [rpc: 1 byte][length: 2 bytes, little endian][payload],
+// the payload a serialized request of the RPC the first byte picks
+// (modulo kRpcCount). Consecutive WriteTensor frames are the messages of one
+// client stream. Every input starts from one model, "m" (two units, a tied
+// alias, grads on rank 1 of 2), and ends with every session aborted and
+// every model deleted, so inputs do not depend on each other.
+//
+// Fixed up before sending, so that inputs reach deep and stay safe:
+//  - an empty session id names the session the input opened last;
+//  - checkpoint paths are reduced to one [A-Za-z0-9._-] name inside a
+//    private temporary directory (the daemon would read or write anywhere);
+//  - CreateModel layouts over kMaxModelBytes are not sent (the shards would
+//    be allocated and filled);
+//  - ReportPhase waits at most kMaxPhaseWaitMs;
+//  - a read stream is cancelled after kMaxReadChunks chunks.
+// Failures besides the sanitizers': a status of UNKNOWN (a handler threw or
+// mapped an error to nothing), and anything left after the cleanup —
+// sessions, session memory, models or shared-memory segments.
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "core/model_spec.h"
+#include "google/protobuf/stubs/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "server/model_registry.h"
+#include "server/session_manager.h"
+#include "server/shard_store.h"
+#include "server/summon_service.h"
+#include "spdlog/spdlog.h"
+#include "summon/v1/summon.grpc.pb.h"
+#include "summon/v1/trainer.grpc.pb.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = summon::v1;
+
+enum class Rpc : uint8_t {
+  kCreateModel,
+  kDescribeModel,
+  kListModels,
+  kLoadModel,
+  kSaveModel,
+  kModelChecksum,
+  kDeleteModel,
+  kOpenSession,
+  kGetSession,
+  kListSessions,
+  kRenewSession,
+  kCloseSession,
+  kReadTensor,
+  kWriteTensor,
+  kTensorStats,
+  kReportPhase,
+  kMapShards,
+};
+constexpr int kRpcCount = static_cast<int>(Rpc::kMapShards) + 1;
+
+constexpr int kMaxFrames = 32;
+constexpr int64_t kMaxModelBytes = 256 << 10;
+constexpr uint32_t kMaxPhaseWaitMs = 20;
+constexpr int kMaxReadChunks = 64;
+constexpr int kLocalRanks = 2;
+// The principal of calls without "summon-principal" metadata, as all of the
+// fuzzer's are.
+constexpr char kPrincipal[] = "anonymous";
+
+constexpr char kBaseLayout[] = R"({
+  "strategy": "FULL_SHARD", "use_orig_params": true,
+  "units": [
+    {"fqn": "", "params": [
+      {"fqn": "embed.w", "shape": [10, 4], "dtype": "float32"},
+      {"fqn": "head.w", "alias_of": "embed.w"}]},
+    {"fqn": "layers.0", "params": [
+      {"fqn": "layers.0.w", "shape": [5, 5], "dtype": "float32"},
+      {"fqn": "layers.0.b", "shape": [5], "dtype": "float32"}]}]})";
+
+struct Frame {
+  Rpc rpc;
+  absl::string_view payload;
+};
+
+std::vector<Frame> SplitFrames(const uint8_t* data, size_t size) {
+  std::vector<Frame> frames;
+  size_t at = 0;
+  while (at < size && static_cast<int>(frames.size()) < kMaxFrames) {
+    const Rpc rpc = static_cast<Rpc>(data[at] % kRpcCount);
+    size_t length = 0;
+    if (at + 3 <= size) length = data[at + 1] | (size_t{data[at + 2]} << 8);
+    at = std::min(at + 3, size);
+    length = std::min(length, size - at);
+    frames.push_back(
+        {rpc,
+         absl::string_view(reinterpret_cast<const char*>(data) + at, length)});
+    at += length;
+  }
+  return frames;
+}
+
+// This process's shared-memory instance and checkpoint directory.
+std::string Instance() { return absl::StrCat("fuzz", getpid()); }
+fs::path CheckpointDirectory() {
+  return fs::temp_directory_path() /
+         absl::StrCat("summon-rpc-fuzzer-", getpid());
+}
+
+// Aborts (libFuzzer saves the input) without leaving shared memory or files
+// behind; run_fuzzers.sh cleans up after sanitizer reports.
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "rpc fuzzer: %s\n", what.c_str());
+  for (const std::string& segment :
+       summon::server::ShardStore::ListSegments(Instance())) {
+    shm_unlink(segment.c_str());
+  }
+  std::error_code ignored;
+  fs::remove_all(CheckpointDirectory(), ignored);
+  std::abort();
+}
+
+// RPC_FUZZER_VERBOSE=1 prints every answer (to see what a seed reaches).
+const bool verbose = std::getenv("RPC_FUZZER_VERBOSE") != nullptr;
+
+void CheckStatus(const grpc::Status& status, absl::string_view rpc) {
+  if (verbose) {
+    std::fprintf(stderr, "%.*s: %d %s\n", static_cast<int>(rpc.size()),
+                 rpc.data(), status.error_code(),
+                 status.error_message().c_str());
+  }
+  if (status.error_code() == grpc::StatusCode::UNKNOWN) {
+    Fail(absl::StrCat(rpc, " answered UNKNOWN: ", status.error_message()));
+  }
+}
+
+// One file name inside the checkpoint directory: never "..", never a '/'.
+std::string SandboxPath(const std::string& path) {
+  if (path.empty()) return "";  // Keeps "path must be set" reachable.
+  std::string name;
+  for (char c : path.substr(0, 64)) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+        c == '-') {
+      name += c;
+    }
+  }
+  if (name.find_first_not_of('.') == std::string::npos) return "ckpt" + name;
+  return name;
+}
+
+// Layouts whose shards would take more than about kMaxModelBytes (as laid
+// out by the file's own strategy) are not sent.
+bool SmallEnough(const v1::CreateModelRequest& request) {
+  const absl::StatusOr<summon::core::ModelSpec> spec =
+      summon::core::ParseModelLayout(request.layout_json(),
+                                     {/*nodes=*/1, kLocalRanks});
+  if (!spec.ok()) return true;  // The daemon refuses it before allocating.
+  int64_t bytes = 0;
+  for (const summon::core::UnitSpec& unit : spec->units) {
+    bytes += unit.layout.shard_bytes() * kLocalRanks;
+    if (unit.layout.shard_bytes() > kMaxModelBytes || bytes > kMaxModelBytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+template <typename Request>
+bool Parse(absl::string_view payload, Request* request) {
+  return request->ParseFromArray(payload.data(),
+                                 static_cast<int>(payload.size()));
+}
+
+class Daemon {
+ public:
+  Daemon() : instance_(Instance()), checkpoints_(CheckpointDirectory()) {
+    fs::create_directories(checkpoints_);
+    // No data_dir: nothing persists, and the registry unlinks its shared
+    // memory when destroyed.
+    summon::server::ModelRegistry::Options registry_options;
+    registry_options.instance = instance_;
+    registry_options.topology = {/*nodes=*/1, kLocalRanks};
+    registry_ = std::make_unique<summon::server::ModelRegistry>(
+        std::move(registry_options));
+    summon::server::SessionManager::Options options;
+    options.memory_budget_bytes = 16 << 20;
+    sessions_ = std::make_unique<summon::server::SessionManager>(
+        registry_.get(), options);
+    summon_ = std::make_unique<summon::server::SummonServiceImpl>(
+        registry_.get(), sessions_.get(), checkpoints_.string());
+    trainer_ = std::make_unique<summon::server::TrainerServiceImpl>(
+        registry_.get(), sessions_.get());
+    grpc::ServerBuilder builder;
+    builder.RegisterService(summon_.get());
+    builder.RegisterService(trainer_.get());
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr) Fail("the in-process server did not start");
+    auto channel = server_->InProcessChannel(grpc::ChannelArguments());
+    summon_stub_ = v1::Summon::NewStub(channel);
+    trainer_stub_ = v1::Trainer::NewStub(channel);
+  }
+
+  // Unlinks every model's shared memory (the registry has no data_dir).
+  ~Daemon() {
+    server_->Shutdown();
+    server_.reset();
+    sessions_.reset();
+    registry_.reset();
+    std::error_code ignored;
+    fs::remove_all(checkpoints_, ignored);
+  }
+
+  void Run(const std::vector<Frame>& frames) {
+    CreateBaseModel();
+    for (size_t i = 0; i < frames.size();) {
+      if (frames[i].rpc == Rpc::kWriteTensor) {
+        size_t end = i;
+        while (end < frames.size() && frames[end].rpc == Rpc::kWriteTensor) {
+          ++end;
+        }
+        WriteStream(frames, i, end);
+        i = end;
+      } else {
+        Send(frames[i]);
+        ++i;
+      }
+    }
+    Reset();
+  }
+
+ private:
+  // Straight through the registry, as is the cleanup: only the fuzzed
+  // requests pay for the trip through gRPC.
+  void CreateBaseModel() {
+    summon::server::ModelInit seeded;
+    seeded.kind = summon::server::ModelInit::Kind::kSeeded;
+    seeded.seed = 7;
+    const absl::Status status =
+        registry_
+            ->Create("m", kBaseLayout, std::nullopt, seeded, /*grad_ranks=*/{1},
+                     summon::server::ModelInit())
+            .status();
+    if (!status.ok()) Fail("base model: " + status.ToString());
+  }
+
+  void UseLastSession(std::string* id) const {
+    if (id->empty()) *id = last_session_;
+  }
+
+  template <typename Stub, typename Request, typename Response>
+  void Unary(Stub& stub,
+             grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                          Response*),
+             const Request& request, absl::string_view name,
+             Response* response) {
+    grpc::ClientContext context;
+    CheckStatus((stub.*method)(&context, request, response), name);
+  }
+
+  // Parses the payload as `Request`, lets `fix` adjust it and calls `method`.
+  template <typename Stub, typename Request, typename Response, typename Fix>
+  void Call(Stub& stub,
+            grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                         Response*),
+            absl::string_view payload, absl::string_view name, Fix fix) {
+    Request request;
+    if (!Parse(payload, &request) || !fix(request)) return;
+    Response response;
+    Unary(stub, method, request, name, &response);
+  }
+
+  void Send(const Frame& frame) {
+    v1::Summon::Stub& summon = *summon_stub_;
+    v1::Trainer::Stub& trainer = *trainer_stub_;
+    const auto keep = [](auto&) { return true; };
+    const auto session = [this](auto& request) {
+      UseLastSession(request.mutable_session_id());
+      return true;
+    };
+    switch (frame.rpc) {
+      case Rpc::kCreateModel:
+        return Call(summon, &v1::Summon::Stub::CreateModel, frame.payload,
+                    "CreateModel", SmallEnough);
+      case Rpc::kDescribeModel:
+        return Call(summon, &v1::Summon::Stub::DescribeModel, frame.payload,
+                    "DescribeModel", keep);
+      case Rpc::kListModels:
+        return Call(summon, &v1::Summon::Stub::ListModels, frame.payload,
+                    "ListModels", keep);
+      case Rpc::kLoadModel:
+        return Call(summon, &v1::Summon::Stub::LoadModel, frame.payload,
+                    "LoadModel", [](v1::LoadModelRequest& request) {
+                      request.set_path(SandboxPath(request.path()));
+                      return true;
+                    });
+      case Rpc::kSaveModel:
+        return Call(summon, &v1::Summon::Stub::SaveModel, frame.payload,
+                    "SaveModel", [](v1::SaveModelRequest& request) {
+                      request.set_path(SandboxPath(request.path()));
+                      return true;
+                    });
+      case Rpc::kModelChecksum:
+        return Call(summon, &v1::Summon::Stub::ModelChecksum, frame.payload,
+                    "ModelChecksum", keep);
+      case Rpc::kDeleteModel:
+        return Call(summon, &v1::Summon::Stub::DeleteModel, frame.payload,
+                    "DeleteModel", keep);
+      case Rpc::kOpenSession:
+        return OpenSession(frame.payload);
+      case Rpc::kGetSession:
+        return Call(summon, &v1::Summon::Stub::GetSession, frame.payload,
+                    "GetSession", session);
+      case Rpc::kListSessions:
+        return Call(summon, &v1::Summon::Stub::ListSessions, frame.payload,
+                    "ListSessions", keep);
+      case Rpc::kRenewSession:
+        return Call(summon, &v1::Summon::Stub::RenewSession, frame.payload,
+                    "RenewSession", session);
+      case Rpc::kCloseSession:
+        return Call(summon, &v1::Summon::Stub::CloseSession, frame.payload,
+                    "CloseSession", session);
+      case Rpc::kReadTensor:
+        return ReadTensor(frame.payload);
+      case Rpc::kTensorStats:
+        return Call(summon, &v1::Summon::Stub::TensorStats, frame.payload,
+                    "TensorStats", session);
+      case Rpc::kReportPhase:
+        return Call(trainer, &v1::Trainer::Stub::ReportPhase, frame.payload,
+                    "ReportPhase", [](v1::ReportPhaseRequest& request) {
+                      if (request.has_deadline_ms()) {
+                        request.set_deadline_ms(
+                            std::min(request.deadline_ms(), kMaxPhaseWaitMs));
+                      }
+                      return true;
+                    });
+      case Rpc::kMapShards:
+        return Call(trainer, &v1::Trainer::Stub::MapShards, frame.payload,
+                    "MapShards", keep);
+      case Rpc::kWriteTensor:
+        return;  // Streams are sent by WriteStream.
+    }
+  }
+
+  void OpenSession(absl::string_view payload) {
+    v1::OpenSessionRequest request;
+    if (!Parse(payload, &request)) return;
+    v1::Session session;
+    Unary(*summon_stub_, &v1::Summon::Stub::OpenSession, request, "OpenSession",
+          &session);
+    if (!session.id().empty()) last_session_ = session.id();
+  }
+
+  void ReadTensor(absl::string_view payload) {
+    v1::ReadTensorRequest request;
+    if (!Parse(payload, &request)) return;
+    UseLastSession(request.mutable_session_id());
+    grpc::ClientContext context;
+    auto reader = summon_stub_->ReadTensor(&context, request);
+    v1::ReadTensorResponse chunk;
+    for (int chunks = 0; reader->Read(&chunk);) {
+      if (++chunks == kMaxReadChunks) context.TryCancel();
+    }
+    CheckStatus(reader->Finish(), "ReadTensor");
+  }
+
+  // Frames [begin, end) as the messages of one WriteTensor stream.
+  void WriteStream(const std::vector<Frame>& frames, size_t begin, size_t end) {
+    grpc::ClientContext context;
+    v1::WriteTensorResponse response;
+    auto writer = summon_stub_->WriteTensor(&context, &response);
+    for (size_t i = begin; i < end; ++i) {
+      v1::WriteTensorRequest message;
+      if (!Parse(frames[i].payload, &message)) continue;
+      if (message.has_header()) {
+        UseLastSession(message.mutable_header()->mutable_session_id());
+      }
+      if (!writer->Write(message)) break;  // The daemon already answered.
+    }
+    writer->WritesDone();
+    CheckStatus(writer->Finish(), "WriteTensor");
+  }
+
+  // Aborts every session and deletes every model; whatever survives that
+  // leaked.
+  void Reset() {
+    last_session_.clear();
+    for (const summon::server::SessionInfo& session :
+         sessions_->List(/*model=*/"", kPrincipal)) {
+      const absl::Status status =
+          sessions_
+              ->Close(session.id, /*abort=*/true, /*force=*/false, kPrincipal)
+              .status();
+      if (!status.ok()) {
+        Fail(absl::StrCat("aborting session ", session.id, ": ",
+                          status.ToString()));
+      }
+    }
+    if (sessions_->OpenSessionCount() != 0 || sessions_->MemoryInUse() != 0) {
+      Fail(absl::StrCat("after aborting every session ",
+                        sessions_->OpenSessionCount(), " remain holding ",
+                        sessions_->MemoryInUse(), " bytes"));
+    }
+    for (const std::shared_ptr<summon::server::ModelEntry>& model :
+         registry_->List()) {
+      if (absl::Status status = registry_->Remove(model->name); !status.ok()) {
+        Fail(absl::StrCat("deleting model ", model->name, ": ",
+                          status.ToString()));
+      }
+    }
+    const std::vector<std::string> segments =
+        summon::server::ShardStore::ListSegments(instance_);
+    if (!segments.empty()) {
+      Fail(absl::StrCat("every model deleted, yet ", segments.size(),
+                        " shared-memory segments remain, e.g. ", segments[0]));
+    }
+    for (const fs::directory_entry& entry :
+         fs::directory_iterator(checkpoints_)) {
+      fs::remove_all(entry.path());
+    }
+  }
+
+  const std::string instance_;
+  const fs::path checkpoints_;
+  std::unique_ptr<summon::server::ModelRegistry> registry_;
+  std::unique_ptr<summon::server::SessionManager> sessions_;
+  std::unique_ptr<summon::server::SummonServiceImpl> summon_;
+  std::unique_ptr<summon::server::TrainerServiceImpl> trainer_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Summon::Stub> summon_stub_;
+  std::unique_ptr<v1::Trainer::Stub> trainer_stub_;
+  std::string last_session_;
+};
+
+Daemon* daemon_under_test = nullptr;
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // A daemon logs every model and session; at fuzzing speed that is noise.
+  // So are protobuf's complaints about the fuzzer's invalid UTF-8.
+  if (!verbose) {
+    spdlog::set_level(spdlog::level::warn);
+    google::protobuf::SetLogHandler(nullptr);
+  }
+  daemon_under_test = new Daemon();
+  // libFuzzer leaves through exit(): shut the daemon down there so no shared
+  // memory outlives the process.
+  std::atexit([] {
+    delete daemon_under_test;
+    daemon_under_test = nullptr;
+  });
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  daemon_under_test->Run(SplitFrames(data, size));
+  return 0;
+}
