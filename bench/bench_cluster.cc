@@ -115,8 +115,11 @@ BenchCluster::~BenchCluster() {
   }
 }
 
-std::string BenchCluster::target() const {
-  return nodes_.front().server->address();
+std::string BenchCluster::target(int node) const {
+  const server::SummonServer& server = *nodes_[node].server;
+  // A cluster node's address is its --nodes entry (listen_address unused).
+  return server.spec().nodes.empty() ? server.address()
+                                     : server.spec().nodes[node];
 }
 
 int BenchCluster::world_size() const {

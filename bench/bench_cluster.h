@@ -39,8 +39,9 @@ class BenchCluster {
   // removes the data directories, so /dev/shm and /tmp are left clean.
   ~BenchCluster();
 
-  // gRPC target of the node the benchmark's client talks to.
-  std::string target() const;
+  // gRPC target of node 0, or of `node`.
+  std::string target(int node = 0) const;
+  int nodes() const { return static_cast<int>(nodes_.size()); }
   // W = nodes * local ranks.
   int world_size() const;
 

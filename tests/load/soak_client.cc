@@ -72,7 +72,8 @@ class SoakClient {
     client_options.timeout = options_.call_timeout;
     client_ = std::make_unique<client::SummonClient>(
         grpc::CreateCustomChannel(
-            options_.target, grpc::InsecureChannelCredentials(), arguments),
+            options_.targets[index_ % options_.targets.size()],
+            grpc::InsecureChannelCredentials(), arguments),
         std::move(client_options));
   }
 

@@ -35,7 +35,8 @@ absl::string_view OpName(Op op);
 
 struct SoakOptions {
   // gRPC target of the node the client talks to.
-  std::string target;
+  // Client i talks to targets[i % size], spreading clients over the nodes.
+  std::vector<std::string> targets;
   std::string model;
   // No new session or listing starts after this; the one in flight ends.
   absl::Time end;

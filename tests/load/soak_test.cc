@@ -319,10 +319,12 @@ TEST(SoakTest, ConcurrentClientsLoseNoWriteAndLeaveNothingBehind) {
   const Resources baseline = Measure(instances);
   std::printf("soak: baseline %s\n", baseline.ToString().c_str());
 
-  // Every client talks to node 0, the only node BenchCluster names; each of
-  // its sessions still gathers from and writes back to both nodes.
+  // Clients are spread over the nodes (followers forward to the leader);
+  // every session gathers from and writes back to both nodes.
   SoakOptions options;
-  options.target = (*cluster)->target();
+  for (int node = 0; node < (*cluster)->nodes(); ++node) {
+    options.targets.push_back((*cluster)->target(node));
+  }
   options.model = kModel;
   options.call_timeout = kCallTimeout;
   const absl::Time start = absl::Now();
