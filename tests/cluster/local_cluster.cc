@@ -25,6 +25,7 @@
 #include "grpcpp/security/credentials.h"
 #include "server/model_registry.h"
 #include "server/shard_store.h"
+#include "tests/cluster/daemon_testing.h"
 
 extern char** environ;
 
@@ -41,47 +42,6 @@ constexpr int kStartAttempts = 3;
 constexpr absl::Duration kServingTimeout = absl::Seconds(20);
 constexpr absl::Duration kExitTimeout = absl::Seconds(10);
 constexpr absl::Duration kPollInterval = absl::Milliseconds(25);
-
-std::string SummondPath() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/",
-                      workspace != nullptr ? workspace : "summon",
-                      "/server/summond");
-}
-
-// `count` distinct ports that were free on 127.0.0.1 a moment ago: all are
-// bound (port 0) at once, so the kernel hands out different ones, then
-// released for the daemons to take.
-absl::StatusOr<std::vector<int>> PickFreePorts(int count) {
-  std::vector<int> sockets;
-  std::vector<int> ports;
-  absl::Status status;
-  for (int i = 0; i < count && status.ok(); ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) {
-      status =
-          absl::UnavailableError(absl::StrCat("socket: ", strerror(errno)));
-      break;
-    }
-    sockets.push_back(fd);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = 0;
-    socklen_t length = sizeof(address);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      status = absl::UnavailableError(
-          absl::StrCat("cannot bind a free port: ", strerror(errno)));
-      break;
-    }
-    ports.push_back(ntohs(address.sin_port));
-  }
-  for (int fd : sockets) close(fd);
-  if (!status.ok()) return status;
-  return ports;
-}
 
 // The exit code of `pid` once it exited (-1 for a signal), or nullopt while
 // it runs.
@@ -147,7 +107,7 @@ absl::Status LocalCluster::Spawn(const std::vector<int>& ports) {
   }
   for (int node : options_.started) {
     std::vector<std::string> args = {
-        SummondPath(),
+        RunfilePath("server/summond"),
         "--nodes=" + nodes,
         absl::StrCat("--node-rank=", node),
         absl::StrCat("--local-ranks=", options_.local_ranks),
@@ -186,38 +146,17 @@ absl::Status LocalCluster::CheckAlive() {
 
 absl::StatusOr<health::HealthCheckResponse::ServingStatus> LocalCluster::Health(
     int node) const {
-  auto stub = health::Health::NewStub(grpc::CreateChannel(
-      addresses_[node], grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  health::HealthCheckResponse response;
-  const grpc::Status status =
-      stub->Check(&context, health::HealthCheckRequest(), &response);
-  if (!status.ok()) return client::FromGrpcStatus(status);
-  return response.status();
+  return CheckHealth(grpc::CreateChannel(addresses_[node],
+                                         grpc::InsecureChannelCredentials()));
 }
 
 absl::Status LocalCluster::WaitServing(absl::Time deadline) {
-  for (int node = 0; node < options_.nodes; ++node) {
-    while (true) {
-      if (absl::Status alive = CheckAlive(); !alive.ok()) return alive;
-      absl::StatusOr<health::HealthCheckResponse::ServingStatus> status =
-          Health(node);
-      if (status.ok() && *status == health::HealthCheckResponse::SERVING) {
-        break;
-      }
-      if (absl::Now() > deadline) {
-        return absl::UnavailableError(absl::StrCat(
-            "node ", node, " is not SERVING after ",
-            absl::FormatDuration(kServingTimeout), ": ",
-            status.ok()
-                ? health::HealthCheckResponse::ServingStatus_Name(*status)
-                : status.status().ToString()));
-      }
-      absl::SleepFor(kPollInterval);
-    }
-  }
-  return absl::OkStatus();
+  return tests::WaitServing(
+      addresses_, deadline - absl::Now(),
+      [](const std::string& address) {
+        return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+      },
+      [this] { return CheckAlive(); });
 }
 
 absl::Status LocalCluster::Terminate() {

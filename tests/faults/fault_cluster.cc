@@ -24,6 +24,7 @@
 #include "grpcpp/support/channel_arguments.h"
 #include "server/model_registry.h"
 #include "server/shard_store.h"
+#include "tests/cluster/daemon_testing.h"
 
 namespace summon::tests {
 namespace {
@@ -37,42 +38,6 @@ constexpr int kStartAttempts = 3;
 constexpr absl::Duration kServingTimeout = absl::Seconds(20);
 constexpr absl::Duration kExitTimeout = absl::Seconds(10);
 constexpr absl::Duration kPollInterval = absl::Milliseconds(20);
-
-std::string RunfilePath(absl::string_view path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/",
-                      workspace != nullptr ? workspace : "summon", "/", path);
-}
-
-absl::StatusOr<std::vector<int>> PickFreePorts(int count) {
-  std::vector<int> sockets;
-  std::vector<int> ports;
-  absl::Status status;
-  for (int i = 0; i < count && status.ok(); ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) {
-      status =
-          absl::UnavailableError(absl::StrCat("socket: ", strerror(errno)));
-      break;
-    }
-    sockets.push_back(fd);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      status = absl::UnavailableError(
-          absl::StrCat("cannot bind a free port: ", strerror(errno)));
-      break;
-    }
-    ports.push_back(ntohs(address.sin_port));
-  }
-  for (int fd : sockets) close(fd);
-  if (!status.ok()) return status;
-  return ports;
-}
 
 // Fast reconnects and no subchannel shared with other channels: a channel
 // to a restarted daemon must not wait out the backoff of a dead one.
@@ -212,38 +177,16 @@ absl::Status FaultCluster::CheckAlive() {
 
 absl::StatusOr<health::HealthCheckResponse::ServingStatus> FaultCluster::Health(
     int node) const {
-  auto stub = health::Health::NewStub(FreshChannel(addresses_[node]));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  health::HealthCheckResponse response;
-  const grpc::Status status =
-      stub->Check(&context, health::HealthCheckRequest(), &response);
-  if (!status.ok()) return client::FromGrpcStatus(status);
-  return response.status();
+  return CheckHealth(FreshChannel(addresses_[node]));
 }
 
 absl::Status FaultCluster::WaitServing(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  std::vector<std::string> running_addresses;
   for (int node = 0; node < options_.nodes; ++node) {
-    while (true) {
-      if (absl::Status alive = CheckAlive(); !alive.ok()) return alive;
-      absl::StatusOr<health::HealthCheckResponse::ServingStatus> status =
-          Health(node);
-      if (status.ok() && *status == health::HealthCheckResponse::SERVING) {
-        break;
-      }
-      if (absl::Now() > deadline) {
-        return absl::UnavailableError(absl::StrCat(
-            "node ", node, " is not SERVING after ",
-            absl::FormatDuration(timeout), ": ",
-            status.ok()
-                ? health::HealthCheckResponse::ServingStatus_Name(*status)
-                : status.status().ToString()));
-      }
-      absl::SleepFor(kPollInterval);
-    }
+    running_addresses.push_back(addresses_[node]);
   }
-  return absl::OkStatus();
+  return tests::WaitServing(running_addresses, timeout, FreshChannel,
+                            [this] { return CheckAlive(); });
 }
 
 absl::Status FaultCluster::Stop() {
