@@ -66,14 +66,7 @@ absl::Status SummonServiceImpl::CreateEverywhere(
   for (const absl::Status& status : results) {
     if (status.ok()) continue;
     // All or nothing: undo the model wherever it was made.
-    registry_->Remove(request.name()).IgnoreError();
-    v1::DeleteModelRequest remove;
-    remove.set_model(request.name());
-    OnFollowers(*cluster_,
-                [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
-                  v1::NodeModelResponse response;
-                  return stub.NodeDeleteModel(&context, remove, &response);
-                });
+    DeleteEverywhere(request.name()).IgnoreError();
     return status;
   }
   return absl::OkStatus();
@@ -244,17 +237,7 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
   absl::StatusOr<int64_t> bytes = LoadEverywhere(**model, path);
   if (!bytes.ok()) {
     if (request->has_create()) {
-      v1::DeleteModelResponse ignored;
-      v1::DeleteModelRequest remove;
-      remove.set_model(request->model());
-      registry_->Remove(request->model()).IgnoreError();
-      if (cluster_ != nullptr) {
-        OnFollowers(*cluster_,
-                    [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
-                      v1::NodeModelResponse response;
-                      return stub.NodeDeleteModel(&context, remove, &response);
-                    });
-      }
+      DeleteEverywhere(request->model()).IgnoreError();
     }
     return ToGrpcStatus(bytes.status());
   }
@@ -346,18 +329,24 @@ grpc::Status SummonServiceImpl::DeleteModel(
           Route(*context, &v1::Summon::Stub::DeleteModel, *request, response)) {
     return *routed;
   }
-  if (absl::Status status = registry_->Remove(request->model()); !status.ok()) {
-    return ToGrpcStatus(status);
+  return ToGrpcStatus(DeleteEverywhere(request->model()));
+}
+
+absl::Status SummonServiceImpl::DeleteEverywhere(const std::string& model) {
+  if (absl::Status status = registry_->Remove(model); !status.ok()) {
+    return status;
   }
-  if (cluster_ == nullptr) return grpc::Status::OK;
+  if (cluster_ == nullptr) return absl::OkStatus();
+  v1::DeleteModelRequest remove;
+  remove.set_model(model);
   for (const absl::Status& status : OnFollowers(
            *cluster_, [&](v1::Peer::Stub&stub, grpc::ClientContext&context) {
-             v1::NodeModelResponse ignored;
-             return stub.NodeDeleteModel(&context, *request, &ignored);
+             v1::NodeModelResponse response;
+             return stub.NodeDeleteModel(&context, remove, &response);
            })) {
-    if (!status.ok()) return ToGrpcStatus(status);
+    if (!status.ok()) return status;
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status SummonServiceImpl::OpenSession(

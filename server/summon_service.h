@@ -101,6 +101,8 @@ class SummonServiceImpl final : public v1::Summon::Service {
   absl::Status CreateEverywhere(const v1::CreateModelRequest& request);
   absl::StatusOr<int64_t> LoadEverywhere(ModelEntry& model,
                                          const std::string& path);
+  // This node first, then every follower; the first failure.
+  absl::Status DeleteEverywhere(const std::string& model);
   absl::StatusOr<std::vector<std::string>> SaveEverywhere(
       ModelEntry& model, const std::string& path, int64_t max_file_bytes);
 
