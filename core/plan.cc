@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <tuple>
 
 #include "absl/status/status.h"
@@ -61,8 +62,8 @@ SessionBufferLayout LayoutSessionBuffer(const ModelSpec& model,
   int64_t offset = 0;
   for (const ScopedParam& scoped : scope.params) {
     const FlatParamEntry& param = model.Param(scoped.location);
-    offset = (offset + kTensorAlignment - 1) / kTensorAlignment *
-             kTensorAlignment;
+    offset =
+        (offset + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
     SessionTensor tensor{param.fqn,   scoped.location, param.shape,
                          param.dtype, param.numel,     offset};
     offset += tensor.bytes();
@@ -101,9 +102,11 @@ absl::StatusOr<GatherPlan> PlanGather(const ModelSpec& model,
   for (size_t c = 0; c < plan.copies.size(); ++c) {
     for (const SessionTensor& tensor : buffer.tensors) {
       const FlatParamLayout& layout = model.units[tensor.location.unit].layout;
-      const int64_t element_size = static_cast<int64_t>(ElementSize(tensor.dtype));
+      const int64_t element_size =
+          static_cast<int64_t>(ElementSize(tensor.dtype));
       for (int position = 0; position < groups.group_size; ++position) {
-        const ShardSlice slice = layout.SliceOf(tensor.location.param, position);
+        const ShardSlice slice =
+            layout.SliceOf(tensor.location.param, position);
         if (!slice.in_shard) continue;
         plan.transfers.push_back(Transfer{
             SourceRank(groups, position, plan.copies[c]),
@@ -132,7 +135,8 @@ WritebackPlan PlanWriteback(const ModelSpec& model,
       const FlatParamLayout& layout = model.units[tensor.location.unit].layout;
       const ShardSlice slice = layout.SliceOf(tensor.location.param, position);
       if (!slice.in_shard) continue;
-      const int64_t element_size = static_cast<int64_t>(ElementSize(tensor.dtype));
+      const int64_t element_size =
+          static_cast<int64_t>(ElementSize(tensor.dtype));
       plan.transfers.push_back(Transfer{
           rank,
           tensor.location.unit,
@@ -149,6 +153,41 @@ WritebackPlan PlanWriteback(const ModelSpec& model,
                      std::tie(b.rank, b.unit, b.shard_offset);
             });
   return plan;
+}
+
+std::vector<std::vector<ShardRange>> RangesSentByNode(const ModelSpec& model,
+                                                      const GatherPlan& plan) {
+  std::vector<std::set<ShardRange>> sets(model.groups.topology.nodes);
+  for (const Transfer& transfer : plan.transfers) {
+    const int source = model.groups.topology.NodeOf(transfer.rank);
+    if (source == plan.copies[transfer.copy].node) continue;
+    sets[source].insert(ShardRange{transfer.rank, transfer.unit,
+                                   transfer.shard_offset, transfer.bytes});
+  }
+  std::vector<std::vector<ShardRange>> ranges;
+  for (const auto& set : sets) ranges.emplace_back(set.begin(), set.end());
+  return ranges;
+}
+
+int64_t RangesBytes(const std::vector<ShardRange>& ranges) {
+  int64_t bytes = 0;
+  for (const ShardRange& range : ranges) bytes += std::get<3>(range);
+  return bytes;
+}
+
+int64_t GatherNetworkBytes(const ModelSpec& model, const GatherPlan& plan) {
+  std::set<int> copy_nodes;
+  for (const SessionCopy& copy : plan.copies) copy_nodes.insert(copy.node);
+  const std::vector<std::vector<ShardRange>> sent =
+      RangesSentByNode(model, plan);
+  int64_t total = 0;
+  for (size_t node = 0; node < sent.size(); ++node) {
+    const int64_t receivers =
+        static_cast<int64_t>(copy_nodes.size()) -
+        (copy_nodes.count(static_cast<int>(node)) ? 1 : 0);
+    total += RangesBytes(sent[node]) * receivers;
+  }
+  return total;
 }
 
 std::vector<int64_t> CopyBytesPerNode(const ModelSpec& model,

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -88,6 +89,22 @@ absl::StatusOr<GatherPlan> PlanGather(const ModelSpec& model,
 WritebackPlan PlanWriteback(const ModelSpec& model,
                             const SessionBufferLayout& buffer,
                             const GatherPlan& gather);
+
+// A range of one rank's shard of one unit: rank, unit, byte offset, bytes.
+using ShardRange = std::tuple<int, int, int64_t, int64_t>;
+
+// What each node sends for a gather: the distinct shard ranges of its ranks
+// that a copy on another node needs, in one deterministic order that every
+// node computes alike (the node runtimes' exchange buffers).
+std::vector<std::vector<ShardRange>> RangesSentByNode(const ModelSpec& model,
+                                                      const GatherPlan& plan);
+int64_t RangesBytes(const std::vector<ShardRange>& ranges);
+
+// Bytes a gather puts on the network: each node's ranges go to every other
+// node holding a copy (one allgatherv for per-node copies, a gather to the
+// home node for a single copy). 0 on one node and when every shard group
+// lies within a node.
+int64_t GatherNetworkBytes(const ModelSpec& model, const GatherPlan& plan);
 
 // Bytes a node must hold for the copies placed on it (rule R9's input).
 std::vector<int64_t> CopyBytesPerNode(const ModelSpec& model,

@@ -93,6 +93,41 @@ TEST(PlanTest, FullShardPerNodeCopiesCrossNodesAndRankZeroOnlyOneCopy) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(PlanTest, NetworkBytesCountOnlyTheScopedRangesThatCrossNodes) {
+  ModelSpec model = ParseOrDie(kTwoLinear, Topology{2, 2});
+  // Whole unit, one copy per node: node 0 sends flat [0, 40) minus padding
+  // (25 + 5 + 4 elements), node 1 sends [40, 80) (31 + 7 elements), each to
+  // the other node.
+  Scope all = ResolveScope(model, {"", true, {}}).value();
+  SessionBufferLayout all_buffer = LayoutSessionBuffer(model, all);
+  GatherPlan per_node =
+      PlanGather(model, all_buffer, Placement::kPerNode, 0).value();
+  EXPECT_EQ(GatherNetworkBytes(model, per_node), (34 + 38) * 4);
+  // An explicit list moves only its tensor: lin2.weight[0..3] from node 0,
+  // lin2.weight[4..34] from node 1.
+  Scope one = ResolveScope(model, {"", true, {"lin2.weight"}}).value();
+  SessionBufferLayout one_buffer = LayoutSessionBuffer(model, one);
+  EXPECT_EQ(GatherNetworkBytes(
+                model,
+                PlanGather(model, one_buffer, Placement::kPerNode, 0).value()),
+            (4 + 31) * 4);
+  // rank0_only with the home on node 1: only node 0's part travels, once.
+  EXPECT_EQ(GatherNetworkBytes(
+                model,
+                PlanGather(model, one_buffer, Placement::kHomeRank, 3).value()),
+            4 * 4);
+  // Hybrid shard groups lie within a node: nothing crosses.
+  ModelSpec hybrid =
+      ParseOrDie(kTwoLinear, Topology{2, 2}, Strategy::kHybridShard);
+  SessionBufferLayout hybrid_buffer = LayoutSessionBuffer(
+      hybrid, ResolveScope(hybrid, {"", true, {}}).value());
+  EXPECT_EQ(GatherNetworkBytes(
+                hybrid,
+                PlanGather(hybrid, hybrid_buffer, Placement::kPerNode, 0)
+                    .value()),
+            0);
+}
+
 // ---- Property tests over random layouts, topologies, strategies, scopes ----
 
 std::string RandomLayoutJson(std::mt19937& rng) {

@@ -15,32 +15,6 @@ namespace summon::server {
 namespace {
 
 // A range of one rank's shard of one unit.
-using ShardRange = std::tuple<int, int, int64_t, int64_t>;  // rank, unit,
-                                                            // offset, bytes
-
-// What each node must send for a gather: the distinct shard ranges of its
-// ranks that a copy on another node needs, in one deterministic order that
-// every node computes alike.
-std::vector<std::vector<ShardRange>> RangesSentByNode(
-    const core::ModelSpec& spec, const core::GatherPlan& plan) {
-  std::vector<std::set<ShardRange>> sets(spec.groups.topology.nodes);
-  for (const core::Transfer& transfer : plan.transfers) {
-    const int source = spec.groups.topology.NodeOf(transfer.rank);
-    if (source == plan.copies[transfer.copy].node) continue;
-    sets[source].insert(ShardRange{transfer.rank, transfer.unit,
-                                   transfer.shard_offset, transfer.bytes});
-  }
-  std::vector<std::vector<ShardRange>> ranges;
-  for (const auto& set : sets) ranges.emplace_back(set.begin(), set.end());
-  return ranges;
-}
-
-int64_t RangesBytes(const std::vector<ShardRange>& ranges) {
-  int64_t bytes = 0;
-  for (const ShardRange& range : ranges) bytes += std::get<3>(range);
-  return bytes;
-}
-
 }  // namespace
 
 NodeRuntime::NodeRuntime(int node, ModelRegistry* registry,
@@ -149,8 +123,8 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     ModelEntry& entry = **model;
     ShardStore& store = *entry.store;
     const int nodes = spec.groups.topology.nodes;
-    const std::vector<std::vector<ShardRange>> sent =
-        RangesSentByNode(spec, copy->plan);
+    const std::vector<std::vector<core::ShardRange>> sent =
+        core::RangesSentByNode(spec, copy->plan);
     const int grads_factor = copy->grads ? 2 : 1;
     absl::MutexLock copy_lock(&copy->mu);
     if (copy->copy_index >= 0) {
@@ -159,11 +133,11 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     }
     // Pack what this node sends and copy its local slices into its own copy
     // under one shard lock: the node's part of the snapshot is consistent.
-    std::vector<uint8_t> send(RangesBytes(sent[node_]) * grads_factor);
+    std::vector<uint8_t> send(core::RangesBytes(sent[node_]) * grads_factor);
     {
       absl::ReaderMutexLock shards_lock(&entry.shards_mu);
       int64_t at = 0;
-      const int64_t grads_at = RangesBytes(sent[node_]);
+      const int64_t grads_at = core::RangesBytes(sent[node_]);
       for (const auto& [rank, unit, offset, bytes] : sent[node_]) {
         std::memcpy(send.data() + at, store.ParamShard(rank, unit) + offset,
                     bytes);
@@ -198,7 +172,7 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     std::vector<int64_t> recv_offsets(nodes);
     int64_t total = 0;
     for (int n = 0; n < nodes; ++n) {
-      recv_sizes[n] = RangesBytes(sent[n]) * grads_factor;
+      recv_sizes[n] = core::RangesBytes(sent[n]) * grads_factor;
       recv_offsets[n] = total;
       total += recv_sizes[n];
     }
@@ -220,20 +194,20 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     for (int n = 0; n < nodes; ++n) {
       if (n == node_) continue;
       int64_t at = 0;
-      std::map<ShardRange, int64_t> position;
-      for (const ShardRange& range : sent[n]) {
+      std::map<core::ShardRange, int64_t> position;
+      for (const core::ShardRange& range : sent[n]) {
         position[range] = at;
         at += std::get<3>(range);
       }
       const uint8_t* base = recv.data() + recv_offsets[n];
-      const int64_t grads_at = RangesBytes(sent[n]);
+      const int64_t grads_at = core::RangesBytes(sent[n]);
       for (const core::Transfer& t : copy->plan.transfers) {
         if (t.copy != copy->copy_index ||
             spec.groups.topology.NodeOf(t.rank) != n) {
           continue;
         }
-        const int64_t from =
-            position.at(ShardRange{t.rank, t.unit, t.shard_offset, t.bytes});
+        const int64_t from = position.at(
+            core::ShardRange{t.rank, t.unit, t.shard_offset, t.bytes});
         std::memcpy(copy->params.data() + t.buffer_offset, base + from,
                     t.bytes);
         if (copy->grads) {

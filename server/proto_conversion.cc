@@ -143,6 +143,7 @@ void SessionInfoToProto(const SessionInfo& info, v1::Session* out) {
   out->set_expires_at_unix_ms(absl::ToUnixMillis(info.expires));
   out->set_bytes(info.bytes);
   out->set_shared_gather(info.shared_gather);
+  out->set_network_bytes(info.network_bytes);
   for (const std::string& warning : info.warnings) out->add_warnings(warning);
 }
 

@@ -27,6 +27,7 @@ struct SessionManager::Gather {
   std::vector<int64_t> bytes_per_node;
   int64_t bytes = 0;   // Of one copy.
   uint64_t epoch = 0;  // The cluster epoch it was gathered in.
+  int64_t network_bytes = 0;
   int holders = 0;     // Guarded by the manager's mutex.
 };
 

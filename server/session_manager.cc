@@ -209,6 +209,8 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
       gather->bytes = gather->layout.total_bytes * (gather->has_grads ? 2 : 1);
       gather->bytes_per_node =
           core::CopyBytesPerNode(spec, gather->layout, *plan);
+      gather->network_bytes =
+          core::GatherNetworkBytes(spec, *plan) * (gather->has_grads ? 2 : 1);
       for (int64_t& bytes : gather->bytes_per_node) {
         if (gather->has_grads) bytes *= 2;
       }
@@ -306,6 +308,7 @@ SessionInfo SessionManager::Describe(const Session& session) const {
   info.bytes = 0;
   for (int64_t bytes : session.gather->bytes_per_node) info.bytes += bytes;
   info.shared_gather = session.gather->holders > 1;
+  info.network_bytes = session.gather->network_bytes;
   info.warnings = session.scope.warnings;
   return info;
 }

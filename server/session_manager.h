@@ -51,6 +51,7 @@ struct SessionInfo {
   absl::Time expires;
   int64_t bytes = 0;  // Of the (possibly shared) gather.
   bool shared_gather = false;
+  int64_t network_bytes = 0;  // Sent between nodes by the gather.
   std::vector<std::string> warnings;
 };
 

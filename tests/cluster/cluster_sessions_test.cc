@@ -320,6 +320,18 @@ TYPED_TEST(ClusterSessionsTest, ParamListSessionsHoldOnlyTheListedTensors) {
     EXPECT_EQ(closed.bytes_written(), this->Replicas(strategy) * (6 + 35) * 4);
     EXPECT_EQ(ParamChecksums(ChecksumOk(this->node(last), name)),
               ExpectedChecksums(model, edited));
+    // A list gathers only its tensors' bytes: with one copy per node, every
+    // element held by one rank (FULL_SHARD, SHARD_GRAD_OP) travels to each
+    // other node once; replicated or node-local shard groups move nothing.
+    v1::SessionOptions listed = ParamScope({"layers.1.w", "norm.w"});
+    listed.set_writeback(false);
+    const v1::Session per_node = OpenOk(this->node(0), name, listed);
+    const bool sharded_across_nodes =
+        strategy == v1::SHARDING_STRATEGY_FULL_SHARD ||
+        strategy == v1::SHARDING_STRATEGY_SHARD_GRAD_OP;
+    EXPECT_EQ(per_node.network_bytes(),
+              sharded_across_nodes ? (6 + 35) * 4 * (this->nodes() - 1) : 0);
+    CloseOk(this->node(0), per_node.id());
   }
 }
 
