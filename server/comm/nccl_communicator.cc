@@ -307,6 +307,15 @@ absl::Status NcclCommunicator::AllGatherV(
   });
 }
 
+absl::Status NcclCommunicator::CopyOnDevice(void* dst, const void* src,
+                                            int64_t bytes) {
+  // The root's own slice stays on its device; an in-place slot needs no copy.
+  if (dst == src || bytes == 0) return absl::OkStatus();
+  return CudaStatus(
+      "cudaMemcpyAsync",
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
 absl::Status NcclCommunicator::Gather(
     const void* send, int64_t send_bytes, void* recv,
     const std::vector<int64_t>& recv_bytes_per_rank, int root,
@@ -321,15 +330,10 @@ absl::Status NcclCommunicator::Gather(
           "ncclSend",
           ncclSend(send, send_bytes, ncclUint8, root, comm_, stream_), comm_);
     }
-    uint8_t* own = Bytes(recv) + slices->offsets[root];
-    if (own != send && send_bytes > 0) {
-      if (absl::Status s =
-              CudaStatus("cudaMemcpyAsync",
-                         cudaMemcpyAsync(own, send, send_bytes,
-                                         cudaMemcpyDeviceToDevice, stream_));
-          !s.ok()) {
-        return s;
-      }
+    if (absl::Status s =
+            CopyOnDevice(Bytes(recv) + slices->offsets[root], send, send_bytes);
+        !s.ok()) {
+      return s;
     }
     return Grouped(comm_, [&]() -> absl::Status {
       for (int r = 0; r < size_; ++r) {
@@ -362,15 +366,10 @@ absl::Status NcclCommunicator::Scatter(
           "ncclRecv",
           ncclRecv(recv, recv_bytes, ncclUint8, root, comm_, stream_), comm_);
     }
-    const uint8_t* own = Bytes(send) + slices->offsets[root];
-    if (own != recv && recv_bytes > 0) {
-      if (absl::Status s =
-              CudaStatus("cudaMemcpyAsync",
-                         cudaMemcpyAsync(recv, own, recv_bytes,
-                                         cudaMemcpyDeviceToDevice, stream_));
-          !s.ok()) {
-        return s;
-      }
+    if (absl::Status s =
+            CopyOnDevice(recv, Bytes(send) + slices->offsets[root], recv_bytes);
+        !s.ok()) {
+      return s;
     }
     return Grouped(comm_, [&]() -> absl::Status {
       for (int r = 0; r < size_; ++r) {

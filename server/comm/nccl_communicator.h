@@ -80,6 +80,8 @@ class NcclCommunicator final : public Communicator {
   void Abort() override;
 
  private:
+  // An async device-to-device copy on this communicator's stream.
+  absl::Status CopyOnDevice(void* dst, const void* src, int64_t bytes);
   NcclCommunicator(int rank, int size, int device, ncclComm* comm,
                    CUstream_st* stream, float* barrier_scratch);
 
