@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,24 @@ class LeaderForwarder {
                      const Request& request, Response* response) const {
     std::unique_ptr<grpc::ClientContext> context = ContextFor(incoming);
     return FromLeader((stub.*method)(context.get(), request, response));
+  }
+
+  // Where a unary call is decided: nullopt when this node decides it (a
+  // single node, or the leader); otherwise the leader's answer, or why the
+  // cluster cannot answer yet.
+  template <typename Stub, typename Request, typename Response>
+  std::optional<grpc::Status> Route(
+      const grpc::ServerContext& incoming,
+      grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                   Response*),
+      const Request& request, Response* response) const {
+    if (membership_ == nullptr) return std::nullopt;
+    if (absl::Status ready = membership_->CheckReady(); !ready.ok()) {
+      return ToGrpcStatus(ready);
+    }
+    if (membership_->is_leader()) return std::nullopt;
+    Stub stub(membership_->ChannelTo(0));
+    return Unary(incoming, stub, method, request, response);
   }
 
   // A transport failure reaching the leader says so (the bare gRPC message

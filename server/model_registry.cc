@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/seeded_init.h"
+#include "core/trainer_rules.h"
 #include "nlohmann/json.hpp"
 #include "server/checkpoint.h"
 #include "spdlog/spdlog.h"
@@ -105,6 +106,56 @@ uint64_t Fnv1a(const uint8_t* data, int64_t size) {
 
 }  // namespace
 
+namespace {
+
+// Every rank IDLE, every unit at the store's generation (0 without one).
+void InitRuntime(ModelEntry& model, int world_size) {
+  absl::MutexLock lock(&model.runtime_mu);
+  model.runtime.model = model.name;
+  model.runtime.phase_per_rank.assign(world_size, core::TrainingPhase::kIdle);
+  model.steps.assign(world_size, std::nullopt);
+  model.optimizer_entries.assign(world_size, 0);
+  for (size_t u = 0; u < model.spec.units.size(); ++u) {
+    core::UnitRuntimeState unit;
+    unit.fqn = model.spec.units[u].fqn;
+    if (model.store != nullptr) {
+      unit.generation = model.store->Generation(static_cast<int>(u));
+    }
+    model.runtime.units.push_back(std::move(unit));
+  }
+}
+
+}  // namespace
+
+ModelHealth HealthOf(ModelEntry& model, std::string* detail) {
+  if (model.store == nullptr) {
+    *detail = absl::StrCat(model.missing_detail,
+                           "; recover with `summonctl model load ", model.name,
+                           " --from CHECKPOINT` or `summonctl model delete ",
+                           model.name, "`");
+    return ModelHealth::kMissingShards;
+  }
+  {
+    absl::MutexLock lock(&model.runtime_mu);
+    if (model.awaiting_init) {
+      *detail =
+          "init external: the attached trainer fills the shards and calls "
+          "Trainer.MarkInitialized";
+      return ModelHealth::kAwaitingInit;
+    }
+  }
+  const std::vector<std::string> unlinked = model.store->UnlinkedSegments();
+  if (!unlinked.empty()) {
+    *detail = absl::StrCat(
+        "segment ", unlinked.front(),
+        " was unlinked from /dev/shm by another process; its data lives only "
+        "until this daemon exits: save the model now");
+    return ModelHealth::kDegraded;
+  }
+  detail->clear();
+  return ModelHealth::kReady;
+}
+
 std::string InstanceForDataDir(const std::string& data_dir) {
   if (data_dir.empty()) {
     // No data directory: nothing is meant to survive, so any unique name.
@@ -123,6 +174,7 @@ ModelRegistry::~ModelRegistry() {
   if (!options_.data_dir.empty()) return;
   absl::MutexLock lock(&mu_);
   for (const auto& [name, model] : models_) {
+    if (model->store == nullptr) continue;
     if (absl::Status status = model->store->Destroy(); !status.ok()) {
       spdlog::warn("model {}: shards not unlinked: {}", name,
                    status.ToString());
@@ -153,17 +205,24 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Build(
                                  model->local_ranks, mode);
   if (!store.ok()) return store.status();
   model->store = *std::move(store);
-  absl::MutexLock lock(&model->runtime_mu);
-  model->runtime.model = name;
-  model->runtime.phase_per_rank.assign(options_.topology.world_size(),
-                                       core::TrainingPhase::kIdle);
-  model->steps.assign(options_.topology.world_size(), std::nullopt);
-  for (size_t u = 0; u < model->spec.units.size(); ++u) {
-    core::UnitRuntimeState unit;
-    unit.fqn = model->spec.units[u].fqn;
-    unit.generation = model->store->Generation(static_cast<int>(u));
-    model->runtime.units.push_back(std::move(unit));
-  }
+  InitRuntime(*model, options_.topology.world_size());
+  return model;
+}
+
+absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::BuildMissing(
+    const std::string& name, const std::string& layout_json,
+    core::Strategy strategy, const absl::Status& why) {
+  absl::StatusOr<core::ModelSpec> spec =
+      core::ParseModelLayout(layout_json, options_.topology, strategy);
+  if (!spec.ok()) return spec.status();
+  auto model = std::make_shared<ModelEntry>();
+  model->name = name;
+  model->layout_json = layout_json;
+  model->spec = *std::move(spec);
+  model->local_ranks = LocalRanks(options_.topology, options_.node);
+  model->grads_by_rank.assign(options_.topology.world_size(), false);
+  model->missing_detail = std::string(why.message());
+  InitRuntime(*model, options_.topology.world_size());
   return model;
 }
 
@@ -197,6 +256,10 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Create(
   }
   if (status.ok() && init.kind == ModelInit::Kind::kSeeded) {
     status = FillSeededShards(*entry, entry->local_ranks, init.seed, false);
+  }
+  if (init.kind == ModelInit::Kind::kExternal) {
+    absl::MutexLock runtime_lock(&entry->runtime_mu);
+    entry->awaiting_init = true;
   }
   if (status.ok() && grad_init.kind == ModelInit::Kind::kSeeded) {
     std::vector<int> ranks_with_grads;
@@ -236,6 +299,25 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::CreateFromCheckpoint(
   return model;
 }
 
+absl::Status ModelRegistry::MarkInitialized(ModelEntry& model) {
+  {
+    absl::MutexLock lock(&model.runtime_mu);
+    if (!model.awaiting_init) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model '", model.name,
+                       "' is not awaiting init (it was not created with init "
+                       "external, or was marked initialised already)"));
+    }
+    model.awaiting_init = false;
+    for (size_t u = 0; u < model.runtime.units.size(); ++u) {
+      model.runtime.units[u].generation =
+          model.store->BumpGeneration(static_cast<int>(u));
+    }
+  }
+  spdlog::info("model initialised name={} (init external)", model.name);
+  return Persist(model);
+}
+
 absl::Status ModelRegistry::Remove(const std::string& name) {
   std::shared_ptr<ModelEntry> model;
   {
@@ -255,10 +337,13 @@ absl::Status ModelRegistry::Remove(const std::string& name) {
     fs::remove(fs::path(options_.data_dir) / "models" / (name + ".json"),
                error);
   }
+  if (model->store == nullptr) {
+    return ShardStore::RemoveSegments(options_.instance, name);
+  }
   return model->store->Destroy();
 }
 
-absl::Status ModelRegistry::Persist(const ModelEntry& model) const {
+absl::Status ModelRegistry::Persist(ModelEntry& model) const {
   if (options_.data_dir.empty()) return absl::OkStatus();
   std::error_code error;
   const fs::path dir = fs::path(options_.data_dir) / "models";
@@ -267,6 +352,7 @@ absl::Status ModelRegistry::Persist(const ModelEntry& model) const {
     return absl::InternalError(
         absl::StrCat("cannot create ", dir.string(), ": ", error.message()));
   }
+  absl::MutexLock runtime_lock(&model.runtime_mu);
   nlohmann::json record = {
       {"name", model.name},
       {"layout_json", model.layout_json},
@@ -274,6 +360,7 @@ absl::Status ModelRegistry::Persist(const ModelEntry& model) const {
       {"nodes", options_.topology.nodes},
       {"local_ranks", options_.topology.local_ranks},
       {"grads_by_rank", model.grads_by_rank},
+      {"awaiting_init", model.awaiting_init},
   };
   const fs::path final_path = dir / (model.name + ".json");
   const fs::path temp_path = dir / (model.name + ".json.tmp");
@@ -316,15 +403,32 @@ absl::Status ModelRegistry::Recover() {
     absl::StatusOr<core::Strategy> strategy =
         core::ParseStrategy(record["strategy"].get<std::string>());
     const std::string name = record["name"].get<std::string>();
+    const std::string layout = record["layout_json"].get<std::string>();
     absl::StatusOr<std::shared_ptr<ModelEntry>> model =
         strategy.ok()
-            ? Build(name, record["layout_json"].get<std::string>(), *strategy,
-                    AttachMode::kAttach)
+            ? Build(name, layout, *strategy, AttachMode::kAttach)
             : absl::StatusOr<std::shared_ptr<ModelEntry>>(strategy.status());
+    if (!model.ok() && strategy.ok() &&
+        (model.status().code() == absl::StatusCode::kNotFound ||
+         model.status().code() == absl::StatusCode::kFailedPrecondition)) {
+      // Its shards are gone (a client unlinked a segment, or the host
+      // rebooted): keep the model visible as MISSING_SHARDS so its users
+      // learn what happened and can reload or delete it.
+      spdlog::error(
+          "model {} is MISSING_SHARDS: {}; recover with `summonctl model load "
+          "{} --from CHECKPOINT` or `summonctl model delete {}`",
+          name, std::string(model.status().message()), name, name);
+      model = BuildMissing(name, layout, *strategy, model.status());
+    }
     if (!model.ok()) {
       spdlog::error("model {} not re-attached: {}", name,
                     model.status().ToString());
       continue;
+    }
+    if (record.contains("awaiting_init") &&
+        record["awaiting_init"].is_boolean()) {
+      absl::MutexLock runtime_lock(&(*model)->runtime_mu);
+      (*model)->awaiting_init = record["awaiting_init"].get<bool>();
     }
     if (record.contains("grads_by_rank") &&
         record["grads_by_rank"].is_array() &&
@@ -342,12 +446,53 @@ absl::Status ModelRegistry::Recover() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Get(
+absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Find(
     const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(name);
   if (it == models_.end()) return core::UnknownModelError(name);
   return it->second;
+}
+
+absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Get(
+    const std::string& name) const {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model = Find(name);
+  if (model.ok() && (*model)->store == nullptr) {
+    std::string detail;
+    HealthOf(**model, &detail);
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", name, "' is MISSING_SHARDS: ", detail));
+  }
+  return model;
+}
+
+absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::GetRecreatingShards(
+    const std::string& name) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> found = Find(name);
+  if (!found.ok() || (*found)->store != nullptr) return found;
+  const ModelEntry& missing = **found;
+  if (absl::Status status = ShardStore::RemoveSegments(options_.instance, name);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<std::shared_ptr<ModelEntry>> fresh =
+      Build(name, missing.layout_json, missing.spec.groups.declared,
+            AttachMode::kCreate);
+  if (!fresh.ok()) return fresh.status();
+  for (int rank = 0; rank < options_.topology.world_size(); ++rank) {
+    (*fresh)->grads_by_rank[rank] = missing.grads_by_rank[rank];
+    if (missing.grads_by_rank[rank] &&
+        options_.topology.NodeOf(rank) == options_.node) {
+      if (absl::Status status = (*fresh)->store->EnsureGrads(rank);
+          !status.ok()) {
+        return status;
+      }
+    }
+  }
+  spdlog::warn("model {}: shards recreated (zeros) for a load", name);
+  absl::MutexLock lock(&mu_);
+  models_[name] = *fresh;
+  return fresh;
 }
 
 std::vector<std::shared_ptr<ModelEntry>> ModelRegistry::List() const {
@@ -373,6 +518,9 @@ absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
   for (size_t u = 0; u < model.runtime.units.size(); ++u) {
     model.runtime.units[u].generation =
         model.store->BumpGeneration(static_cast<int>(u));
+    if (core::IsExternalWrite(core::ShardWriter::kLoad)) {
+      model.store->NoteExternalWrite(static_cast<int>(u));
+    }
   }
   spdlog::info("model load name={} path={} bytes={}", model.name, path, *bytes);
   return bytes;

@@ -21,7 +21,9 @@ namespace summon::server {
 // seeded init of "<fqn>.grad", so they differ from the parameters even with
 // the same seed.
 struct ModelInit {
-  enum class Kind { kZeros, kSeeded };
+  // kExternal: zeros until the attached trainer writes its own values and
+  // calls Trainer.MarkInitialized; the model is AWAITING_INIT until then.
+  enum class Kind { kZeros, kSeeded, kExternal };
   Kind kind = Kind::kZeros;
   uint64_t seed = 0;
 };
@@ -35,14 +37,25 @@ struct ModelEntry {
   std::vector<int> local_ranks;  // Global ranks whose shards live here.
   // Which global ranks (on any node) hold gradient shards.
   std::vector<bool> grads_by_rank;
+  // Null while the model is MISSING_SHARDS: a restarted daemon found a
+  // segment gone; `missing_detail` says which. Only ModelRegistry::Find
+  // hands such an entry out (to list, describe, load and delete it).
   std::unique_ptr<ShardStore> store;
+  std::string missing_detail;
 
-  // Guards `runtime`, `steps` and `open_sessions`. Lock order: the session
-  // manager's mutex, then this, then `shards_mu`.
+  // Guards the fields below. Lock order: the session manager's mutex (or
+  // the trainer leases' mutex), then this, then `shards_mu`.
   absl::Mutex runtime_mu;
   core::ModelRuntimeState runtime ABSL_GUARDED_BY(runtime_mu);
   std::vector<std::optional<int64_t>> steps ABSL_GUARDED_BY(runtime_mu);
   int open_sessions ABSL_GUARDED_BY(runtime_mu) = 0;
+  // Init external: sessions are refused until the trainer marks it done.
+  bool awaiting_init ABSL_GUARDED_BY(runtime_mu) = false;
+  // One optimizer step moves the generations once (CountOptimizerStep): the
+  // last step counted, and per rank how often it entered OPTIMIZER (the
+  // step key of trainers that report no step numbers).
+  std::optional<int64_t> last_optimizer_step ABSL_GUARDED_BY(runtime_mu);
+  std::vector<int64_t> optimizer_entries ABSL_GUARDED_BY(runtime_mu);
 
   // Readers copy shards out (gathers, checksums, saves); writers change them
   // (writeback commits, checkpoint loads, init).
@@ -57,6 +70,11 @@ struct ModelEntry {
     return store->ParamShard(rank, unit);
   }
 };
+
+// The model's state for clients (ModelState in the proto), with why it is
+// not READY. Takes `runtime_mu`.
+enum class ModelHealth { kReady, kAwaitingInit, kDegraded, kMissingShards };
+ModelHealth HealthOf(ModelEntry& model, std::string* detail);
 
 struct ShardChecksums {
   int rank = 0;
@@ -100,14 +118,27 @@ class ModelRegistry {
       const std::vector<std::string>& wrap_patterns, core::Strategy strategy,
       bool use_orig_params, int64_t* bytes_read);
 
-  // NOT_FOUND (R11) naming the model.
+  // NOT_FOUND (R11) naming the model; FAILED_PRECONDITION for a model whose
+  // shards are missing, saying how to recover it.
   absl::StatusOr<std::shared_ptr<ModelEntry>> Get(
       const std::string& name) const;
+  // Like Get, but also a MISSING_SHARDS model (store null).
+  absl::StatusOr<std::shared_ptr<ModelEntry>> Find(
+      const std::string& name) const;
+  // Get, after giving a MISSING_SHARDS model fresh zero-filled shards (the
+  // start of a load that refills it).
+  absl::StatusOr<std::shared_ptr<ModelEntry>> GetRecreatingShards(
+      const std::string& name);
+  // Ends init external (Trainer.MarkInitialized): the model becomes
+  // openable and, on this node, every unit's generation moves.
+  // FAILED_PRECONDITION when the model is not awaiting init.
+  absl::Status MarkInitialized(ModelEntry& model);
   std::vector<std::shared_ptr<ModelEntry>> List() const;
 
   // Loads safetensors into an existing model's shards (each local rank reads
-  // only its ranges); bumps every unit's generation. Refused while sessions
-  // are open on the model.
+  // only its ranges); bumps every unit's generation and external-write
+  // counter (R18). Refused while sessions are open on the model; callers
+  // take SessionManager::LockForShardWrite first (R15).
   absl::StatusOr<int64_t> LoadCheckpoint(ModelEntry& model,
                                          const std::string& path);
   absl::StatusOr<std::vector<std::string>> SaveCheckpoint(
@@ -135,7 +166,11 @@ class ModelRegistry {
   absl::StatusOr<std::shared_ptr<ModelEntry>> Build(
       const std::string& name, const std::string& layout_json,
       std::optional<core::Strategy> strategy, AttachMode mode);
-  absl::Status Persist(const ModelEntry& model) const;
+  // The entry of a recorded model whose shards could not be re-attached.
+  absl::StatusOr<std::shared_ptr<ModelEntry>> BuildMissing(
+      const std::string& name, const std::string& layout_json,
+      core::Strategy strategy, const absl::Status& why);
+  absl::Status Persist(ModelEntry& model) const;
 
   Options options_;
   mutable absl::Mutex mu_;

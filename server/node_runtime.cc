@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/trainer_rules.h"
 #include "server/fault_points.h"
 #include "server/node_runtime_internal.h"
 
@@ -371,8 +372,15 @@ absl::Status NodeRuntime::Commit(const CommitOp& op) {
     absl::Status status = model.store->CommitStaging(op.session_id);
     // A node whose ranks own nothing of the scope staged nothing.
     if (!status.ok() && !absl::IsNotFound(status)) return status;
+    // Units this node staged nothing for still take the writeback's
+    // generation and, once, its external write (R18); a COMMIT re-run after
+    // a crash finds the generation already set and counts nothing again.
     for (const auto& [unit, generation] : op.target_generations) {
+      if (model.store->Generation(unit) == generation) continue;
       model.store->SetGeneration(unit, generation);
+      if (core::IsExternalWrite(core::ShardWriter::kWriteback)) {
+        model.store->NoteExternalWrite(unit);
+      }
     }
     FaultPoint("commit.after_apply");
     return absl::OkStatus();

@@ -15,6 +15,8 @@ ModelInit InitFromProto(const v1::InitMethod& init) {
   if (init.has_seeded()) {
     result.kind = ModelInit::Kind::kSeeded;
     result.seed = init.seeded().seed();
+  } else if (init.has_external()) {
+    result.kind = ModelInit::Kind::kExternal;
   }
   return result;
 }
@@ -223,7 +225,7 @@ grpc::Status PeerServiceImpl::NodeLoadModel(
     grpc::ServerContext*, const v1::NodeLoadModelRequest* request,
     v1::NodeModelResponse* response) {
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
-      registry_->Get(request->model());
+      registry_->GetRecreatingShards(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
   absl::StatusOr<int64_t> bytes =
       registry_->LoadCheckpoint(**model, request->path());

@@ -147,9 +147,43 @@ void SessionInfoToProto(const SessionInfo& info, v1::Session* out) {
   for (const std::string& warning : info.warnings) out->add_warnings(warning);
 }
 
+v1::ModelState ModelStateToProto(ModelHealth health) {
+  switch (health) {
+    case ModelHealth::kReady:
+      return v1::MODEL_STATE_READY;
+    case ModelHealth::kAwaitingInit:
+      return v1::MODEL_STATE_AWAITING_INIT;
+    case ModelHealth::kDegraded:
+      return v1::MODEL_STATE_DEGRADED;
+    case ModelHealth::kMissingShards:
+      return v1::MODEL_STATE_MISSING_SHARDS;
+  }
+  return v1::MODEL_STATE_UNSPECIFIED;
+}
+
+void AppendParameters(
+    const core::ModelSpec& spec, int unit,
+    google::protobuf::RepeatedPtrField<v1::Parameter>* out) {
+  for (const core::FlatParamEntry& param : spec.units[unit].layout.params()) {
+    v1::Parameter* param_out = out->Add();
+    v1::TensorInfo* info = param_out->mutable_info();
+    info->set_fqn(param.fqn);
+    info->set_dtype(DTypeToProto(param.dtype));
+    for (int64_t dim : param.shape) info->add_shape(dim);
+    info->set_numel(param.numel);
+    param_out->set_flat_offset(param.flat_offset);
+    for (const auto& [alias, primary] : spec.aliases) {
+      if (primary == param.fqn) param_out->add_aliases(alias);
+    }
+  }
+}
+
 void ModelToProto(ModelEntry& model, v1::Model* out) {
   const core::ModelSpec& spec = model.spec;
   out->set_name(model.name);
+  std::string detail;
+  out->set_state(ModelStateToProto(HealthOf(model, &detail)));
+  out->set_state_detail(detail);
   out->set_strategy(StrategyToProto(spec.groups.declared));
   out->set_effective_strategy(StrategyToProto(spec.groups.effective));
   out->set_use_orig_params(spec.use_orig_params);
@@ -157,10 +191,6 @@ void ModelToProto(ModelEntry& model, v1::Model* out) {
   out->set_local_ranks(spec.groups.topology.local_ranks);
   out->set_world_size(spec.groups.topology.world_size());
   out->set_group_size(spec.groups.group_size);
-  std::map<std::string, std::vector<std::string>> aliases_of;
-  for (const auto& [alias, primary] : spec.aliases) {
-    aliases_of[primary].push_back(alias);
-  }
   absl::MutexLock lock(&model.runtime_mu);
   for (size_t u = 0; u < spec.units.size(); ++u) {
     const core::UnitSpec& unit = spec.units[u];
@@ -171,18 +201,11 @@ void ModelToProto(ModelEntry& model, v1::Model* out) {
     unit_out->set_unpadded_numel(unit.layout.unpadded_numel());
     unit_out->set_chunk_numel(unit.layout.chunk_numel());
     unit_out->set_generation(model.runtime.units[u].generation);
-    for (const core::FlatParamEntry& param : unit.layout.params()) {
-      v1::Parameter* param_out = unit_out->add_params();
-      v1::TensorInfo* info = param_out->mutable_info();
-      info->set_fqn(param.fqn);
-      info->set_dtype(DTypeToProto(param.dtype));
-      for (int64_t dim : param.shape) info->add_shape(dim);
-      info->set_numel(param.numel);
-      param_out->set_flat_offset(param.flat_offset);
-      for (const std::string& alias : aliases_of[param.fqn]) {
-        param_out->add_aliases(alias);
-      }
+    if (model.store != nullptr) {
+      unit_out->set_external_writes(
+          model.store->ExternalWrites(static_cast<int>(u)));
     }
+    AppendParameters(spec, static_cast<int>(u), unit_out->mutable_params());
   }
   for (int rank = 0; rank < spec.groups.topology.world_size(); ++rank) {
     v1::RankState* state = out->add_ranks();

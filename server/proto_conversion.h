@@ -34,7 +34,13 @@ void SessionOptionsToProto(const SessionOptions& options,
                            v1::SessionOptions* out);
 void SessionInfoToProto(const SessionInfo& info, v1::Session* out);
 void TensorInfoToProto(const core::SessionTensor& tensor, v1::TensorInfo* out);
+// The model as clients see it; RankState's trainer fields are the trainer
+// service's to fill (TrainerLeases).
 void ModelToProto(ModelEntry& model, v1::Model* out);
+v1::ModelState ModelStateToProto(ModelHealth health);
+// Every parameter of unit `unit` with its shape, flat offset and aliases.
+void AppendParameters(const core::ModelSpec& spec, int unit,
+                      google::protobuf::RepeatedPtrField<v1::Parameter>* out);
 void TensorStatisticsToProto(const core::SessionTensor& tensor,
                              const TensorStatistics& stats,
                              v1::TensorStats* out);

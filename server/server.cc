@@ -110,11 +110,15 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
   }
   sessions_ =
       std::make_unique<SessionManager>(registry_.get(), session_options);
+  TrainerLeases::Options trainer_options;
+  trainer_options.data_dir = spec_.data_dir;
+  trainers_ =
+      std::make_unique<TrainerLeases>(registry_.get(), trainer_options);
   summon_service_ = std::make_unique<SummonServiceImpl>(
-      registry_.get(), sessions_.get(), spec_.data_dir, membership_.get(),
-      spec_.max_open_streams);
+      registry_.get(), sessions_.get(), trainers_.get(), spec_.data_dir,
+      membership_.get(), spec_.max_open_streams);
   trainer_service_ = std::make_unique<TrainerServiceImpl>(
-      registry_.get(), sessions_.get(), membership_.get());
+      registry_.get(), sessions_.get(), trainers_.get(), membership_.get());
 }
 
 SummonServer::~SummonServer() { Shutdown(); }
@@ -129,6 +133,10 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   auto server = absl::WrapUnique(new SummonServer(std::move(spec)));
   // Models recorded in the data directory come back with their shards.
   if (absl::Status recovered = server->registry_->Recover(); !recovered.ok()) {
+    return recovered;
+  }
+  // Then the trainers' phases and leases on those models.
+  if (absl::Status recovered = server->trainers_->Recover(); !recovered.ok()) {
     return recovered;
   }
   // A single node finishes (or drops) writebacks interrupted by a crash
@@ -223,6 +231,7 @@ void SummonServer::Wait() {
 
 void SummonServer::Shutdown() {
   if (server_ == nullptr) return;
+  trainer_service_->StopWatches();
   if (grpc::HealthCheckServiceInterface* health =
           server_->GetHealthCheckService()) {
     health->Shutdown();

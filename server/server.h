@@ -20,6 +20,7 @@ class NodeRuntime;
 class PeerServiceImpl;
 class SessionManager;
 class SummonServiceImpl;
+class TrainerLeases;
 class TrainerServiceImpl;
 
 // summond's gRPC server: the Summon and Trainer services, grpc.health.v1 and
@@ -99,6 +100,7 @@ class SummonServer {
   std::unique_ptr<ClusterNodeOps> cluster_ops_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<TrainerLeases> trainers_;
   std::unique_ptr<SummonServiceImpl> summon_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
   std::unique_ptr<grpc::Server> server_;

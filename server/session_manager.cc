@@ -119,6 +119,15 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
       registry_->Get(model_name);
   if (!found.ok()) return found.status();
   std::shared_ptr<ModelEntry> model = *std::move(found);
+  {
+    absl::MutexLock runtime_lock(&model->runtime_mu);
+    if (model->awaiting_init) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model '", model_name,
+          "' is AWAITING_INIT: its trainer fills the shards (init external) "
+          "and calls Trainer.MarkInitialized before sessions open"));
+    }
+  }
   const core::ModelSpec& spec = model->spec;
   if (absl::Status status =
           CheckSessionOptions(spec, options, options_.max_lease);
@@ -562,51 +571,6 @@ int SessionManager::ReapExpired() {
         ScopeText(session->options.scope), session->gather->bytes);
   }
   return static_cast<int>(expired.size());
-}
-
-absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
-    const std::string& model_name, int rank, core::TrainingPhase phase,
-    std::optional<int64_t> step, std::optional<absl::Time> deadline) {
-  absl::StatusOr<std::shared_ptr<ModelEntry>> found =
-      registry_->Get(model_name);
-  if (!found.ok()) return found.status();
-  ModelEntry& model = **found;
-  const absl::Time started = options_.clock();
-  absl::MutexLock lock(&mu_);
-  while (true) {
-    absl::StatusOr<core::PhaseChangeDecision> decision;
-    {
-      absl::MutexLock runtime_lock(&model.runtime_mu);
-      decision = core::DecidePhaseChange(model.runtime, rank, phase, deadline,
-                                         options_.clock());
-      if (decision.ok() && *decision == core::PhaseChangeDecision::kAllow) {
-        PhaseReport report;
-        report.previous = model.runtime.phase_per_rank[rank];
-        report.phase = phase;
-        model.runtime.phase_per_rank[rank] = phase;
-        // Entering OPTIMIZER, or reporting a new step number, says the
-        // shards changed: every unit's generation moves (R7 relies on it).
-        const bool new_step = step.has_value() &&
-                              model.steps[rank].has_value() &&
-                              *model.steps[rank] != *step;
-        if (step.has_value()) model.steps[rank] = step;
-        report.step = model.steps[rank];
-        if (new_step || (phase == core::TrainingPhase::kOptimizer &&
-                         report.previous != core::TrainingPhase::kOptimizer)) {
-          for (size_t unit = 0; unit < model.runtime.units.size(); ++unit) {
-            model.store->BumpGeneration(static_cast<int>(unit));
-            model.runtime.units[unit].generation =
-                model.store->Generation(static_cast<int>(unit));
-          }
-        }
-        report.waited = options_.clock() - started;
-        return report;
-      }
-    }
-    if (!decision.ok()) return decision.status();
-    // kWait: a session will release the unit or the deadline passes.
-    released_.WaitWithDeadline(&mu_, *deadline);
-  }
 }
 
 int64_t SessionManager::MemoryInUse(int node) const {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -142,14 +143,40 @@ class SessionManager {
   Stats(const std::string& id, const std::vector<std::string>& fqns, bool grad,
         int bins, const std::string& principal);
 
-  // R3: a move into FORWARD/BACKWARD/OPTIMIZER waits (up to `deadline`) or
-  // is refused while a writable session holds a unit of the model. Entering
-  // OPTIMIZER, or a step number other than the last one reported, moves
-  // every unit's generation: the step changed the shards.
+  // R16: the move must follow the phase machine. R3: a move into
+  // FORWARD/BACKWARD/OPTIMIZER waits (up to `deadline`) or is refused while
+  // a writable session (or a shard write) holds a unit of the model. The
+  // first rank entering OPTIMIZER for a step moves every unit's generation
+  // once: the step changed the shards (session_interlock.cc).
   absl::StatusOr<PhaseReport> ReportPhase(const std::string& model, int rank,
                                           core::TrainingPhase phase,
                                           std::optional<int64_t> step,
                                           std::optional<absl::Time> deadline);
+
+  // R15: a shard write outside sessions (a checkpoint load, a delete) takes
+  // the model like a writable session of every unit: refused while a rank
+  // is in a training step or any session is open or gathering; while held,
+  // trainers' moves into a step wait or are refused (R3). Released when the
+  // guard is destroyed.
+  class ShardWriteGuard {
+   public:
+    ShardWriteGuard(SessionManager* manager, std::shared_ptr<ModelEntry> model)
+        : manager_(manager), model_(std::move(model)) {}
+    ShardWriteGuard(ShardWriteGuard&& other) noexcept
+        : manager_(std::exchange(other.manager_, nullptr)),
+          model_(std::move(other.model_)) {}
+    ShardWriteGuard(const ShardWriteGuard&) = delete;
+    ShardWriteGuard& operator=(const ShardWriteGuard&) = delete;
+    ShardWriteGuard& operator=(ShardWriteGuard&&) = delete;
+    ~ShardWriteGuard();
+
+   private:
+    SessionManager* manager_;
+    std::shared_ptr<ModelEntry> model_;
+  };
+  // `what` names the write in refusals ("load of a checkpoint").
+  absl::StatusOr<ShardWriteGuard> LockForShardWrite(
+      std::shared_ptr<ModelEntry> model, const std::string& what);
 
   // R13: a node failed. Every session is aborted without writeback (every
   // session of a cluster touches every node); returns how many. Later calls

@@ -198,19 +198,48 @@ TEST_F(SessionManagerTest, R2_SecondWritableSessionOnAUnitIsRefused) {
 
 TEST_F(SessionManagerTest, R1_OpenRefusedDuringForwardBackwardOptimizer) {
   Start(2, core::Strategy::kFullShard);
-  for (auto phase :
-       {core::TrainingPhase::kForward, core::TrainingPhase::kBackward,
-        core::TrainingPhase::kOptimizer}) {
+  // One step along the phase machine (R16); opens are refused in the three
+  // training phases and allowed in BETWEEN and IDLE.
+  for (auto [phase, refused] :
+       {std::pair{core::TrainingPhase::kForward, true},
+        std::pair{core::TrainingPhase::kBetween, false},
+        std::pair{core::TrainingPhase::kBackward, true},
+        std::pair{core::TrainingPhase::kOptimizer, true},
+        std::pair{core::TrainingPhase::kIdle, false}}) {
     ASSERT_TRUE(
         sessions_->ReportPhase("m", 1, phase, std::nullopt, std::nullopt).ok());
-    EXPECT_EQ(sessions_->Open("m", {}, "alice").status().code(),
-              absl::StatusCode::kFailedPrecondition);
-    ASSERT_TRUE(sessions_
-                    ->ReportPhase("m", 1, core::TrainingPhase::kIdle,
-                                  std::nullopt, std::nullopt)
-                    .ok());
+    SessionOptions read_only;
+    read_only.writeback = false;
+    absl::StatusOr<SessionInfo> opened = sessions_->Open("m", read_only, "alice");
+    EXPECT_EQ(opened.status().code(),
+              refused ? absl::StatusCode::kFailedPrecondition
+                      : absl::StatusCode::kOk)
+        << core::TrainingPhaseName(phase);
+    if (opened.ok()) {
+      ASSERT_TRUE(sessions_->Close(opened->id, true, false, "alice").ok());
+    }
   }
-  EXPECT_TRUE(sessions_->Open("m", {}, "alice").ok());
+}
+
+TEST_F(SessionManagerTest, R16_IllegalPhaseMovesAreRefusedNamingBothPhases) {
+  Start(2, core::Strategy::kFullShard);
+  auto refused = sessions_->ReportPhase("m", 0, core::TrainingPhase::kOptimizer,
+                                        std::nullopt, std::nullopt);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("from IDLE to OPTIMIZER"),
+            absl::string_view::npos)
+      << refused.status();
+  ASSERT_TRUE(sessions_
+                  ->ReportPhase("m", 0, core::TrainingPhase::kForward,
+                                std::nullopt, std::nullopt)
+                  .ok());
+  // A restarted trainer's FORWARD -> FORWARD.
+  EXPECT_EQ(sessions_
+                ->ReportPhase("m", 0, core::TrainingPhase::kForward,
+                              std::nullopt, std::nullopt)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(SessionManagerTest, R3_PhaseChangeRefusedOrWaitsForWritableSession) {
@@ -236,10 +265,11 @@ TEST_F(SessionManagerTest, R3_PhaseChangeRefusedOrWaitsForWritableSession) {
 
 TEST_F(SessionManagerTest, R4_WritableRefusedBetweenForwardAndBackward) {
   Start(2, core::Strategy::kShardGradOp);
-  ASSERT_TRUE(sessions_
-                  ->ReportPhase("m", 0, core::TrainingPhase::kBetween,
-                                std::nullopt, std::nullopt)
-                  .ok());
+  for (auto phase : {core::TrainingPhase::kForward,
+                     core::TrainingPhase::kBetween}) {
+    ASSERT_TRUE(
+        sessions_->ReportPhase("m", 0, phase, std::nullopt, std::nullopt).ok());
+  }
   EXPECT_EQ(sessions_->Open("m", {}, "alice").status().code(),
             absl::StatusCode::kFailedPrecondition);
   SessionOptions read_only;
@@ -273,15 +303,20 @@ TEST_F(SessionManagerTest, R5_WritesMustFitTheTensor) {
 
 TEST_F(SessionManagerTest, R7_WritebackRefusedAfterAStepUnlessForced) {
   Start(2, core::Strategy::kFullShard);
-  ASSERT_TRUE(
-      sessions_
-          ->ReportPhase("m", 0, core::TrainingPhase::kIdle, 1, std::nullopt)
-          .ok());
-  SessionInfo info = Open(Scoped("layers.0"));
-  ASSERT_TRUE(
-      sessions_
-          ->ReportPhase("m", 0, core::TrainingPhase::kIdle, 2, std::nullopt)
-          .ok());
+  // "scale" (flat element 40 of the root unit, c = 21) lives on rank 1
+  // only, so rank 0 may be mid-step while a session holds it.
+  for (auto phase :
+       {core::TrainingPhase::kForward, core::TrainingPhase::kBetween,
+        core::TrainingPhase::kBackward}) {
+    ASSERT_TRUE(
+        sessions_->ReportPhase("m", 0, phase, 1, std::nullopt).ok());
+  }
+  SessionInfo info = Open(Params({"scale"}));
+  // Rank 0's optimizer step moves every unit's generation.
+  ASSERT_TRUE(sessions_
+                  ->ReportPhase("m", 0, core::TrainingPhase::kOptimizer, 1,
+                                std::nullopt)
+                  .ok());
   EXPECT_EQ(sessions_->Close(info.id, false, false, "alice").status().code(),
             absl::StatusCode::kAborted);
   // Still open; force writes back.

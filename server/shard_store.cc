@@ -1,6 +1,7 @@
 #include "server/shard_store.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -428,11 +429,15 @@ absl::Status ShardStore::VerifySegment(const shm::Segment& segment, int rank,
 void ShardStore::ReconcileGenerations() {
   for (int unit = 0; unit < num_units(); ++unit) {
     uint64_t highest = 0;
+    uint64_t most_external = 0;
     for (const RankSegments& rank : ranks_) {
-      highest = std::max(
-          highest, shm::LoadShared(&rank.params->units()[unit].generation));
+      const shm::UnitEntry& entry = rank.params->units()[unit];
+      highest = std::max(highest, shm::LoadShared(&entry.generation));
+      most_external =
+          std::max(most_external, shm::LoadShared(&entry.external_writes));
     }
     SetGenerationLocked(unit, highest);
+    SetExternalWritesLocked(unit, most_external);
   }
 }
 
@@ -506,11 +511,64 @@ void ShardStore::SetGeneration(int unit, uint64_t generation) {
   SetGenerationLocked(unit, generation);
 }
 
+uint64_t ShardStore::ChangeCount() const {
+  absl::MutexLock lock(&mu_);
+  return changes_;
+}
+
+uint64_t ShardStore::AwaitChange(uint64_t seen, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return changes_ != seen;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+  return changes_;
+}
+
 void ShardStore::SetGenerationLocked(int unit, uint64_t generation) {
   if (!ValidUnit(unit)) return;
+  ++changes_;
   for (RankSegments& rank : ranks_) {
     shm::StoreShared(&rank.params->units()[unit].generation, generation);
   }
+}
+
+uint64_t ShardStore::ExternalWrites(int unit) const {
+  absl::MutexLock lock(&mu_);
+  if (ranks_.empty() || !ValidUnit(unit)) return 0;
+  return shm::LoadShared(&ranks_.front().params->units()[unit].external_writes);
+}
+
+void ShardStore::NoteExternalWrite(int unit) {
+  absl::MutexLock lock(&mu_);
+  if (ranks_.empty() || !ValidUnit(unit)) return;
+  SetExternalWritesLocked(
+      unit,
+      shm::LoadShared(&ranks_.front().params->units()[unit].external_writes) +
+          1);
+}
+
+void ShardStore::SetExternalWritesLocked(int unit, uint64_t count) {
+  if (!ValidUnit(unit)) return;
+  ++changes_;
+  for (RankSegments& rank : ranks_) {
+    shm::StoreShared(&rank.params->units()[unit].external_writes, count);
+  }
+}
+
+std::vector<std::string> ShardStore::UnlinkedSegments() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> unlinked;
+  for (const RankSegments& rank : ranks_) {
+    for (const shm::Segment* segment : {rank.params.get(), rank.grads.get()}) {
+      if (segment == nullptr) continue;
+      struct stat info;
+      if (stat(("/dev/shm" + segment->name()).c_str(), &info) != 0) {
+        unlinked.push_back(segment->name());
+      }
+    }
+  }
+  return unlinked;
 }
 
 std::vector<ShardStore::SegmentDescription> ShardStore::Describe(
@@ -544,6 +602,7 @@ int64_t ShardStore::TotalBytes() const {
 
 absl::Status ShardStore::Destroy() {
   absl::MutexLock lock(&mu_);
+  ++changes_;  // Wakes watchers, who find the model gone.
   absl::Status first_failure;
   for (RankSegments& rank : ranks_) {
     for (std::unique_ptr<shm::Segment>* segment :

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/model_spec.h"
 
 namespace summon::server {
@@ -129,6 +130,22 @@ class ShardStore {
   // Returns the new generation.
   uint64_t BumpGeneration(int unit);
   void SetGeneration(int unit, uint64_t generation);
+  // R18: how often something other than the unit's trainer changed it (a
+  // commit of a writeback, a load), kept beside the generation in every
+  // local rank's params header and reconciled to the highest on attach.
+  uint64_t ExternalWrites(int unit) const;
+  // Moves the unit's counter by one.
+  void NoteExternalWrite(int unit);
+  // Counts every change of a generation or external-write counter (and
+  // Destroy); AwaitChange returns the count once it differs from `seen`, or
+  // at the timeout. For watchers (Trainer.WatchUnits).
+  uint64_t ChangeCount() const;
+  uint64_t AwaitChange(uint64_t seen, absl::Duration timeout) const;
+  // Random per model creation, in every segment header.
+  uint64_t incarnation() const { return incarnation_; }
+  // Names of mapped segments whose name is gone from /dev/shm (another
+  // process unlinked it): the data lives only as long as this mapping.
+  std::vector<std::string> UnlinkedSegments() const;
 
   // The params segment and, when present, the grads segment of `rank`, for
   // the Trainer MapShards RPC; empty for a rank not hosted here.
@@ -157,7 +174,8 @@ class ShardStore {
   // What `rank`'s staged segment records; nullopt when it has none.
   std::optional<StagedWriteback> Staged(int rank) const;
   // COMMIT: copies every unit staged for `session_id` (on any local rank)
-  // into its params shard, sets those units' generations to their targets,
+  // into its params shard, sets those units' generations to their targets
+  // and moves their external-write counters (a writeback is external),
   // then removes the staged segments. Idempotent until its end, so a daemon
   // killed midway re-runs it after re-attaching. NOT_FOUND when nothing here
   // is staged for `session_id`.
@@ -194,6 +212,8 @@ class ShardStore {
   void ReconcileGenerations() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetGenerationLocked(int unit, uint64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetExternalWritesLocked(int unit, uint64_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint8_t*> Staging(RankSegments& rank, SegmentKind kind,
                                    int unit, absl::string_view session_id,
                                    uint64_t target_generation)
@@ -222,6 +242,7 @@ class ShardStore {
   mutable absl::Mutex mu_;
   // One per local rank, in local_ranks_ order; empty after Destroy().
   std::vector<RankSegments> ranks_ ABSL_GUARDED_BY(mu_);
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace summon::server

@@ -2,6 +2,7 @@
 // PREPARE fills them, COMMIT copies them into the params. They live in
 // shared memory so that a daemon killed during COMMIT finishes it after a
 // restart instead of leaving some ranks written and others not.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -90,6 +91,11 @@ absl::StatusOr<uint8_t*> ShardStore::Staging(RankSegments& segments,
   const shm::Segment& current = grads ? *segments.grads : *segments.params;
   std::memcpy(buffer, current.data() + unit_offsets_[unit], unit_bytes_[unit]);
   shm::StoreShared(&entry.generation, target_generation);
+  // A writeback is an external write (R18); the target is recorded with the
+  // staged data so that a COMMIT re-run after a crash sets it, not adds it.
+  shm::StoreShared(
+      &entry.external_writes,
+      shm::LoadShared(&segments.params->units()[unit].external_writes) + 1);
   shm::StoreShared(&entry.flags, shm::kUnitStaged);
   return buffer;
 }
@@ -115,6 +121,7 @@ absl::Status ShardStore::CommitStaging(absl::string_view session_id) {
   absl::MutexLock lock(&mu_);
   std::vector<RankSegments*> committing;
   std::map<int, uint64_t> targets;
+  std::map<int, uint64_t> external_targets;
   for (RankSegments& rank : ranks_) {
     if (rank.staged == nullptr) continue;
     const shm::SegmentHeader& header = *rank.staged->header();
@@ -127,6 +134,8 @@ absl::Status ShardStore::CommitStaging(absl::string_view session_id) {
       const shm::UnitEntry& entry = rank.staged->units()[unit];
       if (!(shm::LoadShared(&entry.flags) & shm::kUnitStaged)) continue;
       const uint64_t target = shm::LoadShared(&entry.generation);
+      uint64_t& external = external_targets[unit];
+      external = std::max(external, shm::LoadShared(&entry.external_writes));
       const auto [it, inserted] = targets.emplace(unit, target);
       if (!inserted && it->second != target) {
         return absl::FailedPreconditionError(
@@ -160,6 +169,7 @@ absl::Status ShardStore::CommitStaging(absl::string_view session_id) {
   }
   for (const auto& [unit, target] : targets) {
     SetGenerationLocked(unit, target);
+    SetExternalWritesLocked(unit, external_targets[unit]);
   }
   absl::Status first_failure;
   for (RankSegments* rank : committing) {

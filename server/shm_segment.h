@@ -42,7 +42,10 @@ struct UnitEntry {
   // Params: the unit's generation. Staged: the target generation.
   uint64_t generation;
   uint64_t flags;  // Staged: kUnitStaged once the buffer holds the unit.
-  uint64_t reserved;
+  // Params: the unit's external-write counter (R18). Staged: its value once
+  // the staged writeback commits. Zero in segments of format version 1
+  // written before the counter existed, which reads as "no external write".
+  uint64_t external_writes;
 };
 static_assert(sizeof(UnitEntry) == 32, "the unit table layout is shared");
 

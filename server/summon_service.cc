@@ -28,10 +28,12 @@ std::string PrincipalOf(const grpc::ServerContext& context) {
 
 SummonServiceImpl::SummonServiceImpl(ModelRegistry* registry,
                                      SessionManager* sessions,
+                                     TrainerLeases* trainers,
                                      std::string path_root, Membership* cluster,
                                      int max_open_streams)
     : registry_(registry),
       sessions_(sessions),
+      trainers_(trainers),
       path_root_(std::move(path_root)),
       cluster_(cluster),
       forwarder_(cluster),
@@ -162,6 +164,9 @@ grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
     }
     summary->set_param_count(params);
     summary->set_numel(numel);
+    std::string detail;
+    summary->set_state(ModelStateToProto(HealthOf(*model, &detail)));
+    summary->set_state_detail(detail);
     absl::MutexLock lock(&model->runtime_mu);
     summary->set_open_sessions(model->open_sessions);
   }
@@ -176,10 +181,20 @@ grpc::Status SummonServiceImpl::DescribeModel(
     return *routed;
   }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
-      registry_->Get(request->model());
+      registry_->Find(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
-  ModelToProto(**model, response);
+  DescribeToProto(**model, response);
   return grpc::Status::OK;
+}
+
+void SummonServiceImpl::DescribeToProto(ModelEntry& model,
+                                        v1::Model* response) const {
+  ModelToProto(model, response);
+  for (v1::RankState& rank : *response->mutable_ranks()) {
+    auto [incarnation, event] = trainers_->AttachmentOf(model.name, rank.rank());
+    rank.set_trainer_incarnation(incarnation);
+    rank.set_last_event(event);
+  }
 }
 
 grpc::Status SummonServiceImpl::CreateModel(
@@ -195,7 +210,7 @@ grpc::Status SummonServiceImpl::CreateModel(
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->name());
   if (!model.ok()) return ToGrpcStatus(model.status());
-  ModelToProto(**model, response);
+  DescribeToProto(**model, response);
   return grpc::Status::OK;
 }
 
@@ -227,13 +242,23 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
     create.set_name(request->model());
     create.set_layout_json(*layout);
     create.set_strategy(StrategyToProto(strategy));
+    if (request->has_grads()) *create.mutable_grads() = request->grads();
     if (absl::Status status = CreateEverywhere(create); !status.ok()) {
       return ToGrpcStatus(status);
     }
+  } else if (request->has_grads()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "grads applies only to a load that creates the model (create set)"));
   }
+  // A MISSING_SHARDS model gets fresh shards here, refilled by the load.
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
-      registry_->Get(request->model());
+      registry_->GetRecreatingShards(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
+  // R15: the load writes every shard, so it takes the model like a
+  // writable session (refused mid-step; trainers wait while it runs).
+  absl::StatusOr<SessionManager::ShardWriteGuard> guard =
+      sessions_->LockForShardWrite(*model, "load of a checkpoint");
+  if (!guard.ok()) return ToGrpcStatus(guard.status());
   absl::StatusOr<int64_t> bytes = LoadEverywhere(**model, path);
   if (!bytes.ok()) {
     if (request->has_create()) {
@@ -241,7 +266,7 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
     }
     return ToGrpcStatus(bytes.status());
   }
-  ModelToProto(**model, response->mutable_model());
+  DescribeToProto(**model, response->mutable_model());
   response->set_bytes_read(*bytes);
   return grpc::Status::OK;
 }
@@ -329,7 +354,31 @@ grpc::Status SummonServiceImpl::DeleteModel(
           Route(*context, &v1::Summon::Stub::DeleteModel, *request, response)) {
     return *routed;
   }
-  return ToGrpcStatus(DeleteEverywhere(request->model()));
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Find(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  const std::vector<std::string> attached =
+      trainers_->AttachedTrainers(request->model());
+  if (!attached.empty() && !request->force()) {
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "model '", request->model(), "' has trainer '", attached.front(),
+        "' attached; delete with force to detach it first")));
+  }
+  // R15: never under a running step, a session or a load.
+  absl::StatusOr<SessionManager::ShardWriteGuard> guard =
+      sessions_->LockForShardWrite(*model, "delete");
+  if (!guard.ok()) return ToGrpcStatus(guard.status());
+  if (!attached.empty()) {
+    trainers_->Revoke(request->model(),
+                      absl::StrCat("model deleted with force by '",
+                                   PrincipalOf(*context), "'"));
+  }
+  if (absl::Status deleted = DeleteEverywhere(request->model());
+      !deleted.ok()) {
+    return ToGrpcStatus(deleted);
+  }
+  trainers_->Forget(request->model());
+  return grpc::Status::OK;
 }
 
 absl::Status SummonServiceImpl::DeleteEverywhere(const std::string& model) {

@@ -9,6 +9,7 @@
 #include "server/forwarding.h"
 #include "server/model_registry.h"
 #include "server/session_manager.h"
+#include "server/trainer_leases.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
@@ -27,6 +28,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
   // every call (applying model operations on every node) and followers
   // forward their clients' calls to it.
   SummonServiceImpl(ModelRegistry* registry, SessionManager* sessions,
+                    TrainerLeases* trainers,
                     std::string path_root, Membership* cluster = nullptr,
                     int max_open_streams = 0);
 
@@ -79,6 +81,8 @@ class SummonServiceImpl final : public v1::Summon::Service {
  private:
   // Checkpoint paths are relative to the daemon's data directory.
   std::string ResolvePath(const std::string& path) const;
+  // ModelToProto plus each rank's attached trainer and last event.
+  void DescribeToProto(ModelEntry& model, v1::Model* response) const;
 
   // Set when the cluster layer answers the call: not READY (UNAVAILABLE),
   // or forwarded to the leader by a follower.
@@ -88,13 +92,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
       grpc::Status (v1::Summon::Stub::*method)(grpc::ClientContext*,
                                                const Request&, Response*),
       const Request& request, Response* response) const {
-    if (cluster_ == nullptr) return std::nullopt;
-    if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
-      return ToGrpcStatus(ready);
-    }
-    if (cluster_->is_leader()) return std::nullopt;
-    auto stub = forwarder_.Summon();
-    return forwarder_.Unary(context, *stub, method, request, response);
+    return forwarder_.Route(context, method, request, response);
   }
   // The leader's model operations: this node, then every follower; the
   // first failure, naming its node.
@@ -121,6 +119,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
 
   ModelRegistry* const registry_;
   SessionManager* const sessions_;
+  TrainerLeases* const trainers_;
   const std::string path_root_;
   Membership* const cluster_;
   LeaderForwarder forwarder_;
@@ -130,24 +129,47 @@ class SummonServiceImpl final : public v1::Summon::Service {
   absl::Mutex save_mu_;      // Saves use deterministic temporary names.
 };
 
-// summon.v1.Trainer: training phases (R1, R3, R4 inputs) and shard mapping.
+// summon.v1.Trainer: leases (R17), training phases (R1, R3, R4, R16 inputs),
+// shard mapping, init external and external-write watches (R18). Calls that
+// change the cluster-wide training state run on the leader (followers
+// forward them); MapShards and WatchUnits answer from this node's shards.
 class TrainerServiceImpl final : public v1::Trainer::Service {
  public:
   TrainerServiceImpl(ModelRegistry* registry, SessionManager* sessions,
-                     Membership* cluster = nullptr);
+                     TrainerLeases* trainers, Membership* cluster = nullptr);
 
+  grpc::Status Attach(grpc::ServerContext* context,
+                      const v1::AttachRequest* request,
+                      v1::AttachResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const v1::TrainerHeartbeatRequest* request,
+                         v1::TrainerHeartbeatResponse* response) override;
+  grpc::Status Detach(grpc::ServerContext* context,
+                      const v1::DetachRequest* request,
+                      v1::DetachResponse* response) override;
   grpc::Status ReportPhase(grpc::ServerContext* context,
                            const v1::ReportPhaseRequest* request,
                            v1::ReportPhaseResponse* response) override;
   grpc::Status MapShards(grpc::ServerContext* context,
                          const v1::MapShardsRequest* request,
                          v1::MapShardsResponse* response) override;
+  grpc::Status MarkInitialized(grpc::ServerContext* context,
+                               const v1::MarkInitializedRequest* request,
+                               v1::MarkInitializedResponse* response) override;
+  grpc::Status WatchUnits(
+      grpc::ServerContext* context, const v1::WatchUnitsRequest* request,
+      grpc::ServerWriter<v1::WatchUnitsResponse>* writer) override;
+
+  // Ends every WatchUnits stream (CANCELLED) so that a shutdown does not
+  // wait for its grace period.
+  void StopWatches() { stopping_.store(true); }
 
  private:
   ModelRegistry* const registry_;
   SessionManager* const sessions_;
-  Membership* const cluster_;
+  TrainerLeases* const trainers_;
   LeaderForwarder forwarder_;
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace summon::server

@@ -76,8 +76,12 @@ enum class Rpc : uint8_t {
   kTensorStats,
   kReportPhase,
   kMapShards,
+  kAttach,
+  kTrainerHeartbeat,
+  kDetach,
+  kMarkInitialized,
 };
-constexpr int kRpcCount = static_cast<int>(Rpc::kMapShards) + 1;
+constexpr int kRpcCount = static_cast<int>(Rpc::kMarkInitialized) + 1;
 
 constexpr int kMaxFrames = 32;
 constexpr int64_t kMaxModelBytes = 256 << 10;
@@ -206,10 +210,15 @@ class Daemon {
     options.memory_budget_bytes = 16 << 20;
     sessions_ = std::make_unique<summon::server::SessionManager>(
         registry_.get(), options);
+    summon::server::TrainerLeases::Options trainer_options;
+    trainer_options.reap_interval = absl::ZeroDuration();
+    trainers_ = std::make_unique<summon::server::TrainerLeases>(
+        registry_.get(), trainer_options);
     summon_ = std::make_unique<summon::server::SummonServiceImpl>(
-        registry_.get(), sessions_.get(), checkpoints_.string());
+        registry_.get(), sessions_.get(), trainers_.get(),
+        checkpoints_.string());
     trainer_ = std::make_unique<summon::server::TrainerServiceImpl>(
-        registry_.get(), sessions_.get());
+        registry_.get(), sessions_.get(), trainers_.get());
     grpc::ServerBuilder builder;
     builder.RegisterService(summon_.get());
     builder.RegisterService(trainer_.get());
@@ -356,6 +365,18 @@ class Daemon {
       case Rpc::kMapShards:
         return Call(trainer, &v1::Trainer::Stub::MapShards, frame.payload,
                     "MapShards", keep);
+      case Rpc::kAttach:
+        return Call(trainer, &v1::Trainer::Stub::Attach, frame.payload,
+                    "Attach", keep);
+      case Rpc::kTrainerHeartbeat:
+        return Call(trainer, &v1::Trainer::Stub::Heartbeat, frame.payload,
+                    "Heartbeat", keep);
+      case Rpc::kDetach:
+        return Call(trainer, &v1::Trainer::Stub::Detach, frame.payload,
+                    "Detach", keep);
+      case Rpc::kMarkInitialized:
+        return Call(trainer, &v1::Trainer::Stub::MarkInitialized,
+                    frame.payload, "MarkInitialized", keep);
       case Rpc::kWriteTensor:
         return;  // Streams are sent by WriteStream.
     }
@@ -422,6 +443,8 @@ class Daemon {
     }
     for (const std::shared_ptr<summon::server::ModelEntry>& model :
          registry_->List()) {
+      trainers_->Revoke(model->name, "fuzz input done");
+      trainers_->Forget(model->name);
       if (absl::Status status = registry_->Remove(model->name); !status.ok()) {
         Fail(absl::StrCat("deleting model ", model->name, ": ",
                           status.ToString()));
@@ -443,6 +466,7 @@ class Daemon {
   const fs::path checkpoints_;
   std::unique_ptr<summon::server::ModelRegistry> registry_;
   std::unique_ptr<summon::server::SessionManager> sessions_;
+  std::unique_ptr<summon::server::TrainerLeases> trainers_;
   std::unique_ptr<summon::server::SummonServiceImpl> summon_;
   std::unique_ptr<summon::server::TrainerServiceImpl> trainer_;
   std::unique_ptr<grpc::Server> server_;

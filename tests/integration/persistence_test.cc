@@ -108,8 +108,7 @@ TEST_F(PersistenceTest, RestartedDaemonReattachesShardsWithNothingLost) {
       WriteFloats(writer.id(), "layers.0.attn.w", expected["layers.0.attn.w"])
           .ok());
   Close(writer.id());
-  ASSERT_TRUE(ReportPhase("m", 0, pb::TRAINING_PHASE_OPTIMIZER).ok());
-  ASSERT_TRUE(ReportPhase("m", 0, pb::TRAINING_PHASE_IDLE).ok());
+  ASSERT_TRUE(WalkPhases("m", 0, FullStep()).ok());
   const pb::Model before = Describe("m");
   std::vector<uint64_t> generations;
   for (const pb::Unit& unit : before.units()) {

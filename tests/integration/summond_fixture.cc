@@ -366,4 +366,31 @@ grpc::Status SummondTest::ReportPhase(const std::string& model, int rank,
                                response != nullptr ? response : &ignored);
 }
 
+grpc::Status SummondTest::WalkPhases(
+    const std::string& model, int rank,
+    const std::vector<pb::TrainingPhase>& phases, std::optional<int64_t> step,
+    const std::string& lease_id) {
+  for (pb::TrainingPhase phase : phases) {
+    pb::ReportPhaseRequest request;
+    request.set_model(model);
+    request.set_rank(rank);
+    request.set_phase(phase);
+    if (step.has_value()) request.set_step(*step);
+    request.set_lease_id(lease_id);
+    pb::ReportPhaseResponse response;
+    grpc::ClientContext context;
+    grpc::Status status = trainer_->ReportPhase(&context, request, &response);
+    if (!status.ok()) return status;
+  }
+  return grpc::Status::OK;
+}
+
+const std::vector<pb::TrainingPhase>& SummondTest::FullStep() {
+  static const auto* const kStep = new std::vector<pb::TrainingPhase>{
+      pb::TRAINING_PHASE_FORWARD, pb::TRAINING_PHASE_BETWEEN,
+      pb::TRAINING_PHASE_BACKWARD, pb::TRAINING_PHASE_OPTIMIZER,
+      pb::TRAINING_PHASE_IDLE};
+  return *kStep;
+}
+
 }  // namespace summon::tests

@@ -140,6 +140,14 @@ class SummondTest : public ::testing::Test {
                            pb::TrainingPhase phase,
                            std::optional<uint32_t> deadline_ms = std::nullopt,
                            pb::ReportPhaseResponse* response = nullptr);
+  // Reports each of `phases` in turn for `rank` (with `step` when given);
+  // the first failure.
+  grpc::Status WalkPhases(const std::string& model, int rank,
+                          const std::vector<pb::TrainingPhase>& phases,
+                          std::optional<int64_t> step = std::nullopt,
+                          const std::string& lease_id = "");
+  // IDLE -> FORWARD -> BETWEEN -> BACKWARD -> OPTIMIZER -> IDLE.
+  static const std::vector<pb::TrainingPhase>& FullStep();
 
   std::string data_dir_;
   SummonServer::Spec spec_;
