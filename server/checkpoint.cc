@@ -575,6 +575,9 @@ absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
 
   std::vector<std::pair<ModulePath, std::string>> unit_order;
   for (const auto& [fqn, tensors] : units) {
+    // No root unit without tensors of its own: its shard would be zero
+    // bytes long, which breaks a plain mmap of it in a trainer.
+    if (fqn.empty() && tensors.empty()) continue;
     unit_order.emplace_back(fqn.empty() ? ModulePath() : *SplitName(fqn), fqn);
   }
   std::sort(unit_order.begin(), unit_order.end(),

@@ -389,6 +389,7 @@ absl::Status NodeRuntime::Commit(const CommitOp& op) {
 
 void NodeRuntime::Abort(const std::string& session_id) {
   for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
+    if (model->store == nullptr) continue;  // MISSING_SHARDS.
     for (int rank : model->local_ranks) {
       std::optional<ShardStore::StagedWriteback> staged =
           model->store->Staged(rank);

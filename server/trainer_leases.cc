@@ -100,6 +100,13 @@ absl::StatusOr<TrainerLeases::Attached> TrainerLeases::Attach(
   if (!decision.ok()) return decision.status();
   Attached attached;
   attached.previous_incarnation = decision->previous_incarnation;
+  for (int rank : ranks) {
+    auto lapsed = lapsed_holder_.find({model_name, rank});
+    if (attached.previous_incarnation.empty() &&
+        lapsed != lapsed_holder_.end() && lapsed->second != incarnation) {
+      attached.previous_incarnation = lapsed->second;
+    }
+  }
   for (const std::string& lapsed : decision->taken_over_leases) {
     EndLease(lapsed,
              absl::StrCat("lease of trainer '", leases_[lapsed].incarnation,
@@ -124,7 +131,10 @@ absl::StatusOr<TrainerLeases::Attached> TrainerLeases::Attach(
     leases_[lease.id] = lease;
     attached.lease = lease;
   }
-  for (int rank : attached.lease.ranks) last_event_.erase({model_name, rank});
+  for (int rank : attached.lease.ranks) {
+    last_event_.erase({model_name, rank});
+    lapsed_holder_.erase({model_name, rank});
+  }
   spdlog::info(
       "trainer attach model={} ranks=[{}] incarnation={} lease={} "
       "resumed={} previous={}",
@@ -241,6 +251,9 @@ void TrainerLeases::Forget(const std::string& model) {
   for (auto it = last_event_.begin(); it != last_event_.end();) {
     it = it->first.first == model ? last_event_.erase(it) : std::next(it);
   }
+  for (auto it = lapsed_holder_.begin(); it != lapsed_holder_.end();) {
+    it = it->first.first == model ? lapsed_holder_.erase(it) : std::next(it);
+  }
   PersistLocked();
 }
 
@@ -287,6 +300,9 @@ int TrainerLeases::ReapLapsed() {
   }
   for (const std::string& id : lapsed) {
     const core::TrainerLease& lease = leases_[id];
+    for (int rank : lease.ranks) {
+      lapsed_holder_[{lease.model, rank}] = lease.incarnation;
+    }
     EndLease(id,
              absl::StrCat("lease of trainer '", lease.incarnation,
                           "' lapsed (no heartbeat for ",
@@ -375,7 +391,13 @@ absl::Status TrainerLeases::Recover() {
   try {
     absl::MutexLock lock(&mu_);
     const absl::Time now = options_.clock();
-    for (const auto& [name, state] : record.value("models", nlohmann::json::object()).items()) {
+    const nlohmann::json models =
+        record.value("models", nlohmann::json::object());
+    const nlohmann::json leases =
+        record.value("leases", nlohmann::json::array());
+    const nlohmann::json events =
+        record.value("events", nlohmann::json::array());
+    for (const auto& [name, state] : models.items()) {
       absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry_->Find(name);
       if (!model.ok()) continue;
       ModelEntry& entry = **model;
@@ -398,7 +420,7 @@ absl::Status TrainerLeases::Recover() {
         entry.last_optimizer_step = state.at("last_optimizer_step").get<int64_t>();
       }
     }
-    for (const nlohmann::json& saved : record.value("leases", nlohmann::json::array())) {
+    for (const nlohmann::json& saved : leases) {
       core::TrainerLease lease;
       lease.id = saved.at("id").get<std::string>();
       lease.model = saved.at("model").get<std::string>();
@@ -420,7 +442,7 @@ absl::Status TrainerLeases::Recover() {
                    lease.model, lease.incarnation, lease.id);
       leases_[lease.id] = std::move(lease);
     }
-    for (const nlohmann::json& saved : record.value("events", nlohmann::json::array())) {
+    for (const nlohmann::json& saved : events) {
       last_event_[{saved.at("model").get<std::string>(),
                    saved.at("rank").get<int>()}] =
           saved.at("event").get<std::string>();

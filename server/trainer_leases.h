@@ -109,6 +109,10 @@ class TrainerLeases {
   std::map<std::string, std::string> ended_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int>, std::string> last_event_
       ABSL_GUARDED_BY(mu_);
+  // The incarnation whose lease on a rank lapsed, until someone attaches:
+  // the next Attach reports it as previous_incarnation.
+  std::map<std::pair<std::string, int>, std::string> lapsed_holder_
+      ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };
