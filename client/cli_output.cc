@@ -100,21 +100,29 @@ std::string ToJson(const google::protobuf::Message& message) {
 }
 
 std::string ModelListTable(const v1::ListModelsResponse& response) {
-  Table table(
-      {"NAME", "STRATEGY", "WORLD", "UNITS", "PARAMS", "NUMEL", "SESSIONS"});
+  Table table({"NAME", "STATE", "STRATEGY", "WORLD", "UNITS", "PARAMS", "NUMEL",
+               "SESSIONS"});
+  std::string details;
   for (const v1::ModelSummary& model : response.models()) {
     table.AddRow(
-        {model.name(), EnumLabel(model.strategy()),
+        {model.name(), EnumLabel(model.state()), EnumLabel(model.strategy()),
          absl::StrCat(model.world_size()), absl::StrCat(model.unit_count()),
          absl::StrCat(model.param_count()), absl::StrCat(model.numel()),
          absl::StrCat(model.open_sessions())});
+    if (!model.state_detail().empty()) {
+      absl::StrAppend(&details, model.name(), ": ", model.state_detail(), "\n");
+    }
   }
-  return table.ToString();
+  return table.ToString() + details;
 }
 
 std::string ModelTable(const v1::Model& model) {
   Table summary;
   summary.AddRow({"model", model.name()});
+  summary.AddRow({"state", EnumLabel(model.state())});
+  if (!model.state_detail().empty()) {
+    summary.AddRow({"state_detail", model.state_detail()});
+  }
   summary.AddRow({"strategy", EnumLabel(model.strategy())});
   summary.AddRow({"effective_strategy", EnumLabel(model.effective_strategy())});
   summary.AddRow({"use_orig_params", BoolText(model.use_orig_params())});
@@ -123,8 +131,8 @@ std::string ModelTable(const v1::Model& model) {
                              " local ranks = ", model.world_size())});
   summary.AddRow({"group_size", absl::StrCat(model.group_size())});
 
-  Table units(
-      {"UNIT", "PARENT", "DTYPE", "PARAMS", "NUMEL", "CHUNK", "GENERATION"});
+  Table units({"UNIT", "PARENT", "DTYPE", "PARAMS", "NUMEL", "CHUNK",
+               "GENERATION", "EXTERNAL_WRITES"});
   Table params({"PARAM", "UNIT", "DTYPE", "SHAPE", "FLAT_OFFSET", "ALIASES"});
   for (const v1::Unit& unit : model.units()) {
     units.AddRow({UnitText(unit.fqn()),
@@ -132,7 +140,8 @@ std::string ModelTable(const v1::Model& model) {
                   EnumLabel(unit.dtype()), absl::StrCat(unit.params_size()),
                   absl::StrCat(unit.unpadded_numel()),
                   absl::StrCat(unit.chunk_numel()),
-                  absl::StrCat(unit.generation())});
+                  absl::StrCat(unit.generation()),
+                  absl::StrCat(unit.external_writes())});
     for (const v1::Parameter& param : unit.params()) {
       params.AddRow(
           {param.info().fqn(), UnitText(unit.fqn()),
@@ -142,11 +151,14 @@ std::string ModelTable(const v1::Model& model) {
                                    : absl::StrJoin(param.aliases(), ",")});
     }
   }
-  Table ranks({"RANK", "PHASE", "STEP", "GRADS"});
+  Table ranks({"RANK", "PHASE", "STEP", "GRADS", "TRAINER", "LAST_EVENT"});
   for (const v1::RankState& rank : model.ranks()) {
-    ranks.AddRow({absl::StrCat(rank.rank()), EnumLabel(rank.phase()),
-                  rank.has_step() ? absl::StrCat(rank.step()) : "-",
-                  BoolText(rank.has_grads())});
+    ranks.AddRow(
+        {absl::StrCat(rank.rank()), EnumLabel(rank.phase()),
+         rank.has_step() ? absl::StrCat(rank.step()) : "-",
+         BoolText(rank.has_grads()),
+         rank.trainer_incarnation().empty() ? "-" : rank.trainer_incarnation(),
+         rank.last_event().empty() ? "-" : rank.last_event()});
   }
   return absl::StrCat(summary.ToString(), "\n", units.ToString(), "\n",
                       params.ToString(), "\n", ranks.ToString());

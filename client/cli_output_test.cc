@@ -45,9 +45,19 @@ TEST(OutputTest, ModelList) {
   model.set_param_count(12);
   model.set_numel(123456);
   model.set_open_sessions(1);
-  EXPECT_EQ(ModelListTable(response),
-            "NAME  STRATEGY    WORLD  UNITS  PARAMS  NUMEL   SESSIONS\n"
-            "gpt   FULL_SHARD  4      5      12      123456  1\n");
+  model.set_state(v1::MODEL_STATE_READY);
+  v1::ModelSummary& old = *response.add_models();
+  old.set_name("old");
+  old.set_state(v1::MODEL_STATE_MISSING_SHARDS);
+  old.set_state_detail("rank 1's params segment is gone");
+  old.set_strategy(v1::SHARDING_STRATEGY_NO_SHARD);
+  EXPECT_EQ(
+      ModelListTable(response),
+      "NAME  STATE           STRATEGY    WORLD  UNITS  PARAMS  NUMEL   "
+      "SESSIONS\n"
+      "gpt   READY           FULL_SHARD  4      5      12      123456  1\n"
+      "old   MISSING_SHARDS  NO_SHARD    0      0      0       0       0\n"
+      "old: rank 1's params segment is gone\n");
 }
 
 TEST(OutputTest, ChecksumsInFixedWidthHex) {

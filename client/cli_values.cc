@@ -55,13 +55,16 @@ absl::StatusOr<v1::InitMethod> ParseInitMethod(absl::string_view what,
   absl::string_view seed_text = text;
   if (text == "zeros") {
     init.mutable_zeros();
+  } else if (text == "external") {
+    init.mutable_external();
   } else if (absl::ConsumePrefix(&seed_text, "seeded:")) {
     absl::StatusOr<uint64_t> seed = ParseNumber<uint64_t>(what, seed_text);
     if (!seed.ok()) return seed.status();
     init.mutable_seeded()->set_seed(*seed);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": '", text, "' is neither 'zeros' nor 'seeded:SEED'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": '", text,
+                     "' is none of 'zeros', 'seeded:SEED' and 'external'"));
   }
   return init;
 }

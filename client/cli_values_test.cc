@@ -65,7 +65,8 @@ TEST(CliValuesTest, InitMethods) {
   EXPECT_EQ(seeded->seeded().seed(), 18446744073709551615u);
   EXPECT_EQ(ParseInitMethod("--init", "random").status(),
             absl::InvalidArgumentError(
-                "--init: 'random' is neither 'zeros' nor 'seeded:SEED'"));
+                "--init: 'random' is none of 'zeros', 'seeded:SEED' and "
+                "'external'"));
   EXPECT_EQ(ParseInitMethod("--init", "seeded:").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseInitMethod("--init", "seeded:-1").status().code(),

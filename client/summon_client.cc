@@ -201,9 +201,10 @@ absl::StatusOr<v1::ModelChecksumResponse> SummonClient::ModelChecksum(
 }
 
 absl::StatusOr<v1::DeleteModelResponse> SummonClient::DeleteModel(
-    const std::string& model) const {
+    const std::string& model, bool force) const {
   v1::DeleteModelRequest request;
   request.set_model(model);
+  request.set_force(force);
   return Unary(*summon_, &v1::Summon::Stub::DeleteModel, NewContext(), request);
 }
 

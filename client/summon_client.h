@@ -117,8 +117,9 @@ class SummonClient {
       uint64_t max_file_bytes = 0) const;
   absl::StatusOr<v1::ModelChecksumResponse> ModelChecksum(
       const std::string& model) const;
-  absl::StatusOr<v1::DeleteModelResponse> DeleteModel(
-      const std::string& model) const;
+  // `force` detaches an attached trainer first (its next call fails).
+  absl::StatusOr<v1::DeleteModelResponse> DeleteModel(const std::string& model,
+                                                      bool force = false) const;
 
   // Sessions.
   absl::StatusOr<v1::Session> OpenSession(

@@ -132,7 +132,8 @@ absl::Status ModelChecksum(const CommandContext& c) {
 }
 
 absl::Status ModelDelete(const CommandContext& c) {
-  return Print(c, c.client.DeleteModel(c.args.positionals[0]),
+  return Print(c,
+               c.client.DeleteModel(c.args.positionals[0], c.args.Has("force")),
                &DeleteModelTable);
 }
 
@@ -371,7 +372,8 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        "",
        false,
        {Required("layout", "FILE.json"), Valued("strategy", "S"),
-        Valued("init", "zeros|seeded:SEED"), Valued("grad-ranks", "R,R|all"),
+        Valued("init", "zeros|seeded:SEED|external"),
+        Valued("grad-ranks", "R,R|all"),
         OnlyWith("grad-init", "zeros|seeded:SEED", "grad-ranks")},
        &ModelCreate},
       {"model",
@@ -390,7 +392,7 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {Required("to", "PATH"), Valued("max-file-bytes", "N")},
        &ModelSave},
       {"model", "checksum", {"M"}, "", false, {}, &ModelChecksum},
-      {"model", "delete", {"M"}, "", false, {}, &ModelDelete},
+      {"model", "delete", {"M"}, "", false, {Switch("force")}, &ModelDelete},
       {"session",
        "open",
        {"M"},

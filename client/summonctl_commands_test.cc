@@ -292,15 +292,15 @@ TEST_F(SummonctlTest, ModelCreateGradInitWithoutGradRanksIsAUsageError) {
   EXPECT_EQ(result.err,
             "ERROR INVALID_ARGUMENT: flag --grad-init needs --grad-ranks\n"
             "usage: summonctl model create M --layout FILE.json [--strategy S] "
-            "[--init zeros|seeded:SEED] [--grad-ranks R,R|all] [--grad-init "
-            "zeros|seeded:SEED]\n");
+            "[--init zeros|seeded:SEED|external] [--grad-ranks R,R|all] "
+            "[--grad-init zeros|seeded:SEED]\n");
 
   const SummonctlResult bad = Run({"model", "create", "gpt", "--layout", layout,
                                    "--grad-ranks", "0", "--grad-init", "ones"});
   EXPECT_EQ(bad.exit_code, 3);
   EXPECT_EQ(bad.err,
-            "ERROR INVALID_ARGUMENT: --grad-init: 'ones' is neither 'zeros' "
-            "nor 'seeded:SEED'\n");
+            "ERROR INVALID_ARGUMENT: --grad-init: 'ones' is none of 'zeros', "
+            "'seeded:SEED' and 'external'\n");
   EXPECT_EQ(summon().Count("CreateModel"), 0);
 }
 

@@ -88,9 +88,8 @@ absl::StatusOr<AttachDecision> DecideAttach(
       if (holder->ranks != sorted) {
         return absl::FailedPreconditionError(absl::StrCat(
             "trainer '", incarnation, "' already holds ranks ",
-            RankList(holder->ranks), " of model '", model,
-            "' (lease ", holder->id, "); detach before attaching ranks ",
-            RankList(sorted)));
+            RankList(holder->ranks), " of model '", model, "' (lease ",
+            holder->id, "); detach before attaching ranks ", RankList(sorted)));
       }
       decision.resumed_lease = holder->id;
       continue;
@@ -107,8 +106,8 @@ absl::StatusOr<AttachDecision> DecideAttach(
       return absl::AlreadyExistsError(absl::StrCat(
           "rank ", rank, " of model '", model, "' is held by live trainer '",
           holder->incarnation, "' (lease ", holder->id, "), which lapses in ",
-          absl::FormatDuration(absl::Ceil(holder->expires - now,
-                                          absl::Milliseconds(1))),
+          absl::FormatDuration(
+              absl::Ceil(holder->expires - now, absl::Milliseconds(1))),
           " without a heartbeat"));
     }
     decision.taken_over_leases.push_back(holder->id);
@@ -133,10 +132,10 @@ absl::Status CheckReportLease(absl::string_view model, int rank,
         "rank ", rank, " of model '", model, "' is attached by trainer '",
         holder->incarnation, "'; report with its lease"));
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "lease ", lease_id, " does not hold rank ", rank, " of model '", model,
-      "'; trainer '", holder->incarnation, "' holds it (lease ", holder->id,
-      ")"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("lease ", lease_id, " does not hold rank ", rank,
+                   " of model '", model, "'; trainer '", holder->incarnation,
+                   "' holds it (lease ", holder->id, ")"));
 }
 
 absl::Status CheckShardWrite(const ModelRuntimeState& model,
@@ -157,10 +156,10 @@ absl::Status CheckShardWrite(const ModelRuntimeState& model,
           unit.fqn, "' is held by ", *unit.writable_session));
     }
     if (!unit.read_only_gathering.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "refusing the ", what, " of model '", model.model, "': unit '",
-          unit.fqn, "' is being gathered by session ",
-          *unit.read_only_gathering.begin()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("refusing the ", what, " of model '", model.model,
+                       "': unit '", unit.fqn, "' is being gathered by session ",
+                       *unit.read_only_gathering.begin()));
     }
   }
   return absl::OkStatus();

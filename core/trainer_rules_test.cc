@@ -53,16 +53,15 @@ TEST(PhaseMachineTest, R16_IdleToIdleAnnouncesTheTrainer) {
 // Every other of the 25 pairs is refused, naming both phases.
 TEST(PhaseMachineTest, R16_EveryOtherMoveIsRefusedNamingBothPhases) {
   const std::vector<std::pair<P, P>> legal = {
-      {P::kIdle, P::kForward},      {P::kForward, P::kBetween},
-      {P::kBetween, P::kBackward},  {P::kBackward, P::kOptimizer},
-      {P::kOptimizer, P::kIdle},    {P::kForward, P::kIdle},
-      {P::kBackward, P::kIdle},     {P::kIdle, P::kIdle}};
+      {P::kIdle, P::kForward},     {P::kForward, P::kBetween},
+      {P::kBetween, P::kBackward}, {P::kBackward, P::kOptimizer},
+      {P::kOptimizer, P::kIdle},   {P::kForward, P::kIdle},
+      {P::kBackward, P::kIdle},    {P::kIdle, P::kIdle}};
   int refused = 0;
   for (P from : kAllPhases) {
     for (P to : kAllPhases) {
-      const bool is_legal =
-          std::find(legal.begin(), legal.end(), std::make_pair(from, to)) !=
-          legal.end();
+      const bool is_legal = std::find(legal.begin(), legal.end(),
+                                      std::make_pair(from, to)) != legal.end();
       const absl::Status status = CheckPhaseMove("gpt", 3, from, to);
       if (is_legal) {
         EXPECT_TRUE(status.ok()) << status;
@@ -106,8 +105,9 @@ TEST(OptimizerStepTest, OnlyEnteringOptimizerCounts) {
 
 TrainerLease Lease(std::string id, std::string incarnation,
                    std::vector<int> ranks, absl::Time expires) {
-  return TrainerLease{std::move(id), "gpt", std::move(incarnation),
-                      std::move(ranks), absl::Seconds(10), expires};
+  return TrainerLease{std::move(id),          "gpt",
+                      std::move(incarnation), std::move(ranks),
+                      absl::Seconds(10),      expires};
 }
 
 const absl::Time kNow = absl::FromUnixSeconds(1000);

@@ -161,9 +161,8 @@ v1::ModelState ModelStateToProto(ModelHealth health) {
   return v1::MODEL_STATE_UNSPECIFIED;
 }
 
-void AppendParameters(
-    const core::ModelSpec& spec, int unit,
-    google::protobuf::RepeatedPtrField<v1::Parameter>* out) {
+void AppendParameters(const core::ModelSpec& spec, int unit,
+                      google::protobuf::RepeatedPtrField<v1::Parameter>* out) {
   for (const core::FlatParamEntry& param : spec.units[unit].layout.params()) {
     v1::Parameter* param_out = out->Add();
     v1::TensorInfo* info = param_out->mutable_info();

@@ -112,8 +112,7 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
       std::make_unique<SessionManager>(registry_.get(), session_options);
   TrainerLeases::Options trainer_options;
   trainer_options.data_dir = spec_.data_dir;
-  trainers_ =
-      std::make_unique<TrainerLeases>(registry_.get(), trainer_options);
+  trainers_ = std::make_unique<TrainerLeases>(registry_.get(), trainer_options);
   summon_service_ = std::make_unique<SummonServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), spec_.data_dir,
       membership_.get(), spec_.max_open_streams);

@@ -210,10 +210,11 @@ TEST_F(SessionManagerTest, R1_OpenRefusedDuringForwardBackwardOptimizer) {
         sessions_->ReportPhase("m", 1, phase, std::nullopt, std::nullopt).ok());
     SessionOptions read_only;
     read_only.writeback = false;
-    absl::StatusOr<SessionInfo> opened = sessions_->Open("m", read_only, "alice");
-    EXPECT_EQ(opened.status().code(),
-              refused ? absl::StatusCode::kFailedPrecondition
-                      : absl::StatusCode::kOk)
+    absl::StatusOr<SessionInfo> opened =
+        sessions_->Open("m", read_only, "alice");
+    EXPECT_EQ(
+        opened.status().code(),
+        refused ? absl::StatusCode::kFailedPrecondition : absl::StatusCode::kOk)
         << core::TrainingPhaseName(phase);
     if (opened.ok()) {
       ASSERT_TRUE(sessions_->Close(opened->id, true, false, "alice").ok());
@@ -265,8 +266,8 @@ TEST_F(SessionManagerTest, R3_PhaseChangeRefusedOrWaitsForWritableSession) {
 
 TEST_F(SessionManagerTest, R4_WritableRefusedBetweenForwardAndBackward) {
   Start(2, core::Strategy::kShardGradOp);
-  for (auto phase : {core::TrainingPhase::kForward,
-                     core::TrainingPhase::kBetween}) {
+  for (auto phase :
+       {core::TrainingPhase::kForward, core::TrainingPhase::kBetween}) {
     ASSERT_TRUE(
         sessions_->ReportPhase("m", 0, phase, std::nullopt, std::nullopt).ok());
   }
@@ -308,8 +309,7 @@ TEST_F(SessionManagerTest, R7_WritebackRefusedAfterAStepUnlessForced) {
   for (auto phase :
        {core::TrainingPhase::kForward, core::TrainingPhase::kBetween,
         core::TrainingPhase::kBackward}) {
-    ASSERT_TRUE(
-        sessions_->ReportPhase("m", 0, phase, 1, std::nullopt).ok());
+    ASSERT_TRUE(sessions_->ReportPhase("m", 0, phase, 1, std::nullopt).ok());
   }
   SessionInfo info = Open(Params({"scale"}));
   // Rank 0's optimizer step moves every unit's generation.
@@ -372,10 +372,10 @@ TEST_F(SessionManagerTest, ModelsLargerThanSharedMemoryAreRefusedUpFront) {
   Start(2, core::Strategy::kFullShard);
   // 40 GB of float32 over this node's ranks: more than /dev/shm or half the
   // memory of any machine this runs on; refused before allocating.
-  auto huge = registry_->Create(
-      "huge", R"({"units": [{"fqn": "", "params": [
+  auto huge = registry_->Create("huge", R"({"units": [{"fqn": "", "params": [
         {"fqn": "w", "shape": [100000, 100000], "dtype": "float32"}]}]})",
-      std::nullopt, ModelInit{ModelInit::Kind::kSeeded, 1}, {}, {});
+                                std::nullopt,
+                                ModelInit{ModelInit::Kind::kSeeded, 1}, {}, {});
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(huge.status().message().find("huge"), std::string::npos);
   EXPECT_EQ(registry_->Get("huge").status().code(),

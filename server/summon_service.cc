@@ -191,7 +191,8 @@ void SummonServiceImpl::DescribeToProto(ModelEntry& model,
                                         v1::Model* response) const {
   ModelToProto(model, response);
   for (v1::RankState& rank : *response->mutable_ranks()) {
-    auto [incarnation, event] = trainers_->AttachmentOf(model.name, rank.rank());
+    auto [incarnation, event] =
+        trainers_->AttachmentOf(model.name, rank.rank());
     rank.set_trainer_incarnation(incarnation);
     rank.set_last_event(event);
   }

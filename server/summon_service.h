@@ -28,9 +28,8 @@ class SummonServiceImpl final : public v1::Summon::Service {
   // every call (applying model operations on every node) and followers
   // forward their clients' calls to it.
   SummonServiceImpl(ModelRegistry* registry, SessionManager* sessions,
-                    TrainerLeases* trainers,
-                    std::string path_root, Membership* cluster = nullptr,
-                    int max_open_streams = 0);
+                    TrainerLeases* trainers, std::string path_root,
+                    Membership* cluster = nullptr, int max_open_streams = 0);
 
   grpc::Status ListModels(grpc::ServerContext* context,
                           const v1::ListModelsRequest* request,

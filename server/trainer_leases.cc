@@ -203,15 +203,15 @@ absl::Status TrainerLeases::CheckModelLease(const std::string& model,
   if (!lease_id.empty()) {
     return it == leases_.end()
                ? EndedError(lease_id)
-               : absl::FailedPreconditionError(absl::StrCat(
-                     "lease ", lease_id, " holds ranks of model '",
-                     it->second.model, "', not of '", model, "'"));
+               : absl::FailedPreconditionError(
+                     absl::StrCat("lease ", lease_id, " holds ranks of model '",
+                                  it->second.model, "', not of '", model, "'"));
   }
   for (const auto& [id, lease] : leases_) {
     if (lease.model == model) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "model '", model, "' has trainer '", lease.incarnation,
-          "' attached; call with its lease"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("model '", model, "' has trainer '", lease.incarnation,
+                       "' attached; call with its lease"));
     }
   }
   return absl::OkStatus();
@@ -323,21 +323,21 @@ void TrainerLeases::PersistLocked() {
   nlohmann::json record;
   record["leases"] = nlohmann::json::array();
   for (const auto& [id, lease] : leases_) {
-    record["leases"].push_back({{"id", id},
-                                {"model", lease.model},
-                                {"incarnation", lease.incarnation},
-                                {"ranks", lease.ranks},
-                                {"lease_ms", absl::ToInt64Milliseconds(lease.ttl)}});
+    record["leases"].push_back(
+        {{"id", id},
+         {"model", lease.model},
+         {"incarnation", lease.incarnation},
+         {"ranks", lease.ranks},
+         {"lease_ms", absl::ToInt64Milliseconds(lease.ttl)}});
   }
   record["models"] = nlohmann::json::object();
   for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
     absl::MutexLock runtime_lock(&model->runtime_mu);
     nlohmann::json phases = nlohmann::json::array();
     nlohmann::json steps = nlohmann::json::array();
-    for (size_t rank = 0; rank < model->runtime.phase_per_rank.size();
-         ++rank) {
-      phases.push_back(
-          std::string(core::TrainingPhaseName(model->runtime.phase_per_rank[rank])));
+    for (size_t rank = 0; rank < model->runtime.phase_per_rank.size(); ++rank) {
+      phases.push_back(std::string(
+          core::TrainingPhaseName(model->runtime.phase_per_rank[rank])));
       steps.push_back(model->steps[rank].has_value()
                           ? nlohmann::json(*model->steps[rank])
                           : nlohmann::json(nullptr));
@@ -362,9 +362,10 @@ void TrainerLeases::PersistLocked() {
     std::ofstream out(temp, std::ios::trunc);
     out << record.dump() << "\n";
     if (!out) {
-      spdlog::error("cannot write {}: trainer phases will not survive a "
-                    "restart",
-                    temp.string());
+      spdlog::error(
+          "cannot write {}: trainer phases will not survive a "
+          "restart",
+          temp.string());
       return;
     }
   }
@@ -413,11 +414,13 @@ absl::Status TrainerLeases::Recover() {
         absl::StatusOr<core::TrainingPhase> phase =
             core::ParseTrainingPhase(phases[rank].get<std::string>());
         if (phase.ok()) entry.runtime.phase_per_rank[rank] = *phase;
-        if (!steps[rank].is_null()) entry.steps[rank] = steps[rank].get<int64_t>();
+        if (!steps[rank].is_null())
+          entry.steps[rank] = steps[rank].get<int64_t>();
         entry.optimizer_entries[rank] = entries[rank].get<int64_t>();
       }
       if (!state.at("last_optimizer_step").is_null()) {
-        entry.last_optimizer_step = state.at("last_optimizer_step").get<int64_t>();
+        entry.last_optimizer_step =
+            state.at("last_optimizer_step").get<int64_t>();
       }
     }
     for (const nlohmann::json& saved : leases) {

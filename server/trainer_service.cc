@@ -70,8 +70,8 @@ grpc::Status TrainerServiceImpl::Attach(grpc::ServerContext* context,
       registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
   response->set_lease_id(attached->lease.id);
-  response->set_lease_seconds(static_cast<uint32_t>(
-      absl::ToInt64Seconds(attached->lease.ttl)));
+  response->set_lease_seconds(
+      static_cast<uint32_t>(absl::ToInt64Seconds(attached->lease.ttl)));
   response->set_previous_incarnation(attached->previous_incarnation);
   response->set_resumed(attached->resumed);
   for (int rank : attached->lease.ranks) {
@@ -150,9 +150,8 @@ grpc::Status TrainerServiceImpl::ReportPhase(
 grpc::Status TrainerServiceImpl::MarkInitialized(
     grpc::ServerContext* context, const v1::MarkInitializedRequest* request,
     v1::MarkInitializedResponse* response) {
-  if (auto routed =
-          forwarder_.Route(*context, &v1::Trainer::Stub::MarkInitialized,
-                           *request, response)) {
+  if (auto routed = forwarder_.Route(
+          *context, &v1::Trainer::Stub::MarkInitialized, *request, response)) {
     return *routed;
   }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
@@ -198,8 +197,7 @@ grpc::Status TrainerServiceImpl::WatchUnits(
     for (int u = 0; u < next.units_size(); ++u) {
       const v1::UnitGeneration& before = last.units(u);
       const v1::UnitGeneration& after = next.units(u);
-      report = report ||
-               after.external_writes() != before.external_writes() ||
+      report = report || after.external_writes() != before.external_writes() ||
                (request->every_change() &&
                 after.generation() != before.generation());
     }

@@ -375,8 +375,8 @@ class Daemon {
         return Call(trainer, &v1::Trainer::Stub::Detach, frame.payload,
                     "Detach", keep);
       case Rpc::kMarkInitialized:
-        return Call(trainer, &v1::Trainer::Stub::MarkInitialized,
-                    frame.payload, "MarkInitialized", keep);
+        return Call(trainer, &v1::Trainer::Stub::MarkInitialized, frame.payload,
+                    "MarkInitialized", keep);
       case Rpc::kWriteTensor:
         return;  // Streams are sent by WriteStream.
     }

@@ -156,20 +156,22 @@ TEST_F(PhaseInterlockTest,
   }
   // norm.w lives on rank 3 only: rank 0 may be mid-step while a writer holds
   // it, and its optimizer step changes the shards under the writer.
-  ASSERT_TRUE(WalkPhases("m", 0,
-                         {pb::TRAINING_PHASE_FORWARD, pb::TRAINING_PHASE_BETWEEN,
-                          pb::TRAINING_PHASE_BACKWARD},
-                         /*step=*/2)
-                  .ok());
+  ASSERT_TRUE(
+      WalkPhases("m", 0,
+                 {pb::TRAINING_PHASE_FORWARD, pb::TRAINING_PHASE_BETWEEN,
+                  pb::TRAINING_PHASE_BACKWARD},
+                 /*step=*/2)
+          .ok());
   const pb::Session writer = Open("m", ParamScope({"norm.w"}));
   ASSERT_EQ(writer.gathered_generations_size(), 1);
   EXPECT_EQ(writer.gathered_generations(0).generation(), 1u);
   const std::vector<float> edited = Scaled(Seeded("norm.w", 10), -1);
   ASSERT_TRUE(WriteFloats(writer.id(), "norm.w", edited).ok());
-  ASSERT_TRUE(WalkPhases("m", 0,
-                         {pb::TRAINING_PHASE_OPTIMIZER, pb::TRAINING_PHASE_IDLE},
-                         /*step=*/2)
-                  .ok());
+  ASSERT_TRUE(
+      WalkPhases("m", 0,
+                 {pb::TRAINING_PHASE_OPTIMIZER, pb::TRAINING_PHASE_IDLE},
+                 /*step=*/2)
+          .ok());
   pb::CloseSessionResponse closed;
   EXPECT_CODE(TryClose(writer.id(), false, false, &closed), ABORTED);
   // The session stays open for the caller to decide.

@@ -114,7 +114,10 @@ TEST_F(TrainerContractTest, R16_EveryIllegalPhaseEdgeIsRefusedOverGrpc) {
       pb::TRAINING_PHASE_OPTIMIZER};
   // From IDLE, the legal path to each phase, and back to IDLE from it.
   const std::vector<std::vector<P>> reach = {
-      {}, {phases[1]}, {phases[1], phases[2]}, {phases[1], phases[2], phases[3]},
+      {},
+      {phases[1]},
+      {phases[1], phases[2]},
+      {phases[1], phases[2], phases[3]},
       {phases[1], phases[2], phases[3], phases[4]}};
   const std::vector<std::vector<P>> home = {
       {}, {phases[0]}, {phases[3], phases[0]}, {phases[0]}, {phases[0]}};
@@ -132,10 +135,9 @@ TEST_F(TrainerContractTest, R16_EveryIllegalPhaseEdgeIsRefusedOverGrpc) {
       EXPECT_CODE(status, FAILED_PRECONDITION);
       const std::string name_from = pb::TrainingPhase_Name(phases[from]);
       const std::string name_to = pb::TrainingPhase_Name(phases[to]);
-      EXPECT_TRUE(absl::StrContains(
-          status.error_message(),
-          absl::StrCat("from ", name_from.substr(15), " to ",
-                       name_to.substr(15))))
+      EXPECT_TRUE(absl::StrContains(status.error_message(),
+                                    absl::StrCat("from ", name_from.substr(15),
+                                                 " to ", name_to.substr(15))))
           << status.error_message();
       ASSERT_TRUE(WalkPhases("m", 0, home[from]).ok());
     }
@@ -143,7 +145,8 @@ TEST_F(TrainerContractTest, R16_EveryIllegalPhaseEdgeIsRefusedOverGrpc) {
   EXPECT_EQ(refused, 17);
 }
 
-TEST_F(TrainerContractTest, R18_ExternalWritesMoveOnWritebackNotOnStepsAndAreWatched) {
+TEST_F(TrainerContractTest,
+       R18_ExternalWritesMoveOnWritebackNotOnStepsAndAreWatched) {
   StartServer(kRanks);
   CreateSeeded("m");
   grpc::ClientContext watch_context;
@@ -164,9 +167,9 @@ TEST_F(TrainerContractTest, R18_ExternalWritesMoveOnWritebackNotOnStepsAndAreWat
             (std::vector<std::string>{":1/0", "layers.0:1/0", "layers.1:1/0"}));
   // An inspector's writeback of layers.1.
   const pb::Session writer = Open("m", ModuleScope("layers.1"));
-  ASSERT_TRUE(
-      WriteFloats(writer.id(), "layers.1.w", Scaled(Seeded("layers.1.w", 35), 2))
-          .ok());
+  ASSERT_TRUE(WriteFloats(writer.id(), "layers.1.w",
+                          Scaled(Seeded("layers.1.w", 35), 2))
+                  .ok());
   ASSERT_TRUE(Close(writer.id()).written_back());
   EXPECT_EQ(Counters(Describe("m")),
             (std::vector<std::string>{":1/0", "layers.0:1/0", "layers.1:2/1"}));
@@ -186,7 +189,8 @@ TEST_F(TrainerContractTest, R18_ExternalWritesMoveOnWritebackNotOnStepsAndAreWat
   watch_context.TryCancel();
 }
 
-TEST_F(TrainerContractTest, InitExternalTrainerFillsShardsThenMarksInitialized) {
+TEST_F(TrainerContractTest,
+       InitExternalTrainerFillsShardsThenMarksInitialized) {
   StartServer(kRanks);
   pb::CreateModelRequest create;
   create.set_name("m");
@@ -226,8 +230,8 @@ TEST_F(TrainerContractTest, InitExternalTrainerFillsShardsThenMarksInitialized) 
       auto* shard = reinterpret_cast<float*>(static_cast<char*>(base) +
                                              unit.params_offset());
       for (const pb::ParamShard& param : unit.params()) {
-        const std::vector<float> values = Seeded(
-            param.info().fqn(), param.info().numel(), kTrainerSeed);
+        const std::vector<float> values =
+            Seeded(param.info().fqn(), param.info().numel(), kTrainerSeed);
         std::memcpy(shard + param.offset_in_shard(),
                     values.data() + param.element_offset(),
                     param.numel() * sizeof(float));

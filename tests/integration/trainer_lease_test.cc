@@ -53,12 +53,12 @@ class TrainerLeaseTest : public SummondTest {
 TEST_F(TrainerLeaseTest, KilledTrainerInForwardReturnsItsRanksToIdle) {
   StartServer(kRanks);
   CreateSeeded("m");
-  absl::StatusOr<ChildProcess> trainer = ChildProcess::Spawn(
-      {{"tests/trainer_process", server_->address(), "m", "t-killed", "1", "0",
-        "1"},
-       {},
-       "",
-       /*pipe_stdout=*/true});
+  absl::StatusOr<ChildProcess> trainer =
+      ChildProcess::Spawn({{"tests/trainer_process", server_->address(), "m",
+                            "t-killed", "1", "0", "1"},
+                           {},
+                           "",
+                           /*pipe_stdout=*/true});
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   absl::StatusOr<std::string> line = trainer->ReadLine(absl::Seconds(20));
   ASSERT_TRUE(line.ok()) << line.status();
@@ -99,9 +99,9 @@ TEST_F(TrainerLeaseTest, SecondIncarnationRefusedWhileFirstLivesThenTakesOver) {
   pb::AttachResponse first;
   ASSERT_TRUE(Attach("m", {0, 1}, "t-1", 1, &first).ok());
   EXPECT_FALSE(first.resumed());
-  ASSERT_TRUE(WalkPhases("m", 0, {pb::TRAINING_PHASE_FORWARD}, 4,
-                         first.lease_id())
-                  .ok());
+  ASSERT_TRUE(
+      WalkPhases("m", 0, {pb::TRAINING_PHASE_FORWARD}, 4, first.lease_id())
+          .ok());
   pb::AttachResponse second;
   grpc::Status refused = Attach("m", {1}, "t-2", 1, &second);
   EXPECT_CODE(refused, ALREADY_EXISTS);
@@ -137,11 +137,11 @@ TEST_F(TrainerLeaseTest, RestartMidForwardKeepsForwardUntilReattach) {
   pb::AttachResponse attached;
   ASSERT_TRUE(Attach("m", {0, 1}, "t-1", 2, &attached).ok());
   for (int rank : {0, 1}) {
-    ASSERT_TRUE(WalkPhases("m", rank,
-                           {pb::TRAINING_PHASE_FORWARD,
-                            pb::TRAINING_PHASE_BETWEEN},
-                           7, attached.lease_id())
-                    .ok());
+    ASSERT_TRUE(
+        WalkPhases("m", rank,
+                   {pb::TRAINING_PHASE_FORWARD, pb::TRAINING_PHASE_BETWEEN}, 7,
+                   attached.lease_id())
+            .ok());
   }
   ASSERT_TRUE(
       WalkPhases("m", 0, {pb::TRAINING_PHASE_BACKWARD}, 7, attached.lease_id())
@@ -160,10 +160,11 @@ TEST_F(TrainerLeaseTest, RestartMidForwardKeepsForwardUntilReattach) {
   EXPECT_TRUE(resumed.resumed());
   EXPECT_EQ(resumed.lease_id(), attached.lease_id());
   EXPECT_EQ(resumed.ranks(0).phase(), pb::TRAINING_PHASE_BACKWARD);
-  ASSERT_TRUE(WalkPhases("m", 0,
-                         {pb::TRAINING_PHASE_OPTIMIZER, pb::TRAINING_PHASE_IDLE},
-                         7, resumed.lease_id())
-                  .ok());
+  ASSERT_TRUE(
+      WalkPhases("m", 0,
+                 {pb::TRAINING_PHASE_OPTIMIZER, pb::TRAINING_PHASE_IDLE}, 7,
+                 resumed.lease_id())
+          .ok());
   // Rank 1's trainer never comes back: after another restart its lease
   // lapses and the rank returns to IDLE, recorded.
   RestartServer();
