@@ -183,12 +183,13 @@ absl::StatusOr<v1::LoadModelResponse> SummonClient::LoadModel(
 }
 
 absl::StatusOr<v1::SaveModelResponse> SummonClient::SaveModel(
-    const std::string& model, const std::string& path,
-    uint64_t max_file_bytes) const {
+    const std::string& model, const std::string& path, uint64_t max_file_bytes,
+    bool overwrite) const {
   v1::SaveModelRequest request;
   request.set_model(model);
   request.set_path(path);
   request.set_max_file_bytes(max_file_bytes);
+  request.set_overwrite(overwrite);
   return Unary(*summon_, &v1::Summon::Stub::SaveModel, NewContext(), request);
 }
 

@@ -112,9 +112,11 @@ class SummonClient {
   absl::StatusOr<v1::LoadModelResponse> LoadModel(
       const std::string& model, const std::string& path,
       const std::optional<v1::CheckpointWrapRule>& create = std::nullopt) const;
-  absl::StatusOr<v1::SaveModelResponse> SaveModel(
-      const std::string& model, const std::string& path,
-      uint64_t max_file_bytes = 0) const;
+  // `overwrite` replaces existing files (ALREADY_EXISTS otherwise).
+  absl::StatusOr<v1::SaveModelResponse> SaveModel(const std::string& model,
+                                                  const std::string& path,
+                                                  uint64_t max_file_bytes = 0,
+                                                  bool overwrite = false) const;
   absl::StatusOr<v1::ModelChecksumResponse> ModelChecksum(
       const std::string& model) const;
   // `force` detaches an attached trainer first (its next call fails).

@@ -120,10 +120,11 @@ absl::Status ModelSave(const CommandContext& c) {
   absl::StatusOr<std::optional<uint64_t>> max_file_bytes =
       OptionalNumber<uint64_t>(c.args, "max-file-bytes");
   if (!max_file_bytes.ok()) return max_file_bytes.status();
-  return Print(c,
-               c.client.SaveModel(c.args.positionals[0], c.args.Value("to"),
-                                  max_file_bytes->value_or(0)),
-               &SaveModelTable);
+  return Print(
+      c,
+      c.client.SaveModel(c.args.positionals[0], c.args.Value("to"),
+                         max_file_bytes->value_or(0), c.args.Has("overwrite")),
+      &SaveModelTable);
 }
 
 absl::Status ModelChecksum(const CommandContext& c) {
@@ -389,7 +390,8 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {"M"},
        "",
        false,
-       {Required("to", "PATH"), Valued("max-file-bytes", "N")},
+       {Required("to", "PATH"), Valued("max-file-bytes", "N"),
+        Switch("overwrite")},
        &ModelSave},
       {"model", "checksum", {"M"}, "", false, {}, &ModelChecksum},
       {"model", "delete", {"M"}, "", false, {Switch("force")}, &ModelDelete},

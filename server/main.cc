@@ -39,8 +39,12 @@ ABSL_FLAG(std::vector<std::string>, nodes, {},
           "on every node. Omitted: a single node.");
 ABSL_FLAG(std::string, data_dir, "",
           "Directory recording this node's models, so a restarted summond "
-          "re-attaches their shared-memory shards; also the root of relative "
-          "checkpoint paths. Empty: nothing is recorded.");
+          "re-attaches their shared-memory shards. Empty: nothing is "
+          "recorded.");
+ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
+          "Directories (comma-separated) checkpoints may be loaded from and "
+          "saved to; relative paths are taken beneath the first. Default: "
+          "<data-dir>/checkpoints.");
 ABSL_FLAG(std::vector<std::string>, admins, {},
           "Principals (summon-principal metadata) allowed to operate any "
           "session.");
@@ -117,6 +121,7 @@ SummonServer::Spec SpecFromFlags() {
   spec.node_rank = absl::GetFlag(FLAGS_node_rank);
   spec.nodes = absl::GetFlag(FLAGS_nodes);
   spec.data_dir = absl::GetFlag(FLAGS_data_dir);
+  spec.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_root);
   spec.admins = absl::GetFlag(FLAGS_admins);
   spec.max_sessions_per_principal =
       absl::GetFlag(FLAGS_max_sessions_per_principal);

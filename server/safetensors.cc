@@ -445,15 +445,17 @@ absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(
     header_bytes = (header_bytes << 8) | prefix[i];
   }
   if (header_bytes > static_cast<uint64_t>(file_size - kLengthPrefixBytes)) {
+    // The length is the file's first 8 bytes: never echoed, so a probe of
+    // an arbitrary file learns nothing of its contents (R20).
     return Labelled(name, absl::InvalidArgumentError(absl::StrCat(
-                              "header length ", header_bytes,
-                              " exceeds the file of ", file_size, " bytes")));
+                              "not a safetensors file: the header length at "
+                              "its start exceeds the file of ",
+                              file_size, " bytes")));
   }
   if (header_bytes > static_cast<uint64_t>(kMaxSafetensorsHeaderBytes)) {
-    return Labelled(
-        name, absl::InvalidArgumentError(absl::StrCat(
-                  "header length ", header_bytes, " exceeds the limit of ",
-                  kMaxSafetensorsHeaderBytes, " bytes")));
+    return Labelled(name, absl::InvalidArgumentError(absl::StrCat(
+                              "the header is longer than the limit of ",
+                              kMaxSafetensorsHeaderBytes, " bytes")));
   }
   std::string header_json(header_bytes, '\0');
   if (absl::Status read =

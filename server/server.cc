@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,8 +114,16 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
   TrainerLeases::Options trainer_options;
   trainer_options.data_dir = spec_.data_dir;
   trainers_ = std::make_unique<TrainerLeases>(registry_.get(), trainer_options);
+  std::vector<std::string> checkpoint_roots = spec_.checkpoint_roots;
+  if (checkpoint_roots.empty() && !spec_.data_dir.empty()) {
+    const std::filesystem::path root =
+        std::filesystem::path(spec_.data_dir) / "checkpoints";
+    std::error_code error;
+    std::filesystem::create_directories(root, error);
+    checkpoint_roots.push_back(root.string());
+  }
   summon_service_ = std::make_unique<SummonServiceImpl>(
-      registry_.get(), sessions_.get(), trainers_.get(), spec_.data_dir,
+      registry_.get(), sessions_.get(), trainers_.get(), checkpoint_roots,
       membership_.get(), spec_.max_open_streams);
   trainer_service_ = std::make_unique<TrainerServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), membership_.get());

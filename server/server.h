@@ -42,9 +42,14 @@ class SummonServer {
     // entry (a fixed port), not on listen_address.
     std::vector<std::string> nodes;
     // Where models are recorded (so a restarted daemon re-attaches their
-    // shared-memory shards) and the root of relative checkpoint paths.
-    // Empty: nothing is recorded; shards die with the daemon.
+    // shared-memory shards). Empty: nothing is recorded; shards die with the
+    // daemon.
     std::string data_dir;
+    // The only directories checkpoints are loaded from and saved to (R20);
+    // relative paths are taken beneath the first. Empty: <data_dir>/
+    // checkpoints (created), or none without a data dir (loads and saves
+    // are then refused).
+    std::vector<std::string> checkpoint_roots;
     // Most bytes this node's session copies may take (rule R9). 0: no limit.
     int64_t memory_budget_bytes = 0;
     // Principals allowed to operate any session (R12).

@@ -26,15 +26,14 @@ std::string PrincipalOf(const grpc::ServerContext& context) {
   return std::string(it->second.data(), it->second.size());
 }
 
-SummonServiceImpl::SummonServiceImpl(ModelRegistry* registry,
-                                     SessionManager* sessions,
-                                     TrainerLeases* trainers,
-                                     std::string path_root, Membership* cluster,
-                                     int max_open_streams)
+SummonServiceImpl::SummonServiceImpl(
+    ModelRegistry* registry, SessionManager* sessions, TrainerLeases* trainers,
+    const std::vector<std::string>& checkpoint_roots, Membership* cluster,
+    int max_open_streams)
     : registry_(registry),
       sessions_(sessions),
       trainers_(trainers),
-      path_root_(std::move(path_root)),
+      checkpoint_roots_(checkpoint_roots),
       cluster_(cluster),
       forwarder_(cluster),
       max_open_streams_(max_open_streams) {}
@@ -135,12 +134,6 @@ absl::StatusOr<int64_t> SummonServiceImpl::LoadEverywhere(
   return *bytes;
 }
 
-std::string SummonServiceImpl::ResolvePath(const std::string& path) const {
-  std::filesystem::path resolved(path);
-  if (resolved.is_absolute() || path_root_.empty()) return path;
-  return (std::filesystem::path(path_root_) / resolved).string();
-}
-
 grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
                                            const v1::ListModelsRequest* request,
                                            v1::ListModelsResponse* response) {
@@ -222,10 +215,10 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
           Route(*context, &v1::Summon::Stub::LoadModel, *request, response)) {
     return *routed;
   }
-  if (request->path().empty()) {
-    return ToGrpcStatus(absl::InvalidArgumentError("path must be set"));
-  }
-  const std::string path = ResolvePath(request->path());
+  absl::StatusOr<std::string> resolved =
+      checkpoint_roots_.Resolve(request->path());
+  if (!resolved.ok()) return ToGrpcStatus(resolved.status());
+  const std::string& path = *resolved;
   if (request->has_create()) {
     const v1::CheckpointWrapRule& rule = request->create();
     core::Strategy strategy = core::Strategy::kFullShard;
@@ -279,26 +272,42 @@ grpc::Status SummonServiceImpl::SaveModel(grpc::ServerContext* context,
           Route(*context, &v1::Summon::Stub::SaveModel, *request, response)) {
     return *routed;
   }
-  if (request->path().empty()) {
-    return ToGrpcStatus(absl::InvalidArgumentError("path must be set"));
-  }
+  absl::StatusOr<std::string> path = checkpoint_roots_.Resolve(request->path());
+  if (!path.ok()) return ToGrpcStatus(path.status());
   if (request->max_file_bytes() > static_cast<uint64_t>(INT64_MAX)) {
     return ToGrpcStatus(absl::InvalidArgumentError("max_file_bytes too large"));
   }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
+  if (!request->overwrite()) {
+    absl::StatusOr<CheckpointFiles> plan = registry_->PlanSave(
+        **model, *path, static_cast<int64_t>(request->max_file_bytes()));
+    if (!plan.ok()) return ToGrpcStatus(plan.status());
+    std::vector<const PlannedCheckpointFile*> targets;
+    for (const PlannedCheckpointFile& file : plan->files) {
+      targets.push_back(&file);
+    }
+    if (plan->index.has_value()) targets.push_back(&*plan->index);
+    for (const PlannedCheckpointFile* file : targets) {
+      std::error_code error;
+      if (std::filesystem::exists(
+              std::filesystem::symlink_status(file->path, error))) {
+        return ToGrpcStatus(absl::AlreadyExistsError(
+            absl::StrCat("checkpoint file '", file->path,
+                         "' exists; save with overwrite to replace it")));
+      }
+    }
+  }
   std::vector<std::string> files;
   if (cluster_ == nullptr) {
     absl::StatusOr<std::vector<std::string>> saved = registry_->SaveCheckpoint(
-        **model, ResolvePath(request->path()),
-        static_cast<int64_t>(request->max_file_bytes()));
+        **model, *path, static_cast<int64_t>(request->max_file_bytes()));
     if (!saved.ok()) return ToGrpcStatus(saved.status());
     files = *std::move(saved);
   } else {
     absl::StatusOr<std::vector<std::string>> saved = SaveEverywhere(
-        **model, std::filesystem::absolute(ResolvePath(request->path())),
-        static_cast<int64_t>(request->max_file_bytes()));
+        **model, *path, static_cast<int64_t>(request->max_file_bytes()));
     if (!saved.ok()) return ToGrpcStatus(saved.status());
     files = *std::move(saved);
   }

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "server/checkpoint_roots.h"
 #include "server/cluster/membership.h"
 #include "server/forwarding.h"
 #include "server/model_registry.h"
@@ -28,7 +29,8 @@ class SummonServiceImpl final : public v1::Summon::Service {
   // every call (applying model operations on every node) and followers
   // forward their clients' calls to it.
   SummonServiceImpl(ModelRegistry* registry, SessionManager* sessions,
-                    TrainerLeases* trainers, std::string path_root,
+                    TrainerLeases* trainers,
+                    const std::vector<std::string>& checkpoint_roots,
                     Membership* cluster = nullptr, int max_open_streams = 0);
 
   grpc::Status ListModels(grpc::ServerContext* context,
@@ -78,8 +80,6 @@ class SummonServiceImpl final : public v1::Summon::Service {
                            v1::TensorStatsResponse* response) override;
 
  private:
-  // Checkpoint paths are relative to the daemon's data directory.
-  std::string ResolvePath(const std::string& path) const;
   // ModelToProto plus each rank's attached trainer and last event.
   void DescribeToProto(ModelEntry& model, v1::Model* response) const;
 
@@ -119,7 +119,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
   ModelRegistry* const registry_;
   SessionManager* const sessions_;
   TrainerLeases* const trainers_;
-  const std::string path_root_;
+  const CheckpointRoots checkpoint_roots_;
   Membership* const cluster_;
   LeaderForwarder forwarder_;
   const int max_open_streams_;

@@ -216,7 +216,7 @@ class Daemon {
         registry_.get(), trainer_options);
     summon_ = std::make_unique<summon::server::SummonServiceImpl>(
         registry_.get(), sessions_.get(), trainers_.get(),
-        checkpoints_.string());
+        std::vector<std::string>{checkpoints_.string()});
     trainer_ = std::make_unique<summon::server::TrainerServiceImpl>(
         registry_.get(), sessions_.get(), trainers_.get());
     grpc::ServerBuilder builder;

@@ -61,7 +61,7 @@ TEST_F(BadInputTest, ModelRpcsRefuseBadInputWithClearCodes) {
   pb::DeleteModelRequest delete_busy;
   delete_busy.set_model("m");
   {
-    std::ofstream garbage(data_dir_ + "/garbage.safetensors");
+    std::ofstream garbage(data_dir_ + "/checkpoints/garbage.safetensors");
     garbage << "\xff\xff\xff\xff\xff\xff\xff\x7fnot a header";
   }
   // Loading needs a model without open sessions.

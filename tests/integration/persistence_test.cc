@@ -201,7 +201,7 @@ TEST_F(PersistenceTest, SavedCheckpointLoadsAsASecondModelWithEqualTensors) {
   ASSERT_TRUE(save.ok()) << save.error_message();
   ASSERT_EQ(saved.files_size(), 1);
   // Relative to the data directory.
-  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(data_dir_) /
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(data_dir_) / "checkpoints" /
                                       "m.safetensors"));
   EXPECT_GT(saved.bytes_written(), kBlocksNumel * 4);
 
@@ -232,7 +232,7 @@ TEST_F(PersistenceTest, DirectoryCheckpointLoadsIntoAnExistingModel) {
   ASSERT_TRUE(Save("m", "ckpt-dir", 200, &saved).ok());
   EXPECT_GT(saved.files_size(), 2);  // Several shards plus the index.
   EXPECT_TRUE(
-      std::filesystem::exists(std::filesystem::path(data_dir_) / "ckpt-dir" /
+      std::filesystem::exists(std::filesystem::path(data_dir_) / "checkpoints" / "ckpt-dir" /
                               "model.safetensors.index.json"));
 
   pb::CreateModelRequest create;

@@ -1,0 +1,29 @@
+"""summon's Python client: full-parameter sessions of sharded models from Python.
+
+    import summon
+    client = summon.Client()                        # $SUMMON_SERVER
+    with client.summon_full_params("gpt", scope="layers.1") as s:
+        print(s.stats()[0].l2_norm)
+
+`summon.torch` is the trainer side (layouts from nn.Modules, shard views in
+shared memory, phase reporting). The gRPC stubs are generated from proto/ on
+first import (see summon._stubs).
+"""
+
+from summon._stubs import ensure_stubs as _ensure_stubs
+
+_ensure_stubs()
+
+from summon.client import Client, SummonError, UnitWatch  # noqa: E402
+from summon.messages import (Attachment, CloseResult, Model, ModelSummary,  # noqa: E402
+                             Parameter, PhaseReport, Session, SessionOptions,
+                             ShardChecksum, ShardMap, TensorInfo, TensorStats, Unit,
+                             UnitGeneration, UnitShard)
+from summon.session import FullParams  # noqa: E402
+
+__all__ = [
+    "Attachment", "Client", "CloseResult", "FullParams", "Model", "ModelSummary",
+    "Parameter", "PhaseReport", "Session", "SessionOptions", "ShardChecksum", "ShardMap",
+    "SummonError", "TensorInfo", "TensorStats", "Unit", "UnitGeneration", "UnitShard",
+    "UnitWatch",
+]

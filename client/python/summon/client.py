@@ -1,0 +1,466 @@
+"""summon.Client: every Summon and Trainer RPC with Python types.
+
+    client = summon.Client()                    # $SUMMON_SERVER
+    with client.summon_full_params("gpt", scope="layers.1") as s:
+        w = s["layers.1.attn.qkv.weight"]       # numpy
+        s["layers.1.attn.qkv.weight"] = w * 2   # written back at exit
+
+Every failed call raises `SummonError` with the gRPC status code's name and
+the daemon's message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence, Union
+
+import grpc
+import numpy as np
+
+from summon import dtypes
+from summon.messages import (Attachment, CloseResult, LoadResult, Model, ModelSummary,
+                          PhaseReport, SaveResult, Session, ShardChecksum, ShardMap,
+                          TensorInfo, TensorStats, UnitGeneration, phase_value,
+                          strategy_value)
+from summon.v1 import summon_pb2, summon_pb2_grpc, trainer_pb2, trainer_pb2_grpc, types_pb2
+
+if TYPE_CHECKING:
+    from summon.session import FullParams
+
+DEFAULT_ADDRESS = "127.0.0.1:7070"
+# ReadTensor payload per message. The daemon accepts up to 4 MiB; a 4 MiB
+# payload plus its framing is over gRPC's default 4 MiB receive limit, so the
+# channel raises that limit (below) and reads ask for 4 MiB chunks: fewer
+# messages make Python's per-message cost small next to the copy.
+READ_CHUNK_BYTES = 4 << 20
+WRITE_CHUNK_BYTES = 1 << 20
+_MAX_MESSAGE_BYTES = 16 << 20
+
+InitSpec = Union[None, str, int]
+
+
+class SummonError(Exception):
+    """A failed summon call: `code` is the gRPC status name ("FAILED_PRECONDITION"),
+    `message` the daemon's explanation."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def from_rpc(cls, error: grpc.RpcError) -> "SummonError":
+        code = error.code() if hasattr(error, "code") else None
+        details = error.details() if hasattr(error, "details") else str(error)
+        return cls(code.name if code is not None else "UNKNOWN", details or "")
+
+
+def _init_method(init: InitSpec) -> Optional[types_pb2.InitMethod]:
+    """None/"zeros", "seeded:SEED" (or an int seed), or "external"."""
+    if init is None:
+        return None
+    if isinstance(init, int) and not isinstance(init, bool):
+        return types_pb2.InitMethod(seeded=types_pb2.SeededInit(seed=init))
+    text = str(init)
+    if text == "zeros":
+        return types_pb2.InitMethod(zeros=types_pb2.ZeroInit())
+    if text == "external":
+        return types_pb2.InitMethod(external=types_pb2.ExternalInit())
+    if text.startswith("seeded:"):
+        return types_pb2.InitMethod(seeded=types_pb2.SeededInit(seed=int(text[7:])))
+    raise ValueError(f"init must be 'zeros', 'seeded:SEED' or 'external', got {init!r}")
+
+
+def _gradient_shards(grad_ranks: Union[None, str, Sequence[int]],
+                     grad_init: InitSpec) -> Optional[summon_pb2.GradientShards]:
+    if grad_ranks is None:
+        if grad_init is not None:
+            raise ValueError("grad_init needs grad_ranks: a model without "
+                             "gradients has none to fill")
+        return None
+    ranks = [] if grad_ranks == "all" else [int(r) for r in grad_ranks]
+    grads = summon_pb2.GradientShards(ranks=ranks)
+    method = _init_method(grad_init)
+    if method is not None:
+        grads.init.CopyFrom(method)
+    return grads
+
+
+def session_options(scope: str = "", recurse: bool = True,
+                    params: Optional[Iterable[str]] = None, writeback: bool = True,
+                    rank0_only: bool = False, home_rank: Optional[int] = None,
+                    offload_to_cpu: bool = False, with_grads: bool = False,
+                    read_dtype: Optional[str] = None,
+                    lease_seconds: Optional[int] = None) -> types_pb2.SessionOptions:
+    """SessionOptions from FSDP's keyword names (DESIGN.md section 2)."""
+    options = types_pb2.SessionOptions(
+        writeback=writeback, rank0_only=rank0_only, offload_to_cpu=offload_to_cpu,
+        with_grads=with_grads, read_dtype=dtypes.to_proto(read_dtype))
+    if params is not None:
+        if scope:
+            raise ValueError("give a module scope or a parameter list, not both")
+        options.params.fqns.extend(params)
+    else:
+        options.module.fqn = scope
+        options.module.recurse = recurse
+    if home_rank is not None:
+        options.home_rank = home_rank
+    if lease_seconds is not None:
+        options.lease_seconds = lease_seconds
+    return options
+
+
+class UnitWatch:
+    """A WatchUnits stream: iterate for each list of unit counters; `cancel()` ends it."""
+
+    def __init__(self, call: Any):
+        self._call = call
+
+    def __iter__(self) -> Iterator[list[UnitGeneration]]:
+        try:
+            for message in self._call:
+                yield [UnitGeneration.from_proto(u) for u in message.units]
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.CANCELLED or self._call.is_active():
+                raise SummonError.from_rpc(error) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+class Client:
+    """A connection to one summond (any node of a cluster).
+
+    address: "HOST:PORT" or "unix:PATH"; default $SUMMON_SERVER, else
+    127.0.0.1:7070. timeout: seconds per call (None: no deadline).
+    principal: sent as `summon-principal` metadata (R12: the owner of the
+    sessions this client opens).
+    """
+
+    def __init__(self, address: Optional[str] = None, timeout: Optional[float] = 60.0,
+                 principal: Optional[str] = None):
+        self.address = address or os.environ.get("SUMMON_SERVER") or DEFAULT_ADDRESS
+        self.timeout = timeout
+        self.principal = principal
+        self._metadata = (("summon-principal", principal),) if principal else None
+        self._channel = grpc.insecure_channel(self.address, options=[
+            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+            # A restarted daemon is found again within about a second.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ])
+        self._summon = summon_pb2_grpc.SummonStub(self._channel)
+        self._trainer = trainer_pb2_grpc.TrainerStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"summon.Client({self.address!r})"
+
+    def _call(self, method: Any, request: Any, wait_for_ready: bool = False,
+              timeout: Optional[float] = None) -> Any:
+        try:
+            return method(request, timeout=timeout if timeout is not None else self.timeout,
+                          metadata=self._metadata, wait_for_ready=wait_for_ready)
+        except grpc.RpcError as error:
+            raise SummonError.from_rpc(error) from None
+
+    # Models ----------------------------------------------------------------
+
+    def list_models(self) -> list[ModelSummary]:
+        response = self._call(self._summon.ListModels, summon_pb2.ListModelsRequest())
+        return [ModelSummary.from_proto(m) for m in response.models]
+
+    def describe_model(self, name: str) -> Model:
+        return Model.from_proto(self._call(
+            self._summon.DescribeModel, summon_pb2.DescribeModelRequest(model=name)))
+
+    def create_model(self, name: str, layout: Union[dict, str],
+                     strategy: Optional[str] = None, init: InitSpec = None,
+                     grad_ranks: Union[None, str, Sequence[int]] = None,
+                     grad_init: InitSpec = None) -> Model:
+        """Creates a model from a layout (a dict or JSON text, DESIGN.md section 6).
+
+        init: None or "zeros", "seeded:SEED" (or an int), or "external" (the
+        attached trainer fills the shards and calls mark_initialized).
+        grad_ranks: None (no gradients), "all", or a list of global ranks.
+        """
+        request = summon_pb2.CreateModelRequest(
+            name=name, layout_json=layout if isinstance(layout, str) else json.dumps(layout))
+        if strategy is not None:
+            request.strategy = strategy_value(strategy)
+        method = _init_method(init)
+        if method is not None:
+            request.init.CopyFrom(method)
+        grads = _gradient_shards(grad_ranks, grad_init)
+        if grads is not None:
+            request.grads.CopyFrom(grads)
+        return Model.from_proto(self._call(self._summon.CreateModel, request))
+
+    def load_model(self, name: str, path: str, wrap: Optional[Sequence[str]] = None,
+                   strategy: Optional[str] = None, use_orig_params: Optional[bool] = None,
+                   grad_ranks: Union[None, str, Sequence[int]] = None,
+                   grad_init: InitSpec = None) -> LoadResult:
+        """Loads safetensors at `path` (on the daemon's filesystem) into `name`.
+
+        With `wrap` (unit prefix patterns such as "layers.*"), `strategy` or
+        `use_orig_params` the model is created from the checkpoint.
+        """
+        request = summon_pb2.LoadModelRequest(model=name, path=path)
+        if wrap is not None or strategy is not None or use_orig_params is not None:
+            request.create.unit_prefixes.extend(wrap or [])
+            if strategy is not None:
+                request.create.strategy = strategy_value(strategy)
+            if use_orig_params is not None:
+                request.create.use_orig_params = use_orig_params
+        grads = _gradient_shards(grad_ranks, grad_init)
+        if grads is not None:
+            request.grads.CopyFrom(grads)
+        response = self._call(self._summon.LoadModel, request)
+        return LoadResult(Model.from_proto(response.model), response.bytes_read)
+
+    def save_model(self, name: str, path: str, max_file_bytes: int = 0,
+                   overwrite: bool = False) -> SaveResult:
+        request = summon_pb2.SaveModelRequest(model=name, path=path,
+                                              max_file_bytes=max_file_bytes)
+        if overwrite:
+            # Set only when asked, so daemons built before the field still answer.
+            request.overwrite = True
+        response = self._call(self._summon.SaveModel, request)
+        return SaveResult(tuple(response.files), response.bytes_written)
+
+    def model_checksum(self, name: str) -> list[ShardChecksum]:
+        response = self._call(self._summon.ModelChecksum,
+                              summon_pb2.ModelChecksumRequest(model=name))
+        return [ShardChecksum.from_proto(s) for s in response.shards]
+
+    def delete_model(self, name: str, force: bool = False) -> None:
+        self._call(self._summon.DeleteModel,
+                   summon_pb2.DeleteModelRequest(model=name, force=force))
+
+    # Sessions --------------------------------------------------------------
+
+    def open_session(self, model: str, scope: str = "", recurse: bool = True,
+                     params: Optional[Iterable[str]] = None, writeback: bool = True,
+                     rank0_only: bool = False, home_rank: Optional[int] = None,
+                     offload_to_cpu: bool = False, with_grads: bool = False,
+                     read_dtype: Optional[str] = None,
+                     lease_seconds: Optional[int] = None) -> Session:
+        """Gathers the scoped parameters into a new session (FSDP's option names)."""
+        return self._open(model, session_options(
+            scope, recurse, params, writeback, rank0_only, home_rank, offload_to_cpu,
+            with_grads, read_dtype, lease_seconds))
+
+    def _open(self, model: str, options: types_pb2.SessionOptions) -> Session:
+        return Session.from_proto(self._call(
+            self._summon.OpenSession, summon_pb2.OpenSessionRequest(model=model,
+                                                                   options=options)))
+
+    def get_session(self, session_id: str) -> Session:
+        return Session.from_proto(self._call(
+            self._summon.GetSession, summon_pb2.GetSessionRequest(session_id=session_id)))
+
+    def list_sessions(self, model: str = "") -> list[Session]:
+        response = self._call(self._summon.ListSessions,
+                              summon_pb2.ListSessionsRequest(model=model))
+        return [Session.from_proto(s) for s in response.sessions]
+
+    def renew_session(self, session_id: str,
+                      lease_seconds: Optional[int] = None) -> Session:
+        request = summon_pb2.RenewSessionRequest(session_id=session_id)
+        if lease_seconds is not None:
+            request.lease_seconds = lease_seconds
+        return Session.from_proto(self._call(self._summon.RenewSession, request))
+
+    def close_session(self, session_id: str, abort: bool = False,
+                      force: bool = False) -> CloseResult:
+        """Ends a session: writeback unless read-only or `abort` (R7: `force`)."""
+        return CloseResult.from_proto(self._call(
+            self._summon.CloseSession,
+            summon_pb2.CloseSessionRequest(session_id=session_id, abort=abort,
+                                           force=force)))
+
+    def summon_full_params(self, model: str, scope: str = "", recurse: bool = True,
+                           writeback: bool = True, rank0_only: bool = False,
+                           offload_to_cpu: bool = False, with_grads: bool = False,
+                           params: Optional[Iterable[str]] = None,
+                           read_dtype: Optional[str] = None,
+                           lease_seconds: int = 60, home_rank: Optional[int] = None,
+                           force: bool = False) -> "FullParams":
+        """A session as a context manager, with FSDP's names (see summon.session)."""
+        from summon.session import FullParams
+        return FullParams(self, model, session_options(
+            scope, recurse, params, writeback, rank0_only, home_rank, offload_to_cpu,
+            with_grads, read_dtype, lease_seconds), force=force)
+
+    # Tensors ---------------------------------------------------------------
+
+    def read_tensor(self, session_id: str, fqn: str, grad: bool = False,
+                    dtype: Optional[str] = None, offset: int = 0,
+                    count: Optional[int] = None, out: Optional[np.ndarray] = None,
+                    chunk_bytes: int = READ_CHUNK_BYTES) -> np.ndarray:
+        """Reads a session tensor (or `count` elements from `offset`) as raw wire data.
+
+        The chunks of the stream are copied straight into one buffer: `out`
+        when given (a C-contiguous array of the wire dtype and size), else a
+        new one. The result has the tensor's shape for a whole-tensor read,
+        else is flat. bfloat16 arrives as uint16 bit patterns (NumPy has no
+        bfloat16): see dtypes.bfloat16_to_float32, or FullParams.
+        """
+        request = summon_pb2.ReadTensorRequest(
+            session_id=session_id, fqn=fqn, grad=grad, dtype=dtypes.to_proto(dtype),
+            element_offset=offset, chunk_bytes=chunk_bytes)
+        if count is not None:
+            request.element_count = count
+        call = self._summon.ReadTensor(request, timeout=self.timeout,
+                                       metadata=self._metadata)
+        try:
+            first = next(call)
+            info = TensorInfo.from_proto(first.info)
+            wire = dtypes.wire_numpy(info.dtype)
+            total = count if count is not None else info.numel - offset
+            if out is None:
+                out = np.empty(total, wire)
+            elif (out.dtype != wire or out.size != total
+                  or not out.flags["C_CONTIGUOUS"] or not out.flags["WRITEABLE"]):
+                raise ValueError(f"out must be a writable C-contiguous {wire} array of "
+                                 f"{total} elements, got {out.dtype} {out.shape}")
+            raw = memoryview(out.reshape(-1).view(np.uint8))
+            itemsize = wire.itemsize
+            received = 0
+            message = first
+            while True:
+                start = (message.element_offset - offset) * itemsize
+                end = start + len(message.data)
+                if start < 0 or end > len(raw):
+                    raise SummonError("INTERNAL", f"chunk at element "
+                                      f"{message.element_offset} lies outside the read")
+                raw[start:end] = message.data
+                received += len(message.data)
+                message = next(call, None)
+                if message is None:
+                    break
+        except grpc.RpcError as error:
+            raise SummonError.from_rpc(error) from None
+        except StopIteration:
+            raise SummonError("INTERNAL", f"empty ReadTensor stream for '{fqn}'") from None
+        if received != len(raw):
+            raise SummonError("DATA_LOSS", f"read {received} of {len(raw)} bytes of '{fqn}'")
+        if count is None and offset == 0:
+            return out.reshape(info.shape)
+        return out
+
+    def write_tensor(self, session_id: str, fqn: str, data: np.ndarray, grad: bool = False,
+                     dtype: Optional[str] = None, offset: int = 0,
+                     chunk_bytes: int = WRITE_CHUNK_BYTES) -> int:
+        """Writes raw wire data into a session tensor from `offset`; returns elements written.
+
+        `dtype` is the tensor's stored dtype (writes never convert, R5);
+        default: float32/float64/float16 from the array, and bfloat16 for a
+        uint16 array of bit patterns. The array is streamed in chunks of its
+        own memory; the write lands only when the whole stream arrived.
+        """
+        array = np.ascontiguousarray(data)
+        if dtype is None:
+            dtype = {"<f4": "float32", "<f8": "float64", "<f2": "float16",
+                     "<u2": "bfloat16"}.get(array.dtype.newbyteorder("<").str)
+            if dtype is None:
+                raise ValueError(f"cannot write a {array.dtype} array; summon stores "
+                                 "float32, float64, float16 and bfloat16 (uint16 bits)")
+        wire = dtypes.wire_numpy(dtype)
+        if array.dtype != wire:
+            raise ValueError(f"{dtype} data must be a {wire} array, got {array.dtype} "
+                             "(writes never convert)")
+        raw = memoryview(array.reshape(-1).view(np.uint8))
+        header = summon_pb2.WriteTensorHeader(
+            session_id=session_id, fqn=fqn, grad=grad, dtype=dtypes.to_proto(dtype),
+            element_offset=offset, element_count=array.size)
+        step = max(wire.itemsize, chunk_bytes - chunk_bytes % wire.itemsize)
+
+        def messages() -> Iterator[summon_pb2.WriteTensorRequest]:
+            yield summon_pb2.WriteTensorRequest(header=header)
+            for start in range(0, len(raw), step):
+                yield summon_pb2.WriteTensorRequest(data=bytes(raw[start:start + step]))
+
+        response = self._call(self._summon.WriteTensor, messages())
+        return response.elements_written
+
+    def tensor_stats(self, session_id: str, fqns: Iterable[str] = (), grad: bool = False,
+                     bins: Optional[int] = None) -> list[TensorStats]:
+        """min, max, mean, L2 norm, NaN/Inf counts and a histogram, computed where the
+        data is (empty fqns: every parameter of the session)."""
+        request = summon_pb2.TensorStatsRequest(session_id=session_id, fqns=list(fqns),
+                                                grad=grad)
+        if bins is not None:
+            request.histogram_bins = bins
+        response = self._call(self._summon.TensorStats, request)
+        return [TensorStats.from_proto(t) for t in response.tensors]
+
+    # Trainer ---------------------------------------------------------------
+    # Trainer calls wait for the daemon to be reachable (a restart between two
+    # steps) up to the client's timeout instead of failing at once.
+
+    def attach(self, model: str, ranks: Sequence[int], incarnation: str,
+               lease_seconds: Optional[int] = None) -> Attachment:
+        request = trainer_pb2.AttachRequest(model=model, ranks=list(ranks),
+                                            incarnation=incarnation)
+        if lease_seconds is not None:
+            request.lease_seconds = lease_seconds
+        return Attachment.from_proto(self._call(self._trainer.Attach, request, True))
+
+    def heartbeat(self, lease_id: str, timeout: Optional[float] = None) -> list[UnitGeneration]:
+        response = self._call(self._trainer.Heartbeat,
+                              trainer_pb2.TrainerHeartbeatRequest(lease_id=lease_id),
+                              True, timeout)
+        return [UnitGeneration.from_proto(u) for u in response.units]
+
+    def detach(self, lease_id: str) -> None:
+        self._call(self._trainer.Detach, trainer_pb2.DetachRequest(lease_id=lease_id), True)
+
+    def report_phase(self, model: str, rank: int, phase: str, step: Optional[int] = None,
+                     deadline_ms: Optional[int] = None, lease_id: str = "") -> PhaseReport:
+        """Moves a rank along IDLE -> FORWARD -> BETWEEN -> BACKWARD -> OPTIMIZER -> IDLE.
+
+        A move refused by a writable session (R3) fails with
+        FAILED_PRECONDITION at once, or waits up to `deadline_ms` and then
+        fails with DEADLINE_EXCEEDED.
+        """
+        request = trainer_pb2.ReportPhaseRequest(model=model, rank=rank,
+                                                 phase=phase_value(phase), lease_id=lease_id)
+        if step is not None:
+            request.step = step
+        timeout = self.timeout
+        if deadline_ms is not None:
+            request.deadline_ms = deadline_ms
+            if timeout is not None:
+                timeout += deadline_ms / 1000.0
+        return PhaseReport.from_proto(self._call(self._trainer.ReportPhase, request, True,
+                                                 timeout))
+
+    def map_shards(self, model: str, rank: int) -> ShardMap:
+        return ShardMap.from_proto(self._call(
+            self._trainer.MapShards, trainer_pb2.MapShardsRequest(model=model, rank=rank),
+            True))
+
+    def mark_initialized(self, model: str, lease_id: str = "") -> list[UnitGeneration]:
+        response = self._call(self._trainer.MarkInitialized,
+                              trainer_pb2.MarkInitializedRequest(model=model,
+                                                                 lease_id=lease_id), True)
+        return [UnitGeneration.from_proto(u) for u in response.units]
+
+    def watch_units(self, model: str, every_change: bool = False) -> UnitWatch:
+        """A stream of every unit's counters: now, then at each external write
+        (with every_change, at each generation move too). No deadline."""
+        return UnitWatch(self._trainer.WatchUnits(
+            trainer_pb2.WatchUnitsRequest(model=model, every_change=every_change),
+            metadata=self._metadata))

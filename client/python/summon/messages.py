@@ -1,0 +1,391 @@
+"""Plain Python views of summon's messages.
+
+Every RPC wrapper of `summon.Client` returns these frozen dataclasses instead
+of protobuf messages. Enums become strings without their proto prefix:
+dtypes as core names them ("float32", "bfloat16"), strategies
+("FULL_SHARD"), phases ("FORWARD"), model states ("READY") and session states
+("OPEN"). `from_proto` builds each from its message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from summon import dtypes
+from summon.v1 import summon_pb2, trainer_pb2, types_pb2
+
+
+def _enum(enum_type, value: int, prefix: str) -> str:
+    if value == 0:
+        return ""
+    return enum_type.Name(value)[len(prefix):]
+
+
+def strategy_name(value: int) -> str:
+    return _enum(types_pb2.ShardingStrategy, value, "SHARDING_STRATEGY_")
+
+
+def phase_name(value: int) -> str:
+    return _enum(types_pb2.TrainingPhase, value, "TRAINING_PHASE_")
+
+
+def state_name(value: int) -> str:
+    return _enum(types_pb2.ModelState, value, "MODEL_STATE_")
+
+
+def _to_enum(enum_type, name: str, prefix: str, what: str) -> int:
+    key = str(name).upper().lstrip("_")  # FSDP spells "_HYBRID_SHARD_ZERO2"
+    try:
+        return enum_type.Value(prefix + key)
+    except ValueError:
+        names = [n[len(prefix):] for n in enum_type.keys()[1:]]
+        raise ValueError(f"unknown {what} {name!r}; one of {', '.join(names)}") from None
+
+
+def strategy_value(name: str) -> int:
+    """FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or (_)HYBRID_SHARD_ZERO2."""
+    return _to_enum(types_pb2.ShardingStrategy, name, "SHARDING_STRATEGY_", "strategy")
+
+
+def phase_value(name: str) -> int:
+    """IDLE, FORWARD, BETWEEN, BACKWARD or OPTIMIZER (any case)."""
+    return _to_enum(types_pb2.TrainingPhase, name, "TRAINING_PHASE_", "phase")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    fqn: str
+    dtype: str
+    shape: tuple[int, ...]
+    numel: int
+
+    @classmethod
+    def from_proto(cls, m: types_pb2.TensorInfo) -> "TensorInfo":
+        return cls(m.fqn, dtypes.name_of(m.dtype), tuple(m.shape), m.numel)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One original parameter of a unit: where it starts in the flat parameter."""
+    fqn: str
+    dtype: str
+    shape: tuple[int, ...]
+    numel: int
+    flat_offset: int
+    aliases: tuple[str, ...]
+
+    @classmethod
+    def from_proto(cls, m: types_pb2.Parameter) -> "Parameter":
+        return cls(m.info.fqn, dtypes.name_of(m.info.dtype), tuple(m.info.shape),
+                   m.info.numel, m.flat_offset, tuple(m.aliases))
+
+
+@dataclass(frozen=True)
+class UnitGeneration:
+    unit: str
+    generation: int
+    external_writes: int
+
+    @classmethod
+    def from_proto(cls, m: types_pb2.UnitGeneration) -> "UnitGeneration":
+        return cls(m.unit, m.generation, m.external_writes)
+
+
+@dataclass(frozen=True)
+class Unit:
+    fqn: str
+    parent: Optional[str]
+    dtype: str
+    params: tuple[Parameter, ...]
+    unpadded_numel: int
+    chunk_numel: int
+    generation: int
+    external_writes: int
+
+    @classmethod
+    def from_proto(cls, m: types_pb2.Unit) -> "Unit":
+        return cls(m.fqn, m.parent if m.HasField("parent") else None,
+                   dtypes.name_of(m.dtype),
+                   tuple(Parameter.from_proto(p) for p in m.params),
+                   m.unpadded_numel, m.chunk_numel, m.generation, m.external_writes)
+
+
+@dataclass(frozen=True)
+class RankState:
+    rank: int
+    phase: str
+    step: Optional[int]
+    has_grads: bool
+    trainer_incarnation: str
+    last_event: str
+
+    @classmethod
+    def from_proto(cls, m: types_pb2.RankState) -> "RankState":
+        return cls(m.rank, phase_name(m.phase), m.step if m.HasField("step") else None,
+                   m.has_grads, m.trainer_incarnation, m.last_event)
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    strategy: str
+    effective_strategy: str
+    use_orig_params: bool
+    nodes: int
+    local_ranks: int
+    world_size: int
+    group_size: int
+    units: tuple[Unit, ...]
+    ranks: tuple[RankState, ...]
+    state: str
+    state_detail: str
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.Model) -> "Model":
+        return cls(m.name, strategy_name(m.strategy), strategy_name(m.effective_strategy),
+                   m.use_orig_params, m.nodes, m.local_ranks, m.world_size, m.group_size,
+                   tuple(Unit.from_proto(u) for u in m.units),
+                   tuple(RankState.from_proto(r) for r in m.ranks),
+                   state_name(m.state), m.state_detail)
+
+    def unit(self, fqn: str) -> Unit:
+        for unit in self.units:
+            if unit.fqn == fqn:
+                return unit
+        raise KeyError(fqn)
+
+    @property
+    def params(self) -> dict[str, Parameter]:
+        """Every primary parameter by FQN, in model order."""
+        return {p.fqn: p for unit in self.units for p in unit.params}
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    name: str
+    strategy: str
+    world_size: int
+    unit_count: int
+    param_count: int
+    numel: int
+    open_sessions: int
+    state: str
+    state_detail: str
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.ModelSummary) -> "ModelSummary":
+        return cls(m.name, strategy_name(m.strategy), m.world_size, m.unit_count,
+                   m.param_count, m.numel, m.open_sessions, state_name(m.state),
+                   m.state_detail)
+
+
+@dataclass(frozen=True)
+class ShardChecksum:
+    rank: int
+    unit: str
+    params: int
+    grads: Optional[int]
+    generation: int
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.ShardChecksum) -> "ShardChecksum":
+        return cls(m.rank, m.unit, m.params, m.grads if m.HasField("grads") else None,
+                   m.generation)
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    files: tuple[str, ...]
+    bytes_written: int
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    model: Model
+    bytes_read: int
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """The options in force; `params` is set for a parameter-list scope."""
+    scope: str
+    recurse: bool
+    params: Optional[tuple[str, ...]]
+    writeback: bool
+    rank0_only: bool
+    home_rank: int
+    offload_to_cpu: bool
+    with_grads: bool
+    read_dtype: str
+    lease_seconds: int
+
+    @classmethod
+    def from_proto(cls, m: types_pb2.SessionOptions) -> "SessionOptions":
+        params = tuple(m.params.fqns) if m.WhichOneof("scope") == "params" else None
+        return cls(m.module.fqn, m.module.recurse if m.module.HasField("recurse") else True,
+                   params, m.writeback if m.HasField("writeback") else True,
+                   m.rank0_only, m.home_rank, m.offload_to_cpu, m.with_grads,
+                   dtypes.name_of(m.read_dtype), m.lease_seconds)
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    model: str
+    owner: str
+    options: SessionOptions
+    state: str
+    gathered_generations: tuple[UnitGeneration, ...]
+    params: tuple[TensorInfo, ...]
+    grads: tuple[TensorInfo, ...]
+    created_at_unix_ms: int
+    expires_at_unix_ms: int
+    bytes: int
+    shared_gather: bool
+    warnings: tuple[str, ...]
+    network_bytes: int
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.Session) -> "Session":
+        return cls(m.id, m.model, m.owner, SessionOptions.from_proto(m.options),
+                   summon_pb2.SessionState.Name(m.state)[len("SESSION_STATE_"):],
+                   tuple(UnitGeneration.from_proto(g) for g in m.gathered_generations),
+                   tuple(TensorInfo.from_proto(t) for t in m.params),
+                   tuple(TensorInfo.from_proto(t) for t in m.grads),
+                   m.created_at_unix_ms, m.expires_at_unix_ms, m.bytes,
+                   m.shared_gather, tuple(m.warnings), m.network_bytes)
+
+
+@dataclass(frozen=True)
+class CloseResult:
+    written_back: bool
+    bytes_written: int
+    generations: tuple[UnitGeneration, ...]
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.CloseSessionResponse) -> "CloseResult":
+        return cls(m.written_back, m.bytes_written,
+                   tuple(UnitGeneration.from_proto(g) for g in m.generations))
+
+
+@dataclass(frozen=True)
+class Histogram:
+    lower: float
+    upper: float
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    info: TensorInfo
+    min: float
+    max: float
+    mean: float
+    l2_norm: float
+    nan_count: int
+    inf_count: int
+    histogram: Optional[Histogram]
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.TensorStats) -> "TensorStats":
+        histogram = None
+        if m.HasField("histogram"):
+            histogram = Histogram(m.histogram.lower, m.histogram.upper,
+                                  tuple(m.histogram.counts))
+        return cls(TensorInfo.from_proto(m.info), m.min, m.max, m.mean, m.l2_norm,
+                   m.nan_count, m.inf_count, histogram)
+
+
+# Trainer -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attachment:
+    lease_id: str
+    lease_seconds: int
+    ranks: tuple[RankState, ...]
+    previous_incarnation: str
+    resumed: bool
+    units: tuple[UnitGeneration, ...]
+
+    @classmethod
+    def from_proto(cls, m: trainer_pb2.AttachResponse) -> "Attachment":
+        return cls(m.lease_id, m.lease_seconds,
+                   tuple(RankState.from_proto(r) for r in m.ranks),
+                   m.previous_incarnation, m.resumed,
+                   tuple(UnitGeneration.from_proto(u) for u in m.units))
+
+
+@dataclass(frozen=True)
+class PhaseReport:
+    previous_phase: str
+    phase: str
+    step: Optional[int]
+    waited_ms: int
+    generations: tuple[UnitGeneration, ...]
+
+    @classmethod
+    def from_proto(cls, m: trainer_pb2.ReportPhaseResponse) -> "PhaseReport":
+        return cls(phase_name(m.previous_phase), phase_name(m.phase),
+                   m.step if m.HasField("step") else None, m.waited_ms,
+                   tuple(UnitGeneration.from_proto(g) for g in m.generations))
+
+
+@dataclass(frozen=True)
+class ParamShard:
+    """The part of one parameter held in one rank's shard of a unit."""
+    info: TensorInfo
+    element_offset: int
+    numel: int
+    offset_in_shard: int
+
+
+@dataclass(frozen=True)
+class UnitShard:
+    unit: str
+    dtype: str
+    group_size: int
+    position: int
+    chunk_numel: int
+    params_offset: int
+    grads_offset: Optional[int]
+    generation: int
+    params: tuple[ParamShard, ...]
+    shard_flat_offset: int
+    unpadded_numel: int
+    external_writes: int
+    layout: tuple[Parameter, ...]
+
+    @classmethod
+    def from_proto(cls, m: trainer_pb2.UnitShard) -> "UnitShard":
+        return cls(m.unit, dtypes.name_of(m.dtype), m.group_size, m.position,
+                   m.chunk_numel, m.params_offset,
+                   m.grads_offset if m.HasField("grads_offset") else None,
+                   m.generation,
+                   tuple(ParamShard(TensorInfo.from_proto(p.info), p.element_offset,
+                                    p.numel, p.offset_in_shard) for p in m.params),
+                   m.shard_flat_offset, m.unpadded_numel, m.external_writes,
+                   tuple(Parameter.from_proto(p) for p in m.layout))
+
+
+@dataclass(frozen=True)
+class ShardMap:
+    """Where one rank's shards live in shared memory (Trainer.MapShards)."""
+    model: str
+    rank: int
+    world_size: int
+    segment_name: str
+    segment_bytes: int
+    units: tuple[UnitShard, ...]
+    grads_segment_name: str
+    grads_segment_bytes: int
+    state: str
+    incarnation: int
+
+    @classmethod
+    def from_proto(cls, m: trainer_pb2.MapShardsResponse) -> "ShardMap":
+        return cls(m.model, m.rank, m.world_size, m.segment_name, m.segment_bytes,
+                   tuple(UnitShard.from_proto(u) for u in m.units),
+                   m.grads_segment_name, m.grads_segment_bytes, state_name(m.state),
+                   m.incarnation)
