@@ -1,0 +1,139 @@
+"""A summond child process on this machine, for examples, tests and benchmarks.
+
+    with LocalDaemon(local_ranks=2, data_dir=tmp) as daemon:
+        client = summon.Client(daemon.address)
+
+The daemon binds port 0 and reports its port through --port-file, so
+concurrent daemons never clash; with `unix_socket` it also serves there, an
+address that stays the same across `restart()`. The binary is $SUMMON_DAEMON,
+else bazel-bin/server/summond of the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def daemon_binary() -> str:
+    return os.environ.get("SUMMON_DAEMON") or str(REPO_ROOT / "bazel-bin/server/summond")
+
+
+def summonctl_binary() -> str:
+    return os.environ.get("SUMMONCTL") or str(REPO_ROOT / "bazel-bin/client/summonctl")
+
+
+class LocalDaemon:
+    """One summond with `local_ranks` ranks and its shards in `data_dir`."""
+
+    def __init__(self, local_ranks: int = 1, data_dir: Optional[str] = None,
+                 unix_socket: Optional[str] = None, log_path: Optional[str] = None,
+                 extra_args: Sequence[str] = (), binary: Optional[str] = None):
+        self._owned_dir = None if data_dir else tempfile.TemporaryDirectory(prefix="summond-")
+        self.data_dir = data_dir or self._owned_dir.name  # type: ignore[union-attr]
+        self.local_ranks = local_ranks
+        self.unix_socket = unix_socket
+        self.log_path = log_path or os.path.join(self.data_dir, "summond.log")
+        self.extra_args = list(extra_args)
+        self.binary = binary or daemon_binary()
+        self.process: Optional[subprocess.Popen] = None
+        self.port: Optional[int] = None
+
+    @property
+    def address(self) -> str:
+        """The Unix socket when there is one (stable across restarts), else TCP."""
+        if self.unix_socket:
+            return "unix:" + self.unix_socket
+        return self.tcp_address
+
+    @property
+    def tcp_address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "LocalDaemon":
+        port_file = os.path.join(self.data_dir, "summond.port")
+        if os.path.exists(port_file):
+            os.unlink(port_file)
+        command = [self.binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
+                   "--local-ranks", str(self.local_ranks), "--data-dir", self.data_dir,
+                   "--log-level", "warn", *self.extra_args]
+        if self.unix_socket:
+            command += ["--unix-socket", self.unix_socket]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"summond exited with {self.process.returncode}; "
+                                   f"log: {self.log_path}\n{self.log()}")
+            try:
+                text = Path(port_file).read_text().strip()
+            except FileNotFoundError:
+                text = ""
+            if text:
+                self.port = int(text)
+                return self
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"summond did not write {port_file} in {timeout} s")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> Optional[int]:
+        """Stops the daemon (SIGTERM: gracefully); returns its exit status."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        status = self.process.returncode
+        self.process = None
+        return status
+
+    def restart(self, sig: int = signal.SIGTERM) -> "LocalDaemon":
+        """Stops and starts again on the same data dir (the shards survive)."""
+        self.stop(sig)
+        return self.start()
+
+    def log(self) -> str:
+        try:
+            return Path(self.log_path).read_text(errors="replace")[-4000:]
+        except FileNotFoundError:
+            return ""
+
+    def delete_models(self) -> None:
+        """Deletes every model, so that its shared-memory segments (which outlive
+        a daemon that has a data dir) are freed."""
+        from summon.client import Client, SummonError
+        with Client(self.address, timeout=10) as client:
+            for model in client.list_models():
+                try:
+                    client.delete_model(model.name, force=True)
+                except SummonError:
+                    pass  # e.g. a rank left mid-step; its segments stay
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self.delete_models()
+            except Exception:
+                pass
+        self.stop()
+        if self._owned_dir is not None:
+            self._owned_dir.cleanup()
+            self._owned_dir = None
+
+    def __enter__(self) -> "LocalDaemon":
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
