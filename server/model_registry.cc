@@ -182,9 +182,9 @@ ModelRegistry::~ModelRegistry() {
   }
 }
 
-absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Build(
+absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::NewEntry(
     const std::string& name, const std::string& layout_json,
-    std::optional<core::Strategy> strategy, AttachMode mode) {
+    std::optional<core::Strategy> strategy) const {
   if (absl::Status status = ValidateModelName(name); !status.ok()) {
     return status;
   }
@@ -197,32 +197,35 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Build(
   model->spec = *std::move(spec);
   model->local_ranks = LocalRanks(options_.topology, options_.node);
   model->grads_by_rank.assign(options_.topology.world_size(), false);
+  return model;
+}
+
+absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Build(
+    const std::string& name, const std::string& layout_json,
+    std::optional<core::Strategy> strategy, AttachMode mode) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      NewEntry(name, layout_json, strategy);
+  if (!model.ok()) return model.status();
   if (mode == AttachMode::kCreate) {
-    if (absl::Status fits = CheckShardsFit(*model); !fits.ok()) return fits;
+    if (absl::Status fits = CheckShardsFit(**model); !fits.ok()) return fits;
   }
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
-      ShardStore::CreateOrAttach(options_.instance, name, model->spec,
-                                 model->local_ranks, mode);
+      ShardStore::CreateOrAttach(options_.instance, name, (*model)->spec,
+                                 (*model)->local_ranks, mode);
   if (!store.ok()) return store.status();
-  model->store = *std::move(store);
-  InitRuntime(*model, options_.topology.world_size());
+  (*model)->store = *std::move(store);
+  InitRuntime(**model, options_.topology.world_size());
   return model;
 }
 
 absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::BuildMissing(
     const std::string& name, const std::string& layout_json,
     core::Strategy strategy, const absl::Status& why) {
-  absl::StatusOr<core::ModelSpec> spec =
-      core::ParseModelLayout(layout_json, options_.topology, strategy);
-  if (!spec.ok()) return spec.status();
-  auto model = std::make_shared<ModelEntry>();
-  model->name = name;
-  model->layout_json = layout_json;
-  model->spec = *std::move(spec);
-  model->local_ranks = LocalRanks(options_.topology, options_.node);
-  model->grads_by_rank.assign(options_.topology.world_size(), false);
-  model->missing_detail = std::string(why.message());
-  InitRuntime(*model, options_.topology.world_size());
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      NewEntry(name, layout_json, strategy);
+  if (!model.ok()) return model.status();
+  (*model)->missing_detail = std::string(why.message());
+  InitRuntime(**model, options_.topology.world_size());
   return model;
 }
 

@@ -163,6 +163,10 @@ class ModelRegistry {
   const Options& options() const { return options_; }
 
  private:
+  // The entry's spec and ranks, without shards or runtime state.
+  absl::StatusOr<std::shared_ptr<ModelEntry>> NewEntry(
+      const std::string& name, const std::string& layout_json,
+      std::optional<core::Strategy> strategy) const;
   absl::StatusOr<std::shared_ptr<ModelEntry>> Build(
       const std::string& name, const std::string& layout_json,
       std::optional<core::Strategy> strategy, AttachMode mode);
