@@ -1,0 +1,466 @@
+#!/usr/bin/python3
+"""Trains a small transformer on summond's shards and checks it against plain torch.
+
+W torch.distributed processes (gloo, CPU) train a small transformer-like
+model (token embedding, 2 blocks, a head tied to the embedding) FSDP-style,
+and the flat shards they train ARE summond's shared-memory shards:
+
+- rank 0 registers the model (layout from the nn.Module, init external),
+  every rank writes its shard from the module's initial values, and the
+  model is marked initialised (summon.torch.Trainer.init_from_module);
+- each forward all-gathers a unit's flat shards into the full flat parameter
+  and computes with views of it; FULL_SHARD frees it again and re-gathers in
+  backward (activation checkpointing per block), SHARD_GRAD_OP keeps it;
+- backward reduce-scatters the gradients into the rank's grads segment
+  (torch 1.13's gloo has no reduce_scatter: all_reduce, then each rank keeps
+  its chunk); the optimizer (SGD with momentum, or Adam) steps in place on the
+  shard in shared memory;
+- each step reports FORWARD, BETWEEN, BACKWARD, OPTIMIZER and IDLE.
+
+With --edit-at K an inspector process (examples/inspect_weights.py, only
+summon.Client) halves one weight with writeback after step K; the trainers
+see it in their next forward (and hear of it through the external-write
+callback). With --restart-at K summond is restarted after step K; the
+trainers' views stay valid and training goes on. The same model trained in
+this one process without summon (same init, same data, the same edit) is the
+reference: per-step losses and final parameters must agree within --rtol.
+
+    /usr/bin/python3 examples/torch_train.py --world-size 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "client" / "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.utils.stateless import functional_call  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+import summon  # noqa: E402
+import summon.torch as st  # noqa: E402
+from summon.local import LocalDaemon  # noqa: E402
+
+VOCAB, DIM, HEADS, SEQ, BATCH = 32, 16, 2, 8, 8
+EDITED, EDITED_UNIT = "blocks.0.fc.weight", "blocks.0"
+EDIT_FACTOR = 0.5
+
+
+# The model ------------------------------------------------------------------
+
+
+class Block(torch.nn.Module):
+    # qkv has no bias: a key bias has a zero gradient (softmax ignores it), so
+    # only rounding noise reaches it, and Adam would scale that noise up to
+    # full-size steps that differ between any two summation orders.
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(DIM)
+        self.qkv = torch.nn.Linear(DIM, 3 * DIM, bias=False)  # see below
+        self.proj = torch.nn.Linear(DIM, DIM)
+        self.ln2 = torch.nn.LayerNorm(DIM)
+        self.fc = torch.nn.Linear(DIM, 4 * DIM)
+        self.out = torch.nn.Linear(4 * DIM, DIM)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        b, t, _ = h.shape
+        q, k, v = self.qkv(self.ln1(h)).view(b, t, 3, HEADS, DIM // HEADS).unbind(2)
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+        scores = q @ k.transpose(-1, -2) / (DIM // HEADS) ** 0.5
+        causal = torch.ones(t, t, dtype=torch.bool).triu(1)
+        attn = scores.masked_fill(causal, float("-inf")).softmax(-1) @ v
+        h = h + self.proj(attn.transpose(1, 2).reshape(b, t, DIM))
+        return h + self.out(F.gelu(self.fc(self.ln2(h))))
+
+
+class TinyLM(torch.nn.Module):
+    """Embedding, 2 blocks, final norm, head tied to the embedding."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed = torch.nn.Embedding(VOCAB, DIM)
+        torch.nn.init.normal_(self.embed.weight, std=0.2)
+        self.pos = torch.nn.Parameter(0.02 * torch.randn(SEQ, DIM))
+        self.blocks = torch.nn.ModuleList([Block(), Block()])
+        self.ln_f = torch.nn.LayerNorm(DIM)
+        self.head = torch.nn.Linear(DIM, VOCAB, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.embed(idx) + self.pos[: idx.shape[1]]
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.ln_f(h))
+
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step's global batch (inputs, targets); rank r trains rows r*B/W...
+
+    Each row follows t -> (5t + 3) mod VOCAB from a random first token: a
+    bigram rule the model learns within a few steps."""
+    first = torch.randint(VOCAB, (BATCH, 1),
+                          generator=torch.Generator().manual_seed(1000 + step))
+    tokens = [first]
+    for _ in range(SEQ):
+        tokens.append((5 * tokens[-1] + 3) % VOCAB)
+    sequence = torch.cat(tokens, dim=1)
+    return sequence[:, :-1], sequence[:, 1:]
+
+
+def make_optimizer(kind: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=1e-2)
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+
+# FSDP-style training on summon's shards ----------------------------------------
+
+
+class GatherUnit(torch.autograd.Function):
+    """All-gathers a unit's flat shards; backward reduce-scatters the gradient
+    (all_reduce + own chunk: torch 1.13's gloo has no reduce_scatter) averaged
+    over the ranks, so every rank's shard gets the data-parallel mean."""
+
+    @staticmethod
+    def forward(ctx, shard: torch.Tensor, group_size: int,  # type: ignore[override]
+                position: int) -> torch.Tensor:
+        ctx.group_size, ctx.position = group_size, position
+        full = shard.new_empty(group_size * shard.numel())
+        dist.all_gather(list(full.chunk(group_size)), shard.detach())
+        return full
+
+    @staticmethod
+    def backward(ctx, grad_full: torch.Tensor):  # type: ignore[override]
+        grad_full = grad_full.contiguous()
+        dist.all_reduce(grad_full)
+        chunk = grad_full.numel() // ctx.group_size
+        mine = grad_full.narrow(0, ctx.position * chunk, chunk) / ctx.group_size
+        return mine, None, None
+
+
+class ShardedLM:
+    """TinyLM's forward computed from summon shard views, one unit at a time."""
+
+    def __init__(self, module: TinyLM, views: st.ShardViews, strategy: str):
+        self.module = module
+        self.views = views
+        self.regather_in_backward = strategy == "FULL_SHARD"
+        # The shards themselves are the leaves autograd and the optimizer see:
+        # their .grad is the rank's grads segment, so backward accumulates
+        # straight into shared memory and the optimizer steps the shard in place.
+        self.leaves: dict[str, torch.Tensor] = {}
+        for view in views:
+            if view.shard.chunk_numel == 0:
+                continue
+            leaf = view.params.requires_grad_()
+            leaf.grad = view.grads
+            self.leaves[view.unit] = leaf
+
+    def unit_params(self, unit: str, shard: torch.Tensor, prefix: str = "") -> dict:
+        view = self.views[unit]
+        full = GatherUnit.apply(shard, view.shard.group_size, view.shard.position)
+        return {fqn[len(prefix):]: t for fqn, t in view.unflatten(full).items()}
+
+    def __call__(self, idx: torch.Tensor) -> torch.Tensor:
+        # The root unit stays gathered through the forward, as FSDP's root does.
+        root = self.unit_params("", self.leaves[""])
+        h = F.embedding(idx, root["embed.weight"]) + root["pos"][: idx.shape[1]]
+        for i, block in enumerate(self.module.blocks):
+            unit = f"blocks.{i}"
+
+            def run(h: torch.Tensor, shard: torch.Tensor, unit=unit, block=block):
+                return functional_call(block, self.unit_params(unit, shard, unit + "."), (h,))
+
+            if self.regather_in_backward:  # FULL_SHARD: free now, gather again in backward
+                h = checkpoint(run, h, self.leaves[unit], use_reentrant=True)
+            else:                           # SHARD_GRAD_OP: keep it until backward
+                h = run(h, self.leaves[unit])
+        h = F.layer_norm(h, (DIM,), root["ln_f.weight"], root["ln_f.bias"],
+                         self.module.ln_f.eps)
+        return F.linear(h, root["head.weight"])
+
+
+def wait_for_file(path: Path, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear in {timeout} s")
+        time.sleep(0.02)
+
+
+def train_worker(args: argparse.Namespace) -> None:
+    """One rank: attach, init from the module, train --steps steps on the shards."""
+    rank, world = args.rank, args.world_size
+    run_dir = Path(args.run_dir)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{run_dir}/pg-store",
+                            rank=rank, world_size=world)
+    client = summon.Client(args.server)
+    results = []
+    for strategy in args.strategies:
+        name = model_name(strategy)
+        module = TinyLM(args.seed)
+        if rank == 0:
+            layout = st.layout_from_module(module, module.blocks, strategy)
+            client.create_model(name, layout, init="external", grad_ranks="all")
+        dist.barrier()
+        edits: list[dict] = []
+        step_now = [0]
+
+        def on_external_write(trainer: st.Trainer, units: list[summon.UnitGeneration]) -> None:
+            # An inspector changed these units: state derived from them (an fp32
+            # master copy, a cached unsharded parameter) would be refreshed here.
+            # SGD's momentum and Adam's moments stay, as in the reference run.
+            edits.append({"step": step_now[0], "units": sorted(u.unit for u in units)})
+
+        trainer = st.attach(client, name, [rank], on_external_write=on_external_write)
+        trainer.init_from_module(module, mark_initialized=False)
+        dist.barrier()
+        if rank == 0:
+            trainer.mark_initialized()
+        dist.barrier()
+
+        views = trainer.shard_views(rank)
+        sharded = ShardedLM(module, views, strategy)
+        optimizer = make_optimizer(args.optimizer, list(sharded.leaves.values()))
+        rows = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
+        losses, views_valid = [], None
+        for step in range(1, args.steps + 1):
+            step_now[0] = step
+            inputs, targets = batch(step)
+            with trainer.step(step) as phases:           # FORWARD
+                optimizer.zero_grad(set_to_none=False)   # the grads segment, in place
+                loss = loss_of(sharded(inputs[rows]), targets[rows])
+                phases.backward()                        # BETWEEN, BACKWARD
+                loss.backward()
+                phases.optimizer()                       # OPTIMIZER
+                optimizer.step()
+            total = loss.detach().clone()                # IDLE again
+            dist.all_reduce(total)
+            losses.append(total.item() / world)
+            if step == args.edit_at:
+                dist.barrier()
+                if rank == 0:
+                    with open(run_dir / f"inspector-{name}.txt", "w") as out:
+                        subprocess.run([sys.executable, str(REPO / "examples/inspect_weights.py"),
+                                        "--server", args.server, "--model", name,
+                                        "--scope", EDITED_UNIT,
+                                        "--scale", f"{EDITED}={EDIT_FACTOR}"],
+                                       check=True, stdout=out)
+                dist.barrier()
+            if step == args.restart_at:
+                dist.barrier()
+                if rank == 0:
+                    (run_dir / f"restart-{name}").touch()
+                    wait_for_file(run_dir / f"restarted-{name}")
+                dist.barrier()
+                views_valid = views_survive(client, name, rank, views)
+        trainer.detach()
+        results.append({"strategy": strategy, "losses": losses, "external_edits": edits,
+                        "views_valid_after_restart": views_valid})
+        dist.barrier()
+    (run_dir / f"worker{rank}.json").write_text(json.dumps(results))
+    dist.destroy_process_group()
+
+
+def views_survive(client: summon.Client, name: str, rank: int, views: st.ShardViews) -> bool:
+    """Whether the mapping made before the restart still is the model's shard."""
+    fresh = st.ShardViews(client.map_shards(name, rank))
+    return (fresh.map.segment_name == views.map.segment_name
+            and fresh.map.incarnation == views.map.incarnation
+            and all(torch.equal(fresh[u.unit].params, u.params.detach()) for u in views))
+
+
+# The launcher and the unsharded reference ------------------------------------
+
+
+def model_name(strategy: str) -> str:
+    return "tiny-" + strategy.lower().replace("_", "-")
+
+
+def train_reference(args: argparse.Namespace) -> tuple[list[float], TinyLM]:
+    """The same training in this one process with plain torch parameters."""
+    torch.set_num_threads(1)
+    module = TinyLM(args.seed)
+    optimizer = make_optimizer(args.optimizer, list(module.parameters()))
+    losses = []
+    for step in range(1, args.steps + 1):
+        inputs, targets = batch(step)
+        optimizer.zero_grad(set_to_none=False)
+        loss = loss_of(module(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if step == args.edit_at:
+            with torch.no_grad():
+                dict(module.named_parameters())[EDITED].mul_(EDIT_FACTOR)
+    return losses, module
+
+
+def relative(a: np.ndarray, b: np.ndarray) -> float:
+    scale = float(np.max(np.abs(b))) if b.size else 0.0
+    return float(np.max(np.abs(a - b))) / max(scale, 1e-30) if a.size else 0.0
+
+
+def run_workers(args: argparse.Namespace, daemon: LocalDaemon, run_dir: Path) -> None:
+    """Starts the W ranks and serves their restart requests until they finish."""
+    procs = []
+    for rank in range(args.world_size):
+        command = [sys.executable, __file__, "--worker", "--rank", str(rank),
+                   "--run-dir", str(run_dir), "--server", daemon.address,
+                   "--world-size", str(args.world_size), "--steps", str(args.steps),
+                   "--strategy", ",".join(args.strategies), "--optimizer", args.optimizer,
+                   "--seed", str(args.seed), "--edit-at", str(args.edit_at),
+                   "--restart-at", str(args.restart_at)]
+        log = open(run_dir / f"worker{rank}.log", "wb")
+        procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + args.timeout
+    try:
+        while any(p.poll() is None for p in procs):
+            for request in run_dir.glob("restart-*"):
+                name = request.name[len("restart-"):]
+                print(f"[launcher] restarting summond after step {args.restart_at} "
+                      f"of {name}", flush=True)
+                daemon.restart()
+                request.unlink()
+                (run_dir / f"restarted-{name}").touch()
+            if any(p.returncode not in (None, 0) for p in procs):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the workers did not finish in {args.timeout} s")
+            time.sleep(0.02)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    failed = [r for r, p in enumerate(procs) if p.returncode != 0]
+    if failed:
+        for rank in failed:
+            sys.stderr.write(f"--- worker {rank} (exit {procs[rank].returncode}):\n"
+                             + (run_dir / f"worker{rank}.log").read_text()[-4000:])
+        raise RuntimeError(f"workers {failed} failed")
+
+
+def compare(args: argparse.Namespace, client: summon.Client, strategy: str,
+            worker_results: list[dict], reference: tuple[list[float], TinyLM],
+            run_dir: Path) -> dict:
+    """Per-step losses and the model's final parameters (read through a
+    session, as an inspector would) against the unsharded reference."""
+    name = model_name(strategy)
+    if args.edit_at:
+        print(f"\n[inspector after step {args.edit_at}]\n"
+              + (run_dir / f"inspector-{name}.txt").read_text().rstrip())
+    ref_losses, ref_module = reference
+    losses = worker_results[0]["losses"]
+    loss_rel = [abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)]
+    param_rel = {}
+    with client.summon_full_params(name, writeback=False) as s:
+        for fqn, param in ref_module.named_parameters():
+            param_rel[fqn] = relative(s[fqn], param.detach().numpy())
+    print(f"\n{strategy}, W={args.world_size}, {args.optimizer}: per-step loss, "
+          f"summon shards vs one plain torch process")
+    print(f"{'step':>4}  {'summon':>12}  {'reference':>12}  {'rel.diff':>9}")
+    for step, (a, b, r) in enumerate(zip(losses, ref_losses, loss_rel), start=1):
+        notes = []
+        if step == args.edit_at:
+            notes.append(f"then inspector: {EDITED} *= {EDIT_FACTOR}")
+        if step == args.restart_at:
+            notes.append("then summond restarted")
+        print(f"{step:>4}  {a:>12.7f}  {b:>12.7f}  {r:>9.1e}  {'; '.join(notes)}")
+    worst = max(param_rel, key=param_rel.get)
+    print(f"final parameters: {len(param_rel)} tensors, max relative difference "
+          f"{param_rel[worst]:.1e} ({worst})")
+    edits = [w["external_edits"] for w in worker_results]
+    if args.edit_at:
+        print(f"external-write callback on every rank: {edits[0]}")
+    ok = max(loss_rel) <= args.rtol and param_rel[worst] <= args.rtol
+    if args.restart_at:
+        valid = [w["views_valid_after_restart"] for w in worker_results]
+        print(f"views made before the restart still the shards after it: {valid}")
+        ok = ok and all(valid)
+    return {"strategy": strategy, "world_size": args.world_size, "optimizer": args.optimizer,
+            "losses": losses, "reference_losses": ref_losses,
+            "max_loss_rel": max(loss_rel), "param_rel": param_rel,
+            "max_param_rel": param_rel[worst], "external_edits": edits,
+            "views_valid_after_restart": [w["views_valid_after_restart"]
+                                          for w in worker_results], "ok": ok}
+
+
+def launch(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="torch-train-") as tmp:
+        run_dir = Path(tmp)
+        daemon = LocalDaemon(local_ranks=args.world_size, data_dir=str(run_dir / "data"),
+                             unix_socket=str(run_dir / "summond.sock"))
+        os.makedirs(daemon.data_dir)
+        with daemon:
+            print(f"[launcher] summond with {args.world_size} local ranks at "
+                  f"{daemon.address}; {args.world_size} gloo trainers, "
+                  f"{args.steps} steps of {', '.join(args.strategies)}", flush=True)
+            started = time.monotonic()
+            run_workers(args, daemon, run_dir)
+            elapsed = time.monotonic() - started
+            per_rank = [json.loads((run_dir / f"worker{r}.json").read_text())
+                        for r in range(args.world_size)]
+            reference = train_reference(args)
+            client = summon.Client(daemon.address)
+            runs = [compare(args, client, strategy, [w[i] for w in per_rank], reference,
+                            run_dir)
+                    for i, strategy in enumerate(args.strategies)]
+            client.close()
+    ok = all(run["ok"] for run in runs)
+    print(f"\ntrainers ran {elapsed:.1f} s; tolerance {args.rtol:g} relative: "
+          f"{'MATCH' if ok else 'MISMATCH'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"ok": ok, "runs": runs}, indent=1))
+    return 0 if ok else 1
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--strategy", default="FULL_SHARD",
+                        help="FULL_SHARD, SHARD_GRAD_OP, or both comma-separated")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--edit-at", type=int, default=0, metavar="K",
+                        help=f"after step K an inspector halves {EDITED}")
+    parser.add_argument("--restart-at", type=int, default=0, metavar="K",
+                        help="after step K summond is restarted")
+    parser.add_argument("--rtol", type=float, default=1e-5)
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--server", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.strategies = [s.strip().upper() for s in args.strategy.split(",") if s.strip()]
+    if args.worker:
+        train_worker(args)
+        return 0
+    return launch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
