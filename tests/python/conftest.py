@@ -1,0 +1,59 @@
+"""Fixtures of the Python client's tests: summond child processes.
+
+The daemon is $SUMMON_DAEMON, else bazel-bin/server/summond (scripts/test
+builds it first). Each daemon gets its own --data-dir under pytest's tmp dir,
+so shared-memory names never clash, and binds port 0.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "client" / "python"))
+
+import summon  # noqa: E402
+from summon.local import LocalDaemon, daemon_binary  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not Path(daemon_binary()).is_file():
+        raise pytest.UsageError(
+            f"no summond at {daemon_binary()}: run `bazel build //server:summond` "
+            "or set SUMMON_DAEMON")
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[Callable[..., LocalDaemon]]:
+    """start_daemon(local_ranks=2, unix_socket=False, **kw) -> a running LocalDaemon."""
+    daemons: list[LocalDaemon] = []
+
+    def start(local_ranks: int = 2, unix_socket: bool = False, **options) -> LocalDaemon:
+        data_dir = tmp_path / f"daemon{len(daemons)}"
+        data_dir.mkdir()
+        # A short socket path: sun_path holds 108 bytes.
+        socket = tempfile.mktemp(prefix="summon-", suffix=".sock", dir="/tmp")
+        daemon = LocalDaemon(local_ranks=local_ranks, data_dir=str(data_dir),
+                             unix_socket=socket if unix_socket else None, **options)
+        daemons.append(daemon)
+        return daemon.start()
+
+    yield start
+    for daemon in daemons:
+        daemon.close()
+
+
+@pytest.fixture
+def daemon(start_daemon: Callable[..., LocalDaemon]) -> LocalDaemon:
+    return start_daemon(local_ranks=2)
+
+
+@pytest.fixture
+def client(daemon: LocalDaemon) -> Iterator[summon.Client]:
+    with summon.Client(daemon.address, timeout=30) as c:
+        yield c
