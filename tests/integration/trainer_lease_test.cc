@@ -78,8 +78,9 @@ TEST_F(TrainerLeaseTest, KilledTrainerInForwardReturnsItsRanksToIdle) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   const absl::Duration noticed = absl::Now() - killed;
-  // The bound: the 1 s lease plus the reaper's 100 ms, with slack.
-  EXPECT_LE(noticed, absl::Milliseconds(1600)) << noticed;
+  // The bound: the 1 s lease plus the reaper's 100 ms, with slack for a
+  // loaded machine.
+  EXPECT_LE(noticed, absl::Milliseconds(2500)) << noticed;
   const pb::Model model = Describe("m");
   for (int rank : {0, 1}) {
     EXPECT_EQ(model.ranks(rank).phase(), pb::TRAINING_PHASE_IDLE);
@@ -97,7 +98,7 @@ TEST_F(TrainerLeaseTest, SecondIncarnationRefusedWhileFirstLivesThenTakesOver) {
   StartServer(kRanks);
   CreateSeeded("m");
   pb::AttachResponse first;
-  ASSERT_TRUE(Attach("m", {0, 1}, "t-1", 1, &first).ok());
+  ASSERT_TRUE(Attach("m", {0, 1}, "t-1", 2, &first).ok());
   EXPECT_FALSE(first.resumed());
   ASSERT_TRUE(
       WalkPhases("m", 0, {pb::TRAINING_PHASE_FORWARD}, 4, first.lease_id())
@@ -112,14 +113,14 @@ TEST_F(TrainerLeaseTest, SecondIncarnationRefusedWhileFirstLivesThenTakesOver) {
               FAILED_PRECONDITION);
   // The same incarnation attaching again resumes its lease and phases.
   pb::AttachResponse again;
-  ASSERT_TRUE(Attach("m", {1, 0}, "t-1", 1, &again).ok());
+  ASSERT_TRUE(Attach("m", {1, 0}, "t-1", 2, &again).ok());
   EXPECT_TRUE(again.resumed());
   EXPECT_EQ(again.lease_id(), first.lease_id());
   ASSERT_EQ(again.ranks_size(), 2);
   EXPECT_EQ(again.ranks(0).phase(), pb::TRAINING_PHASE_FORWARD);
   EXPECT_EQ(again.ranks(0).step(), 4);
   // t-1 stops heartbeating: after the lapse t-2 takes over, ranks IDLE.
-  absl::SleepFor(absl::Milliseconds(1300));
+  absl::SleepFor(absl::Milliseconds(2300));
   ASSERT_TRUE(Attach("m", {0, 1}, "t-2", 5, &second).ok());
   EXPECT_EQ(second.previous_incarnation(), "t-1");
   EXPECT_EQ(second.ranks(0).phase(), pb::TRAINING_PHASE_IDLE);
@@ -169,7 +170,7 @@ TEST_F(TrainerLeaseTest, RestartMidForwardKeepsForwardUntilReattach) {
   // lapses and the rank returns to IDLE, recorded.
   RestartServer();
   EXPECT_EQ(PhaseOf("m", 1), pb::TRAINING_PHASE_BETWEEN);
-  absl::SleepFor(absl::Milliseconds(2500));
+  absl::SleepFor(absl::Milliseconds(3000));
   model = Describe("m");
   EXPECT_EQ(model.ranks(1).phase(), pb::TRAINING_PHASE_IDLE);
   EXPECT_TRUE(absl::StrContains(model.ranks(1).last_event(), "BETWEEN"))
