@@ -1,36 +1,76 @@
 #!/bin/sh
 # Starts summond for this Kubernetes node: finds its rank in nodes.txt (the
-# ConfigMap), builds the --nodes list and passes the shared flags.
+# ConfigMap), builds the --nodes list and passes the shared flags, the
+# optional listeners (metrics-listen, health-listen: ConfigMap keys) and the
+# mounted secrets (server certificate and key, client CA, tokens file) when
+# their files exist. Arguments given to this script (the container's args,
+# e.g. the GPU overlay's --device cuda) are passed on after all of these.
 # SUMMON_DRY_RUN=1 prints the command instead of running it (tests).
 set -eu
 config=${SUMMON_CONFIG:-/etc/summon}
 node=${NODE_NAME:?NODE_NAME must name this Kubernetes node}
+tls_cert=${SUMMON_TLS_CERT:-/etc/summon-tls/tls.crt}
+tls_key=${SUMMON_TLS_KEY:-/etc/summon-tls/tls.key}
+client_ca=${SUMMON_TLS_CLIENT_CA:-/etc/summon-client-ca/ca.crt}
+tokens=${SUMMON_TOKENS:-/etc/summon-tokens/tokens}
 
 rank=-1
 nodes=""
-i=0
+count=0
 while read -r name address; do
   [ -n "$name" ] || continue
-  [ "$name" = "$node" ] && rank=$i
+  [ "$name" = "$node" ] && rank=$count
   nodes="${nodes:+$nodes,}$address"
-  i=$((i + 1))
+  count=$((count + 1))
 done < "$config/nodes.txt"
 if [ "$rank" -lt 0 ]; then
   echo "entrypoint: node $node is not listed in $config/nodes.txt" >&2
   exit 2
 fi
+if { [ -f "$tls_cert" ] && [ ! -f "$tls_key" ]; } ||
+   { [ ! -f "$tls_cert" ] && [ -f "$tls_key" ]; }; then
+  echo "entrypoint: $tls_cert and $tls_key go together; one is missing" >&2
+  exit 2
+fi
+if [ -f "$client_ca" ] && [ ! -f "$tls_cert" ]; then
+  echo "entrypoint: $client_ca (client certificates) needs TLS: $tls_cert is missing" >&2
+  exit 2
+fi
 
-set -- /opt/summon/summond \
+# The script's own arguments stay first in "$@" while summond's command is
+# appended after them; they are rotated to the end at the last step.
+extra=$#
+set -- "$@" /opt/summon/summond \
   --local-ranks "$(cat "$config/local-ranks")" \
   --memory-budget "$(cat "$config/memory-budget")" \
   --heartbeat-ms "$(cat "$config/heartbeat-ms")" \
   --collective-timeout-ms "$(cat "$config/collective-timeout-ms")" \
   --data-dir /var/lib/summon
-if [ "$i" -gt 1 ]; then
+if [ "$count" -gt 1 ]; then
   set -- "$@" --nodes "$nodes" --node-rank "$rank"
 else
   set -- "$@" --listen "0.0.0.0:7070"
 fi
+for key in metrics-listen health-listen; do
+  if [ -f "$config/$key" ]; then
+    set -- "$@" "--$key" "$(cat "$config/$key")"
+  fi
+done
+if [ -f "$tls_cert" ]; then
+  set -- "$@" --tls-cert "$tls_cert" --tls-key "$tls_key"
+fi
+if [ -f "$client_ca" ]; then
+  set -- "$@" --tls-client-ca "$client_ca"
+fi
+if [ -f "$tokens" ]; then
+  set -- "$@" --tokens "$tokens"
+fi
+while [ "$extra" -gt 0 ]; do
+  set -- "$@" "$1"
+  shift
+  extra=$((extra - 1))
+done
+
 if [ "${SUMMON_DRY_RUN:-0}" = 1 ]; then
   echo "$@"
   exit 0
