@@ -8,6 +8,40 @@
 namespace summon::client {
 namespace {
 
+// Levenshtein distance, for "did you mean".
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'x'?)" for the closest candidate within two edits, else "".
+std::string Suggestion(absl::string_view given,
+                       const std::vector<absl::string_view>& candidates,
+                       absl::string_view prefix = "") {
+  absl::string_view best;
+  size_t best_distance = 3;
+  for (absl::string_view candidate : candidates) {
+    const size_t distance = EditDistance(given, candidate);
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  if (best.empty()) return "";
+  return absl::StrCat(" (did you mean '", prefix, best, "'?)");
+}
+
 const FlagSpec* FindFlag(const std::vector<FlagSpec>& flags,
                          absl::string_view name) {
   for (const FlagSpec& flag : flags) {
@@ -109,7 +143,17 @@ class CommandLineParser {
       flag = FindFlag(invocation_.command->flags, name);
     }
     if (flag == nullptr) {
-      return UsageError(absl::StrCat("unknown flag --", name));
+      std::vector<absl::string_view> known;
+      for (const FlagSpec& candidate : global_flags_) {
+        known.push_back(candidate.name);
+      }
+      if (invocation_.command != nullptr) {
+        for (const FlagSpec& candidate : invocation_.command->flags) {
+          known.push_back(candidate.name);
+        }
+      }
+      return UsageError(
+          absl::StrCat("unknown flag --", name, Suggestion(name, known, "--")));
     }
     if (invocation_.flags.count(name) > 0) {
       return UsageError(absl::StrCat("flag --", name, " given twice"));
@@ -134,13 +178,22 @@ class CommandLineParser {
   absl::Status AddWord(const std::string& word) {
     words_.push_back(word);
     if (words_.size() == 1 && !HasNoun(commands_, word)) {
-      return UsageError(absl::StrCat("unknown noun '", word, "'"));
+      std::vector<absl::string_view> nouns;
+      for (const CommandSpec& command : commands_)
+        nouns.push_back(command.noun);
+      return UsageError(
+          absl::StrCat("unknown noun '", word, "'", Suggestion(word, nouns)));
     }
     if (words_.size() == 2) {
       invocation_.command = FindCommand(commands_, words_[0], word);
       if (invocation_.command == nullptr) {
-        return UsageError(
-            absl::StrCat("unknown verb '", word, "' for '", words_[0], "'"));
+        std::vector<absl::string_view> verbs;
+        for (const CommandSpec& command : commands_) {
+          if (command.noun == words_[0]) verbs.push_back(command.verb);
+        }
+        return UsageError(absl::StrCat("unknown verb '", word, "' for '",
+                                       words_[0], "'",
+                                       Suggestion(word, verbs)));
       }
     }
     if (words_.size() > 2) invocation_.positionals.push_back(word);
@@ -172,6 +225,12 @@ class CommandLineParser {
           !invocation_.Has(flag.only_with)) {
         return UsageError(
             absl::StrCat("flag --", flag.name, " needs --", flag.only_with));
+      }
+      if (!flag.conflicts_with.empty() && invocation_.Has(flag.name) &&
+          invocation_.Has(flag.conflicts_with)) {
+        return UsageError(absl::StrCat("flags --", flag.name, " and --",
+                                       flag.conflicts_with,
+                                       " contradict each other"));
       }
     }
     return std::move(invocation_);

@@ -28,6 +28,9 @@ struct FlagSpec {
   // Another flag (without "--") this one means nothing without: giving this
   // one alone is a usage error. Empty: none.
   absl::string_view only_with;
+  // Another flag this one contradicts: giving both is a usage error.
+  // Empty: none.
+  absl::string_view conflicts_with;
 };
 
 struct CommandSpec {
@@ -65,8 +68,9 @@ struct Invocation {
 // "--flag=value" are both accepted; "--help" anywhere gives an Invocation
 // without command. Errors (unknown noun, verb or flag, a missing positional,
 // value or required flag, a flag given twice, a flag given without the flag
-// it is only_with, a surplus argument) are INVALID_ARGUMENT whose message
-// ends with a usage line.
+// it is only_with, two flags that conflict, a surplus argument) are
+// INVALID_ARGUMENT whose message ends with a usage line; an unknown noun, verb
+// or flag close to a known one (at most two edits) says "did you mean ...?".
 absl::StatusOr<Invocation> ParseCommandLine(
     const std::vector<std::string>& args, absl::string_view program,
     const std::vector<FlagSpec>& global_flags,

@@ -10,8 +10,8 @@ namespace {
 
 const std::vector<FlagSpec>& GlobalFlags() {
   static const auto* const kFlags = new std::vector<FlagSpec>{
-      {"server", "ADDR", false, ""},
-      {"verbose", "", false, ""},
+      {"server", "ADDR", false, "", ""},
+      {"verbose", "", false, "", ""},
   };
   return *kFlags;
 }
@@ -24,16 +24,16 @@ const std::vector<CommandSpec>& Commands() {
        {"FROM", "TO"},
        "",
        false,
-       {{"out", "FILE", true, ""},
-        {"deep", "", false, ""},
-        {"depth", "N", false, ""}},
+       {{"out", "FILE", true, "", ""},
+        {"deep", "", false, "", ""},
+        {"depth", "N", false, "", ""}},
        nullptr},
       {"lid",
        "stat",
        {"ID"},
        "NAME",
        true,
-       {{"bins", "N", false, ""}, {"scale", "S", false, "bins"}},
+       {{"bins", "N", false, "", ""}, {"scale", "S", false, "bins", ""}},
        nullptr},
   };
   return *kCommands;
@@ -179,6 +179,53 @@ TEST(CliParserTest, UsageListsEveryCommand) {
             "  tool box list [OWNER]\n"
             "  tool box copy FROM TO --out FILE [--deep] [--depth N]\n"
             "  tool lid stat ID [NAME...] [--bins N] [--scale S]");
+}
+
+// The first characters of `text`, as many as `prefix` has.
+std::string Head(const std::string& text, const std::string& prefix) {
+  return text.substr(0, prefix.size());
+}
+
+TEST(CliParserTest, UnknownWordsCloseToKnownOnesGetASuggestion) {
+  auto parse = [](std::vector<std::string> args) {
+    return ParseCommandLine(args, "tool", GlobalFlags(), Commands()).status();
+  };
+  EXPECT_EQ(Head(std::string(parse({"bxo", "list"}).message()),
+                 "unknown noun 'bxo' (did you mean 'box'?)"),
+            "unknown noun 'bxo' (did you mean 'box'?)");
+  EXPECT_EQ(Head(std::string(parse({"box", "lsit"}).message()),
+                 "unknown verb 'lsit' for 'box' (did you mean 'list'?)"),
+            "unknown verb 'lsit' for 'box' (did you mean 'list'?)");
+  EXPECT_EQ(Head(std::string(parse({"box", "copy", "a", "b", "--out", "f",
+                                    "--depht", "2"})
+                                 .message()),
+                 "unknown flag --depht (did you mean '--depth'?)"),
+            "unknown flag --depht (did you mean '--depth'?)");
+  // Nothing within two edits: no suggestion.
+  EXPECT_EQ(Head(std::string(parse({"zzzzzz", "list"}).message()),
+                 "unknown noun 'zzzzzz'\nusage:"),
+            "unknown noun 'zzzzzz'\nusage:");
+}
+
+TEST(CliParserTest, ContradictoryFlagsAreAUsageError) {
+  const std::vector<CommandSpec> commands = {
+      {"tap",
+       "run",
+       {},
+       "",
+       false,
+       {{"dry", "", false, "", "wet"}, {"wet", "", false, "", ""}},
+       nullptr}};
+  EXPECT_TRUE(
+      ParseCommandLine({"tap", "run", "--dry"}, "tool", GlobalFlags(), commands)
+          .ok());
+  const absl::Status status = ParseCommandLine({"tap", "run", "--wet", "--dry"},
+                                               "tool", GlobalFlags(), commands)
+                                  .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(status.message()),
+            "flags --dry and --wet contradict each other\n"
+            "usage: tool tap run [--dry] [--wet]");
 }
 
 }  // namespace

@@ -334,16 +334,20 @@ absl::Status TrainerPhase(const CommandContext& c) {
                &ReportPhaseTable);
 }
 
-FlagSpec Switch(absl::string_view name) { return {name, "", false, ""}; }
+FlagSpec Switch(absl::string_view name) { return {name, "", false, "", ""}; }
+// A switch that makes no sense together with `other`.
+FlagSpec SwitchNot(absl::string_view name, absl::string_view other) {
+  return {name, "", false, "", other};
+}
 FlagSpec Valued(absl::string_view name, absl::string_view value_name) {
-  return {name, value_name, false, ""};
+  return {name, value_name, false, "", ""};
 }
 FlagSpec Required(absl::string_view name, absl::string_view value_name) {
-  return {name, value_name, true, ""};
+  return {name, value_name, true, "", ""};
 }
 FlagSpec OnlyWith(absl::string_view name, absl::string_view value_name,
                   absl::string_view other_flag) {
-  return {name, value_name, false, other_flag};
+  return {name, value_name, false, other_flag, ""};
 }
 
 absl::Status Fail(std::ostream& err, const absl::Status& status) {
@@ -419,7 +423,8 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {"ID"},
        "",
        false,
-       {Switch("abort"), Switch("force")},
+       // --force overwrites at writeback; --abort writes nothing back.
+       {SwitchNot("abort", "force"), Switch("force")},
        &SessionClose},
       {"tensor",
        "read",

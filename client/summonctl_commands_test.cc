@@ -193,13 +193,21 @@ TEST_F(SummonctlTest, SessionOpenDefaultsLeaveEveryOptionUnset) {
 }
 
 TEST_F(SummonctlTest, SessionCloseRenewAndGet) {
-  ASSERT_EQ(Run({"session", "close", "s-1", "--abort", "--force"}).exit_code,
-            0);
+  // --abort writes nothing back, --force overwrites at writeback: together
+  // they are a usage error (exit 3) and nothing is sent.
+  const SummonctlResult both =
+      Run({"session", "close", "s-1", "--abort", "--force"});
+  EXPECT_EQ(both.exit_code, 3);
+  EXPECT_EQ(both.err.substr(0, 69),
+            "ERROR INVALID_ARGUMENT: flags --abort and --force contradict each "
+            "oth");
+  EXPECT_EQ(summon().Count("CloseSession"), 0);
+  ASSERT_EQ(Run({"session", "close", "s-1", "--abort"}).exit_code, 0);
   const auto close =
       summon().LastRequest<v1::CloseSessionRequest>("CloseSession");
   EXPECT_EQ(close.session_id(), "s-1");
   EXPECT_TRUE(close.abort());
-  EXPECT_TRUE(close.force());
+  EXPECT_FALSE(close.force());
 
   v1::Session renewed;
   renewed.set_id("s-1");
