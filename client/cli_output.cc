@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "client/cli_values.h"
 #include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 
 namespace summon::client {
 namespace {
@@ -83,6 +84,58 @@ std::string Table::ToString() const {
     absl::StrAppend(&text, line, "\n");
   }
   return text;
+}
+
+namespace {
+
+void AppendYaml(const nlohmann::ordered_json& value, int indent,
+                std::string& out) {
+  const std::string pad(static_cast<size_t>(indent), ' ');
+  if (value.is_object()) {
+    for (const auto& [key, item] : value.items()) {
+      const bool nested =
+          (item.is_object() || item.is_array()) && !item.empty();
+      absl::StrAppend(&out, pad, nlohmann::json(key).dump(), ":");
+      if (nested) {
+        out += "\n";
+        AppendYaml(item, indent + 2, out);
+      } else {
+        absl::StrAppend(&out, " ", item.dump(), "\n");
+      }
+    }
+  } else if (value.is_array()) {
+    for (const auto& item : value) {
+      const bool nested =
+          (item.is_object() || item.is_array()) && !item.empty();
+      absl::StrAppend(&out, pad, "-");
+      if (nested) {
+        out += "\n";
+        AppendYaml(item, indent + 2, out);
+      } else {
+        absl::StrAppend(&out, " ", item.dump(), "\n");
+      }
+    }
+  } else {
+    absl::StrAppend(&out, pad, value.dump(), "\n");
+  }
+}
+
+}  // namespace
+
+std::string JsonToYaml(const std::string& json) {
+  const nlohmann::ordered_json value =
+      nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return json;
+  if ((value.is_object() || value.is_array()) && value.empty()) {
+    return value.dump() + "\n";
+  }
+  std::string yaml;
+  AppendYaml(value, 0, yaml);
+  return yaml;
+}
+
+std::string ToYaml(const google::protobuf::Message& message) {
+  return JsonToYaml(ToJson(message));
 }
 
 std::string ToJson(const google::protobuf::Message& message) {

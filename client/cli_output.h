@@ -29,6 +29,11 @@ class Table {
 // Canonical protobuf JSON (lowerCamelCase names, 64-bit integers as strings,
 // fields at their defaults included), indented, ending in a newline.
 std::string ToJson(const google::protobuf::Message& message);
+// The same document as YAML (block style; strings double-quoted, so every
+// value reads back exactly).
+std::string ToYaml(const google::protobuf::Message& message);
+// A JSON text as YAML.
+std::string JsonToYaml(const std::string& json);
 
 std::string ModelListTable(const v1::ListModelsResponse& response);
 std::string ModelTable(const v1::Model& model);

@@ -5,11 +5,14 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli_output.h"
 #include "client/cli_values.h"
 #include "client/npy.h"
+#include "client/summonctl_meta.h"
 #include "client/wire_dtype.h"
+#include "nlohmann/json.hpp"
 
 namespace summon::client {
 namespace {
@@ -21,8 +24,17 @@ absl::Status Print(const CommandContext& context,
                    const absl::StatusOr<Message>& response,
                    std::string (*table)(const Message&)) {
   if (!response.ok()) return response.status();
-  context.out << (context.format == OutputFormat::kJson ? ToJson(*response)
-                                                        : table(*response));
+  switch (context.format) {
+    case OutputFormat::kJson:
+      context.out << ToJson(*response);
+      break;
+    case OutputFormat::kYaml:
+      context.out << ToYaml(*response);
+      break;
+    case OutputFormat::kTable:
+      context.out << table(*response);
+      break;
+  }
   return absl::OkStatus();
 }
 
@@ -146,8 +158,9 @@ absl::Status SessionOpen(const CommandContext& c) {
   absl::StatusOr<v1::Session> session =
       c.client.OpenSession(c.args.positionals[0], *options);
   if (!session.ok()) return session.status();
-  if (c.format == OutputFormat::kJson) {
-    c.out << ToJson(*session);
+  if (c.format != OutputFormat::kTable) {
+    c.out << (c.format == OutputFormat::kJson ? ToJson(*session)
+                                              : ToYaml(*session));
     return absl::OkStatus();
   }
   // Only the id on stdout, so that scripts can capture it.
@@ -350,10 +363,51 @@ FlagSpec OnlyWith(absl::string_view name, absl::string_view value_name,
   return {name, value_name, false, other_flag, ""};
 }
 
-absl::Status Fail(std::ostream& err, const absl::Status& status) {
-  err << "ERROR " << absl::StatusCodeToString(status.code()) << ": "
-      << status.message() << "\n";
+// Prints the error on stderr in the chosen format: "ERROR CODE: message", or
+// {"error": {"code", "codeNumber", "message"}} as JSON or YAML.
+absl::Status Fail(std::ostream& err, const absl::Status& status,
+                  OutputFormat format = OutputFormat::kTable) {
+  if (format == OutputFormat::kTable) {
+    err << "ERROR " << absl::StatusCodeToString(status.code()) << ": "
+        << status.message() << "\n";
+    return status;
+  }
+  const std::string json =
+      nlohmann::ordered_json{
+          {"error",
+           {{"code", absl::StatusCodeToString(status.code())},
+            {"codeNumber", status.raw_code()},
+            {"message", std::string(status.message())}}}}
+          .dump(2) +
+      "\n";
+  err << (format == OutputFormat::kJson ? json : JsonToYaml(json));
   return status;
+}
+
+// -o and -h are --output and --help.
+std::vector<std::string> ExpandShortFlags(
+    const std::vector<std::string>& args) {
+  std::vector<std::string> expanded;
+  for (const std::string& arg : args) {
+    expanded.push_back(arg == "-o" ? "--output" : arg == "-h" ? "--help" : arg);
+  }
+  return expanded;
+}
+
+// The --output format, read before the command line is parsed so that even
+// a usage error comes out in it.
+absl::StatusOr<OutputFormat> OutputFormatOf(
+    const std::vector<std::string>& args) {
+  std::string value;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--output" && i + 1 < args.size()) value = args[i + 1];
+    if (absl::StartsWith(args[i], "--output=")) value = args[i].substr(9);
+  }
+  if (value.empty() || value == "table") return OutputFormat::kTable;
+  if (value == "json") return OutputFormat::kJson;
+  if (value == "yaml") return OutputFormat::kYaml;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--output: '", value, "' is none of table, json and yaml"));
 }
 
 }  // namespace
@@ -361,7 +415,7 @@ absl::Status Fail(std::ostream& err, const absl::Status& status) {
 const std::vector<FlagSpec>& SummonctlGlobalFlags() {
   static const auto* const kFlags = new std::vector<FlagSpec>{
       Valued("server", "ADDR"),
-      Valued("output", "table|json"),
+      Valued("output", "table|json|yaml"),
       Valued("principal", "P"),
   };
   return *kFlags;
@@ -500,28 +554,51 @@ absl::StatusOr<v1::SessionOptions> SessionOptionsFromFlags(
   return options;
 }
 
-int RunSummonctl(const std::vector<std::string>& args,
+int RunSummonctl(const std::vector<std::string>& raw_args,
                  absl::string_view environment_server, std::ostream& out,
                  std::ostream& err) {
+  const std::vector<std::string> args = ExpandShortFlags(raw_args);
+  const absl::StatusOr<OutputFormat> format = OutputFormatOf(args);
+  if (!format.ok()) return Fail(err, format.status()).raw_code();
+  if (std::find(args.begin(), args.end(), "--version") != args.end()) {
+    out << VersionText();
+    return 0;
+  }
+  // help and completion may follow the global flags.
+  size_t first = 0;
+  while (first < args.size() && absl::StartsWith(args[first], "--")) {
+    bool valued = false;
+    for (const FlagSpec& global : SummonctlGlobalFlags()) {
+      valued = valued || (args[first] == absl::StrCat("--", global.name) &&
+                          !global.value_name.empty());
+    }
+    first += valued ? 2 : 1;
+  }
+  if (first < args.size() &&
+      (args[first] == "help" || args[first] == "completion")) {
+    const std::vector<std::string> rest(args.begin() + first + 1, args.end());
+    absl::StatusOr<std::string> text =
+        args[first] == "help" ? HelpText(rest)
+        : rest.size() == 1    ? CompletionScript(rest[0])
+                              : absl::InvalidArgumentError(
+                                    "usage: summonctl completion bash|zsh");
+    if (!text.ok()) return Fail(err, text.status(), *format).raw_code();
+    out << *text;
+    return 0;
+  }
   const absl::StatusOr<Invocation> invocation = ParseCommandLine(
       args, kProgram, SummonctlGlobalFlags(), SummonctlCommands());
-  if (!invocation.ok()) return Fail(err, invocation.status()).raw_code();
+  if (!invocation.ok()) {
+    return Fail(err, invocation.status(), *format).raw_code();
+  }
   if (invocation->command == nullptr) {
     out << "usage: "
         << Usage(kProgram, SummonctlGlobalFlags(), SummonctlCommands())
         << "\n\nThe server is --server, else $" << kServerEnvironmentVariable
         << ", else " << kDefaultServer << ". The exit code is the gRPC status "
-        << "code (0 = OK).\n";
+        << "code (0 = OK). Also: summonctl help [NOUN [VERB]], summonctl "
+        << "completion bash|zsh, summonctl --version.\n";
     return 0;
-  }
-  OutputFormat format = OutputFormat::kTable;
-  const std::string& output = invocation->Value("output");
-  if (output == "json") {
-    format = OutputFormat::kJson;
-  } else if (!output.empty() && output != "table") {
-    return Fail(err, absl::InvalidArgumentError(absl::StrCat(
-                         "--output: '", output, "' is neither table nor json")))
-        .raw_code();
   }
   std::string server(environment_server.empty() ? kDefaultServer
                                                 : environment_server);
@@ -529,9 +606,9 @@ int RunSummonctl(const std::vector<std::string>& args,
   ClientOptions options;
   options.principal = invocation->Value("principal");
   const SummonClient client(server, options);
-  const CommandContext context{*invocation, client, format, out, err};
+  const CommandContext context{*invocation, client, *format, out, err};
   const absl::Status status = invocation->command->handler(context);
-  return status.ok() ? 0 : Fail(err, status).raw_code();
+  return status.ok() ? 0 : Fail(err, status, *format).raw_code();
 }
 
 }  // namespace summon::client

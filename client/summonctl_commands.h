@@ -25,7 +25,7 @@ namespace summon::client {
 inline constexpr char kDefaultServer[] = "127.0.0.1:7070";
 inline constexpr char kServerEnvironmentVariable[] = "SUMMON_SERVER";
 
-enum class OutputFormat { kTable, kJson };
+enum class OutputFormat { kTable, kJson, kYaml };
 
 // What a command's handler works with.
 struct CommandContext {

@@ -52,8 +52,9 @@ TEST_F(SummonctlTest, BadValuesExitWithInvalidArgumentBeforeAnyCall) {
   } cases[] = {
       {{"session", "open", "m", "--lease", "x"},
        "ERROR INVALID_ARGUMENT: --lease: 'x' is not a valid number\n"},
-      {{"--output", "yaml", "model", "list"},
-       "ERROR INVALID_ARGUMENT: --output: 'yaml' is neither table nor json\n"},
+      {{"--output", "xml", "model", "list"},
+       "ERROR INVALID_ARGUMENT: --output: 'xml' is none of table, json and "
+       "yaml\n"},
       {{"trainer", "phase", "m", "zero", "idle"},
        "ERROR INVALID_ARGUMENT: RANK: 'zero' is not a valid number\n"},
       {{"session", "open", "m", "--params", "a", "--scope", "b"},
@@ -75,7 +76,7 @@ TEST_F(SummonctlTest, HelpPrintsEveryCommandAndExitsZero) {
   const SummonctlResult result = Run({"--help"});
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_EQ(result.out.rfind("usage: summonctl [--server ADDR] [--output "
-                             "table|json] [--principal P] NOUN VERB ...\n",
+                             "table|json|yaml] [--principal P] NOUN VERB ...\n",
                              0),
             0u)
       << result.out;
@@ -85,6 +86,60 @@ TEST_F(SummonctlTest, HelpPrintsEveryCommandAndExitsZero) {
         << command.noun << " " << command.verb;
   }
   EXPECT_NE(result.out.find("$SUMMON_SERVER"), std::string::npos);
+}
+
+TEST_F(SummonctlTest, HelpNounVerbVersionAndCompletion) {
+  SummonctlResult help = Run({"help", "session", "close"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_EQ(help.out, "summonctl session close ID [--abort] [--force]\n");
+  help = Run({"help", "trainer"});
+  EXPECT_EQ(help.out,
+            "summonctl trainer phase M RANK PHASE [--step N] [--deadline-ms "
+            "N]\n");
+  help = Run({"help", "sesion"});
+  EXPECT_EQ(help.exit_code, 3);
+  EXPECT_EQ(help.err.substr(0, 68),
+            "ERROR INVALID_ARGUMENT: unknown noun 'sesion' (did you mean "
+            "'session");
+  EXPECT_EQ(Run({"--version"}).out, "summonctl 0.1.0 (API summon.v1)\n");
+  const SummonctlResult bash = Run({"completion", "bash"});
+  EXPECT_EQ(bash.exit_code, 0);
+  EXPECT_NE(bash.out.find("complete -F _summonctl summonctl\n"),
+            std::string::npos);
+  EXPECT_NE(
+      bash.out.find("    session) words=\"open list get renew close\" ;;"),
+      std::string::npos)
+      << bash.out;
+  EXPECT_NE(bash.out.find("\"session close\") words=\"--abort --force\" ;;"),
+            std::string::npos);
+  EXPECT_EQ(Run({"completion", "fish"}).exit_code, 3);
+  EXPECT_EQ(
+      Run({"completion", "zsh"}).out.rfind("autoload -U +X bashcompinit", 0),
+      0u);
+}
+
+TEST_F(SummonctlTest, ShortOutputFlagYamlAndStructuredErrors) {
+  v1::ListModelsResponse models;
+  models.add_models()->set_name("gpt");
+  summon().SetResponse("ListModels", models);
+  const SummonctlResult yaml = Run({"-o", "yaml", "model", "list"});
+  EXPECT_EQ(yaml.exit_code, 0);
+  EXPECT_EQ(yaml.out.substr(0, 39),
+            "\"models\":\n  -\n    \"name\": \"gpt\"\n    \"st");
+  summon().SetError("DescribeModel", grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                                  "model 'x' does not exist"));
+  const SummonctlResult json = Run({"model", "describe", "x", "-o", "json"});
+  EXPECT_EQ(json.exit_code, 5);
+  EXPECT_EQ(json.err,
+            "{\n  \"error\": {\n    \"code\": \"NOT_FOUND\",\n    "
+            "\"codeNumber\": 5,\n    \"message\": \"model 'x' does not "
+            "exist\"\n  }\n}\n");
+  const SummonctlResult errors_yaml =
+      Run({"--output=yaml", "model", "describe", "x"});
+  EXPECT_EQ(errors_yaml.err,
+            "\"error\":\n  \"code\": \"NOT_FOUND\"\n  \"codeNumber\": 5\n  "
+            "\"message\": \"model 'x' does not exist\"\n");
+  EXPECT_EQ(Run({"-o", "xml", "model", "list"}).exit_code, 3);
 }
 
 TEST_F(SummonctlTest, ServerErrorsExitWithTheGrpcCode) {

@@ -230,6 +230,23 @@ class ShardViews:
     def __iter__(self):
         return iter(self.units.values())
 
+    def parameters(self) -> list[torch.Tensor]:
+        """The non-empty flat shards as autograd leaves, for an optimizer.
+
+        Each requires grad and its .grad is the unit's gradient shard (when
+        the rank has one), so backward accumulates straight into shared
+        memory and optimizer.step() updates the shard in place.
+        """
+        leaves = []
+        for view in self.units.values():
+            if view.shard.chunk_numel == 0:
+                continue
+            view.params.requires_grad_()
+            if view.grads is not None and view.params.grad is None:
+                view.params.grad = view.grads
+            leaves.append(view.params)
+        return leaves
+
     def copy_from_module(self, module: torch.nn.Module) -> None:
         """Writes each parameter's slice held by this rank from `module`."""
         tensors = dict(named_parameters_with_ties(module, include_buffers=True))
