@@ -4,11 +4,12 @@
 A separate process using only summon.Client, as a person watching a training
 job would: it opens a session on a scope between two training steps, prints
 each parameter's norm (computed where the data is) next to the norm of the
-array it read, and with --scale FQN=FACTOR multiplies one weight and closes
-with writeback, so the trainers' next forward sees the edit.
+array it read (exit status 1 when they disagree), and with --scale
+FQN=FACTOR multiplies one weight and closes with writeback, so the trainers'
+next forward sees the edit.
 
     /usr/bin/python3 examples/inspect_weights.py --model lm --scope blocks.0 \
-        --scale blocks.0.mlp.fc.weight=0.5
+        --scale blocks.0.fc.weight=0.5
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main() -> int:
     edit = args.scale.split("=") if args.scale else None
 
     client = summon.Client(args.server)
+    mismatches = 0
     try:
         with client.summon_full_params(args.model, scope=args.scope,
                                        writeback=edit is not None) as s:
@@ -43,6 +45,8 @@ def main() -> int:
                 print(f"{stats.info.fqn:<28} {stats.info.dtype:<9} "
                       f"{str(list(stats.info.shape)):<10} l2_norm {stats.l2_norm:.6f} "
                       f"(read back: {norm:.6f})")
+                if abs(norm - stats.l2_norm) > 1e-9 * max(norm, 1.0):
+                    mismatches += 1
             if edit is not None:
                 fqn, factor = edit[0], float(edit[1])
                 s[fqn] = s[fqn] * np.float32(factor)
@@ -52,6 +56,10 @@ def main() -> int:
             print(f"written back: {result.written_back} ({result.bytes_written} shard bytes)")
     except summon.SummonError as error:
         print(f"inspect_weights: {error.code}: {error.message}", file=sys.stderr)
+        return 1
+    if mismatches:
+        print(f"inspect_weights: {mismatches} norm(s) computed by the daemon differ from "
+              "the data read", file=sys.stderr)
         return 1
     return 0
 

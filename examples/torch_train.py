@@ -125,7 +125,7 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 def make_optimizer(kind: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
     if kind == "adam":
         return torch.optim.Adam(params, lr=1e-2)
-    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    return torch.optim.SGD(params, lr=0.3, momentum=0.9)
 
 
 def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -167,13 +167,8 @@ class ShardedLM:
         # The shards themselves are the leaves autograd and the optimizer see:
         # their .grad is the rank's grads segment, so backward accumulates
         # straight into shared memory and the optimizer steps the shard in place.
-        self.leaves: dict[str, torch.Tensor] = {}
-        for view in views:
-            if view.shard.chunk_numel == 0:
-                continue
-            leaf = view.params.requires_grad_()
-            leaf.grad = view.grads
-            self.leaves[view.unit] = leaf
+        views.parameters()
+        self.leaves = {view.unit: view.params for view in views if view.params.requires_grad}
 
     def unit_params(self, unit: str, shard: torch.Tensor, prefix: str = "") -> dict:
         view = self.views[unit]
