@@ -3,6 +3,7 @@
 // takeover after a lapse; phases and leases across a daemon restart; delete
 // refused while a trainer is attached and, with force, detaching it loudly.
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,8 @@ TEST_F(TrainerLeaseTest, KilledTrainerInForwardReturnsItsRanksToIdle) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   const absl::Duration noticed = absl::Now() - killed;
+  std::printf("killed trainer's ranks back to IDLE after %s (lease 1s)\n",
+              absl::FormatDuration(noticed).c_str());
   // The bound: the 1 s lease plus the reaper's 100 ms, with slack for a
   // loaded machine.
   EXPECT_LE(noticed, absl::Milliseconds(2500)) << noticed;
