@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli_output.h"
 #include "client/cli_values.h"
@@ -36,6 +38,31 @@ absl::Status Print(const CommandContext& context,
       break;
   }
   return absl::OkStatus();
+}
+
+// Local file errors exit with sysexits(3) codes, never a gRPC code, so a
+// script can tell "my file is missing" (66) from "the server's model is
+// missing" (5): 66 an input file missing or unreadable, 65 an input file
+// malformed, 73 an output file that cannot be written.
+constexpr absl::string_view kExitCodePayload = "summonctl.exit-code";
+
+absl::Status LocalFileError(const absl::Status& status, bool input) {
+  const int code =
+      !input                                                         ? 73
+      : absl::IsNotFound(status) || absl::IsPermissionDenied(status) ? 66
+                                                                     : 65;
+  absl::Status local = status;
+  local.SetPayload(kExitCodePayload, absl::Cord(absl::StrCat(code)));
+  return local;
+}
+
+int ExitCodeOf(const absl::Status& status) {
+  const auto local = status.GetPayload(kExitCodePayload);
+  int code = 0;
+  if (local.has_value() && absl::SimpleAtoi(std::string(*local), &code)) {
+    return code;
+  }
+  return status.raw_code();
 }
 
 // A numeric flag's value; nullopt when the flag is absent.
@@ -80,7 +107,7 @@ absl::Status ModelCreate(const CommandContext& c) {
   CreateModelParams params;
   params.name = c.args.positionals[0];
   absl::StatusOr<std::string> layout = ReadFileToString(c.args.Value("layout"));
-  if (!layout.ok()) return layout.status();
+  if (!layout.ok()) return LocalFileError(layout.status(), /*input=*/true);
   params.layout_json = *std::move(layout);
   if (c.args.Has("strategy")) {
     absl::StatusOr<v1::ShardingStrategy> strategy =
@@ -228,7 +255,7 @@ absl::Status TensorRead(const CommandContext& c) {
   array.shape.assign(tensor->info.shape().begin(), tensor->info.shape().end());
   array.data = std::move(tensor->data);
   absl::Status written = WriteNpyFile(c.args.Value("out"), array);
-  if (!written.ok()) return written;
+  if (!written.ok()) return LocalFileError(written, /*input=*/false);
   return Print(c, absl::StatusOr<v1::TensorInfo>(tensor->info),
                &TensorInfoTable);
 }
@@ -301,7 +328,7 @@ absl::Status MatchStoredTensor(absl::string_view fqn,
 absl::Status TensorWrite(const CommandContext& c) {
   const TensorRef ref = TensorFromArgs(c.args);
   absl::StatusOr<NpyArray> array = ReadNpyFile(c.args.Value("in"));
-  if (!array.ok()) return array.status();
+  if (!array.ok()) return LocalFileError(array.status(), /*input=*/true);
   absl::StatusOr<std::optional<v1::TensorInfo>> info =
       FindSessionTensor(c.client, ref);
   if (!info.ok()) return info.status();
@@ -608,7 +635,7 @@ int RunSummonctl(const std::vector<std::string>& raw_args,
   const SummonClient client(server, options);
   const CommandContext context{*invocation, client, *format, out, err};
   const absl::Status status = invocation->command->handler(context);
-  return status.ok() ? 0 : Fail(err, status, *format).raw_code();
+  return status.ok() ? 0 : ExitCodeOf(Fail(err, status, *format));
 }
 
 }  // namespace summon::client

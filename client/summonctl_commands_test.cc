@@ -312,7 +312,7 @@ TEST_F(SummonctlTest, ModelCreateSendsTheLayoutFileAndOptions) {
 
   const SummonctlResult missing =
       Run({"model", "create", "gpt", "--layout", TempPath("none.json")});
-  EXPECT_EQ(missing.exit_code, 5);
+  EXPECT_EQ(missing.exit_code, 66);  // A local file: sysexits' EX_NOINPUT.
   EXPECT_EQ(summon().Count("CreateModel"), 1);
 }
 

@@ -1,6 +1,7 @@
 // summonctl's tensor verbs: .npy files in and out, the client-side shape
 // check and dtype conversion of writes (tied aliases included), stats.
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,25 @@ TEST_F(SummonctlTensorTest, TensorWriteRoundsFloat32IntoABFloat16Tensor) {
   const ReceivedWrite write = server_.summon().LastWrite();
   EXPECT_EQ(write.header.dtype(), v1::DTYPE_BFLOAT16);
   EXPECT_EQ(write.data, std::string(kFourBFloat16s, 8));
+}
+
+// Local file problems exit with sysexits codes, not gRPC ones: 66 for an
+// input that is missing, 65 for one that is malformed, 73 for an output
+// that cannot be written; nothing is sent.
+TEST_F(SummonctlTensorTest, LocalFileErrorsHaveTheirOwnExitCodes) {
+  SessionWithParam(TensorOf("w", v1::DTYPE_FLOAT32, {2, 2}));
+  EXPECT_EQ(Run({"tensor", "write", "s-1", "w", "--in", TempPath("none.npy")})
+                .exit_code,
+            66);
+  const std::string garbage = TempPath("garbage.npy");
+  std::ofstream(garbage) << "not an npy file";
+  EXPECT_EQ(Run({"tensor", "write", "s-1", "w", "--in", garbage}).exit_code,
+            65);
+  EXPECT_EQ(summon().Count("WriteTensor"), 0);
+  EXPECT_EQ(Run({"model", "create", "m", "--layout", TempPath("none.json")})
+                .exit_code,
+            66);
+  EXPECT_EQ(summon().Count("CreateModel"), 0);
 }
 
 TEST_F(SummonctlTensorTest, TensorWriteRefusesAnotherShape) {
