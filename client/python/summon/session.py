@@ -28,7 +28,7 @@ from summon.messages import CloseResult, Session, TensorInfo, TensorStats
 from summon.v1 import types_pb2
 
 if TYPE_CHECKING:
-    import torch
+    import torch as torch_types
 
     from summon.client import Client
 
@@ -171,14 +171,14 @@ class FullParams:
     def set_grad(self, fqn: str, value: Any) -> None:
         self.write(fqn, value, grad=True)
 
-    def torch(self, fqn: str, grad: bool = False) -> "torch.Tensor":
+    def torch(self, fqn: str, grad: bool = False) -> torch_types.Tensor:
         """A full tensor as torch, in its stored dtype (torch.bfloat16 included)."""
-        import torch
+        import torch as torch_module
         array = self.read(fqn, grad=grad, raw=True)
         dtype = self._read_dtype() or self.info(fqn, grad).dtype
         if dtype == "bfloat16":
-            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(array)
+            return torch_module.from_numpy(array.view(np.int16)).view(torch_module.bfloat16)
+        return torch_module.from_numpy(array)
 
     def stats(self, *fqns: str, grad: bool = False,
               bins: Optional[int] = None) -> list[TensorStats]:
