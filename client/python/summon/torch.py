@@ -412,8 +412,17 @@ class Trainer:
         if wait is _TRAINER_DEFAULT:
             wait = self.wait
         deadline_ms = None if wait is None else int(float(wait) * 1000)
-        reports = [self.client.report_phase(self.model, rank, phase, step, deadline_ms,
-                                            self.lease_id) for rank in self.ranks]
+        reports: list[PhaseReport] = []
+        for rank in self.ranks:
+            try:
+                reports.append(self.client.report_phase(self.model, rank, phase, step,
+                                                        deadline_ms, self.lease_id))
+            except SummonError:
+                if phase.upper() == "FORWARD" and self.phase == "IDLE":
+                    for moved in self.ranks[:len(reports)]:  # all ranks or none
+                        self.client.report_phase(self.model, moved, "IDLE",
+                                                 lease_id=self.lease_id)
+                raise
         self.phase = phase.upper()
         return reports
 
