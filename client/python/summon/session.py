@@ -81,7 +81,8 @@ class FullParams:
         while not self._stop.wait(interval):
             try:
                 self._client.renew_session(self.id)
-            except Exception as error:  # surfaced by the next tensor call
+                self.renew_error = None
+            except Exception as error:  # kept for the caller to look at
                 self.renew_error = error
 
     def _stop_renewing(self) -> None:
@@ -133,8 +134,6 @@ class FullParams:
              dtype: Optional[str] = None) -> np.ndarray:
         """A full tensor as NumPy: bfloat16 widened to float32 unless `raw`."""
         array = self._client.read_tensor(self.id, fqn, grad=grad, dtype=dtype)
-        if self.renew_error is not None:
-            raise self.renew_error
         stored = dtype or self._read_dtype() or self.info(fqn, grad).dtype
         if stored == "bfloat16" and not raw:
             return dtypes.bfloat16_to_float32(array)
