@@ -285,6 +285,8 @@ def test_principals_own_sessions_r12(daemon, model: str) -> None:
     assert denied.value.code == "PERMISSION_DENIED" and "alice" in denied.value.message
     assert bob.list_sessions() == []
     alice.close_session(session.id)
+    alice.close()
+    bob.close()
 
 
 def test_errors_map_to_status_names(client: summon.Client, model: str) -> None:
