@@ -5,16 +5,14 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli_output.h"
 #include "client/cli_values.h"
 #include "client/npy.h"
 #include "client/summonctl_meta.h"
+#include "client/summonctl_terminal.h"
 #include "client/wire_dtype.h"
-#include "nlohmann/json.hpp"
 
 namespace summon::client {
 namespace {
@@ -38,31 +36,6 @@ absl::Status Print(const CommandContext& context,
       break;
   }
   return absl::OkStatus();
-}
-
-// Local file errors exit with sysexits(3) codes, never a gRPC code, so a
-// script can tell "my file is missing" (66) from "the server's model is
-// missing" (5): 66 an input file missing or unreadable, 65 an input file
-// malformed, 73 an output file that cannot be written.
-constexpr absl::string_view kExitCodePayload = "summonctl.exit-code";
-
-absl::Status LocalFileError(const absl::Status& status, bool input) {
-  const int code =
-      !input                                                         ? 73
-      : absl::IsNotFound(status) || absl::IsPermissionDenied(status) ? 66
-                                                                     : 65;
-  absl::Status local = status;
-  local.SetPayload(kExitCodePayload, absl::Cord(absl::StrCat(code)));
-  return local;
-}
-
-int ExitCodeOf(const absl::Status& status) {
-  const auto local = status.GetPayload(kExitCodePayload);
-  int code = 0;
-  if (local.has_value() && absl::SimpleAtoi(std::string(*local), &code)) {
-    return code;
-  }
-  return status.raw_code();
 }
 
 // A numeric flag's value; nullopt when the flag is absent.
@@ -388,53 +361,6 @@ FlagSpec Required(absl::string_view name, absl::string_view value_name) {
 FlagSpec OnlyWith(absl::string_view name, absl::string_view value_name,
                   absl::string_view other_flag) {
   return {name, value_name, false, other_flag, ""};
-}
-
-// Prints the error on stderr in the chosen format: "ERROR CODE: message", or
-// {"error": {"code", "codeNumber", "message"}} as JSON or YAML.
-absl::Status Fail(std::ostream& err, const absl::Status& status,
-                  OutputFormat format = OutputFormat::kTable) {
-  if (format == OutputFormat::kTable) {
-    err << "ERROR " << absl::StatusCodeToString(status.code()) << ": "
-        << status.message() << "\n";
-    return status;
-  }
-  const std::string json =
-      nlohmann::ordered_json{
-          {"error",
-           {{"code", absl::StatusCodeToString(status.code())},
-            {"codeNumber", status.raw_code()},
-            {"message", std::string(status.message())}}}}
-          .dump(2) +
-      "\n";
-  err << (format == OutputFormat::kJson ? json : JsonToYaml(json));
-  return status;
-}
-
-// -o and -h are --output and --help.
-std::vector<std::string> ExpandShortFlags(
-    const std::vector<std::string>& args) {
-  std::vector<std::string> expanded;
-  for (const std::string& arg : args) {
-    expanded.push_back(arg == "-o" ? "--output" : arg == "-h" ? "--help" : arg);
-  }
-  return expanded;
-}
-
-// The --output format, read before the command line is parsed so that even
-// a usage error comes out in it.
-absl::StatusOr<OutputFormat> OutputFormatOf(
-    const std::vector<std::string>& args) {
-  std::string value;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--output" && i + 1 < args.size()) value = args[i + 1];
-    if (absl::StartsWith(args[i], "--output=")) value = args[i].substr(9);
-  }
-  if (value.empty() || value == "table") return OutputFormat::kTable;
-  if (value == "json") return OutputFormat::kJson;
-  if (value == "yaml") return OutputFormat::kYaml;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--output: '", value, "' is none of table, json and yaml"));
 }
 
 }  // namespace
