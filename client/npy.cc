@@ -188,8 +188,6 @@ uint32_t ReadLittleEndian(const char* p, size_t size) {
 }  // namespace
 
 absl::StatusOr<std::string> EncodeNpy(const NpyArray& array) {
-  absl::StatusOr<absl::string_view> descr = DescrOf(array.dtype);
-  if (!descr.ok()) return descr.status();
   absl::StatusOr<int64_t> numel = core::NumElements(array.shape);
   if (!numel.ok()) return numel.status();
   const size_t expected_bytes =
@@ -200,9 +198,19 @@ absl::StatusOr<std::string> EncodeNpy(const NpyArray& array) {
                      core::DTypeName(array.dtype), " needs ", expected_bytes,
                      " bytes, got ", array.data.size()));
   }
+  absl::StatusOr<std::string> out = EncodeNpyHeader(array.dtype, array.shape);
+  if (!out.ok()) return out;
+  *out += array.data;
+  return out;
+}
+
+absl::StatusOr<std::string> EncodeNpyHeader(core::DType dtype,
+                                            const core::Shape& shape) {
+  absl::StatusOr<absl::string_view> descr = DescrOf(dtype);
+  if (!descr.ok()) return descr.status();
   std::string header = absl::StrCat(
       "{'descr': '", *descr,
-      "', 'fortran_order': False, 'shape': ", ShapeTuple(array.shape), ", }");
+      "', 'fortran_order': False, 'shape': ", ShapeTuple(shape), ", }");
   // Magic, 2 version bytes, 2 length bytes, the dict, spaces, '\n'.
   const size_t unpadded = kMagicSize + 4 + header.size() + 1;
   const size_t padded = (unpadded + kAlignment - 1) / kAlignment * kAlignment;
@@ -218,7 +226,6 @@ absl::StatusOr<std::string> EncodeNpy(const NpyArray& array) {
   out.push_back(static_cast<char>(header.size() & 0xFF));
   out.push_back(static_cast<char>(header.size() >> 8));
   out += header;
-  out += array.data;
   return out;
 }
 

@@ -27,6 +27,9 @@ struct NpyArray {
 // at a multiple of 64 bytes, then the data. INVALID_ARGUMENT for a dtype
 // without a descriptor above or a data size that does not match the shape.
 absl::StatusOr<std::string> EncodeNpy(const NpyArray& array);
+// Only the part before the data, for writers that stream the data after it.
+absl::StatusOr<std::string> EncodeNpyHeader(core::DType dtype,
+                                            const core::Shape& shape);
 
 // Parses .npy bytes of format version 1.0, 2.0 or 3.0 holding one of the four
 // descriptors above. INVALID_ARGUMENT for anything else: bad magic or version,

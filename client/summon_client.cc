@@ -1,6 +1,7 @@
 #include "client/summon_client.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,22 +46,25 @@ absl::Status ReadStreamError(absl::string_view what) {
 }
 
 // Appends ReadTensor chunks, checking that they line up.
-class ChunkAssembler {
+// Checks a ReadTensor stream as it arrives: the first chunk describes the
+// tensor, every chunk continues where the previous one ended with whole
+// elements, and exactly the elements asked for arrive.
+class ChunkChecker {
  public:
-  explicit ChunkAssembler(const ReadTensorParams& params) : params_(params) {}
+  explicit ChunkChecker(const ReadTensorParams& params) : params_(params) {}
 
-  absl::Status Add(v1::ReadTensorResponse& chunk) {
-    if (element_size_ == 0) {
+  // OK when `chunk` continues the stream; sets *first for the first chunk.
+  absl::Status Add(const v1::ReadTensorResponse& chunk, bool* first) {
+    *first = element_size_ == 0;
+    if (*first) {
       if (!chunk.has_info()) return ReadStreamError("first chunk has no info");
-      data_.info = chunk.info();
-      data_.element_offset = params_.element_offset;
-      element_size_ = ElementSize(data_.info.dtype());
+      element_size_ = ElementSize(chunk.info().dtype());
       if (element_size_ == 0) {
         return ReadStreamError(
-            absl::StrCat("unknown dtype ", data_.info.dtype()));
+            absl::StrCat("unknown dtype ", chunk.info().dtype()));
       }
       expected_elements_ = params_.element_count.value_or(
-          data_.info.numel() - params_.element_offset);
+          chunk.info().numel() - params_.element_offset);
       next_element_ = params_.element_offset;
     }
     if (chunk.element_offset() != next_element_) {
@@ -78,23 +82,21 @@ class ChunkAssembler {
       return ReadStreamError(absl::StrCat("more than the ", expected_elements_,
                                           " elements asked for"));
     }
-    data_.data.append(chunk.data());
     return absl::OkStatus();
   }
 
-  absl::StatusOr<TensorData> Finish() && {
+  absl::Status Finish() const {
     if (element_size_ == 0) return ReadStreamError("no chunk arrived");
     const int64_t received = next_element_ - params_.element_offset;
     if (received != expected_elements_) {
       return ReadStreamError(absl::StrCat("ended after ", received, " of ",
                                           expected_elements_, " elements"));
     }
-    return std::move(data_);
+    return absl::OkStatus();
   }
 
  private:
   const ReadTensorParams& params_;
-  TensorData data_;
   size_t element_size_ = 0;
   int64_t expected_elements_ = 0;
   int64_t next_element_ = 0;
@@ -254,6 +256,26 @@ absl::StatusOr<v1::CloseSessionResponse> SummonClient::CloseSession(
 
 absl::StatusOr<TensorData> SummonClient::ReadTensor(
     const ReadTensorParams& params) const {
+  TensorData data;
+  data.element_offset = params.element_offset;
+  absl::Status status = ReadTensorChunks(
+      params,
+      [&](const v1::TensorInfo& info) {
+        data.info = info;
+        return absl::OkStatus();
+      },
+      [&](absl::string_view bytes) {
+        data.data.append(bytes.data(), bytes.size());
+        return absl::OkStatus();
+      });
+  if (!status.ok()) return status;
+  return data;
+}
+
+absl::Status SummonClient::ReadTensorChunks(
+    const ReadTensorParams& params,
+    const std::function<absl::Status(const v1::TensorInfo&)>& on_info,
+    const std::function<absl::Status(absl::string_view)>& on_bytes) const {
   v1::ReadTensorRequest request;
   request.set_session_id(params.tensor.session_id);
   request.set_fqn(params.tensor.fqn);
@@ -267,14 +289,17 @@ absl::StatusOr<TensorData> SummonClient::ReadTensor(
   if (!context.ok()) return context.status();
   std::unique_ptr<grpc::ClientReader<v1::ReadTensorResponse>> reader =
       summon_->ReadTensor(context->get(), request);
-  ChunkAssembler assembler(params);
-  absl::Status assembled;
+  ChunkChecker checker(params);
+  absl::Status handled;
   v1::ReadTensorResponse chunk;
   while (reader->Read(&chunk)) {
-    assembled = assembler.Add(chunk);
-    if (!assembled.ok()) {
+    bool first = false;
+    handled = checker.Add(chunk, &first);
+    if (handled.ok() && first) handled = on_info(chunk.info());
+    if (handled.ok()) handled = on_bytes(chunk.data());
+    if (!handled.ok()) {
       // Stop the server's stream; Finish then reports CANCELLED, which the
-      // assembly error explains better.
+      // checker's or the sink's error explains better.
       (*context)->TryCancel();
       while (reader->Read(&chunk)) {
       }
@@ -282,9 +307,9 @@ absl::StatusOr<TensorData> SummonClient::ReadTensor(
     }
   }
   const grpc::Status status = reader->Finish();
-  if (!assembled.ok()) return assembled;
+  if (!handled.ok()) return handled;
   if (!status.ok()) return FromGrpcStatus(status);
-  return std::move(assembler).Finish();
+  return checker.Finish();
 }
 
 absl::StatusOr<v1::WriteTensorResponse> SummonClient::WriteTensor(

@@ -2,6 +2,7 @@
 #define SUMMON_CLIENT_SUMMON_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -147,6 +148,15 @@ class SummonClient {
   // count arrived (INTERNAL otherwise). WriteTensor sends a header with the
   // element count, then `bytes` in chunks of options().write_chunk_bytes.
   absl::StatusOr<TensorData> ReadTensor(const ReadTensorParams& params) const;
+  // The same stream, checked the same way, handed over chunk by chunk
+  // instead of assembled: `on_info` once with the first chunk's description,
+  // then `on_bytes` for every chunk in order. Memory stays at one chunk
+  // whatever the tensor's size. A sink's error stops the stream and is
+  // returned.
+  absl::Status ReadTensorChunks(
+      const ReadTensorParams& params,
+      const std::function<absl::Status(const v1::TensorInfo&)>& on_info,
+      const std::function<absl::Status(absl::string_view)>& on_bytes) const;
   absl::StatusOr<v1::WriteTensorResponse> WriteTensor(
       const WriteTensorParams& params, absl::string_view bytes) const;
   // Empty `fqns`: every parameter of the session. Unset `histogram_bins`: the

@@ -1,6 +1,9 @@
 #include "client/summonctl_commands.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <utility>
 
@@ -208,6 +211,10 @@ TensorRef TensorFromArgs(const Invocation& args) {
   return {args.positionals[0], args.positionals[1], args.Has("grad")};
 }
 
+// Streams the tensor into a .npy file (or stdout for "-") chunk by chunk:
+// the header from the first chunk's description, then each chunk's bytes,
+// so memory stays at one chunk whatever the tensor's size. A file is
+// written under a temporary name and renamed once complete.
 absl::Status TensorRead(const CommandContext& c) {
   ReadTensorParams params;
   params.tensor = TensorFromArgs(c.args);
@@ -215,22 +222,70 @@ absl::Status TensorRead(const CommandContext& c) {
       EnumFlag(c.args, "dtype", v1::DTYPE_UNSPECIFIED);
   if (!dtype.ok()) return dtype.status();
   params.dtype = *dtype;
-  absl::StatusOr<TensorData> tensor = c.client.ReadTensor(params);
-  if (!tensor.ok()) return tensor.status();
-  const std::optional<core::DType> core_dtype = CoreDType(tensor->info.dtype());
-  if (!core_dtype) {
-    return absl::InternalError(absl::StrCat("the server sent dtype ",
-                                            tensor->info.dtype(), " for ",
-                                            params.tensor.fqn));
+  const std::string& out_path = c.args.Value("out");
+  const bool to_stdout = out_path == "-";
+  const std::string temp_path = out_path + ".part";
+  std::ofstream file;
+  std::ostream& sink = to_stdout ? c.out : file;
+  v1::TensorInfo info;
+  const auto write = [&](absl::string_view bytes) {
+    sink.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return sink ? absl::OkStatus()
+                : LocalFileError(absl::DataLossError(
+                                     absl::StrCat("cannot write ", out_path)),
+                                 /*input=*/false);
+  };
+  absl::Status read = c.client.ReadTensorChunks(
+      params,
+      [&](const v1::TensorInfo& first) -> absl::Status {
+        info = first;
+        const std::optional<core::DType> core_dtype = CoreDType(info.dtype());
+        if (!core_dtype) {
+          return absl::InternalError(absl::StrCat("the server sent dtype ",
+                                                  info.dtype(), " for ",
+                                                  params.tensor.fqn));
+        }
+        absl::StatusOr<std::string> header = EncodeNpyHeader(
+            *core_dtype, core::Shape(info.shape().begin(), info.shape().end()));
+        if (!header.ok()) return header.status();
+        if (!to_stdout) {
+          file.open(temp_path, std::ios::binary | std::ios::trunc);
+          if (!file) {
+            return LocalFileError(
+                absl::ErrnoToStatus(errno,
+                                    absl::StrCat("cannot create ", out_path)),
+                /*input=*/false);
+          }
+        }
+        return write(*header);
+      },
+      write);
+  if (!to_stdout && file.is_open()) {
+    file.close();
+    if (read.ok() && !file) {
+      read = LocalFileError(
+          absl::DataLossError(absl::StrCat("cannot write ", out_path)),
+          /*input=*/false);
+    }
+    std::error_code error;
+    if (read.ok()) {
+      std::filesystem::rename(temp_path, out_path, error);
+      if (error) {
+        read = LocalFileError(
+            absl::InternalError(absl::StrCat("cannot rename to ", out_path,
+                                             ": ", error.message())),
+            /*input=*/false);
+      }
+    }
+    if (!read.ok()) std::filesystem::remove(temp_path, error);
   }
-  NpyArray array;
-  array.dtype = *core_dtype;
-  array.shape.assign(tensor->info.shape().begin(), tensor->info.shape().end());
-  array.data = std::move(tensor->data);
-  absl::Status written = WriteNpyFile(c.args.Value("out"), array);
-  if (!written.ok()) return LocalFileError(written, /*input=*/false);
-  return Print(c, absl::StatusOr<v1::TensorInfo>(tensor->info),
-               &TensorInfoTable);
+  if (!read.ok()) return read;
+  if (to_stdout) {
+    // The data went to stdout: the description goes to stderr.
+    c.err << TensorInfoTable(info);
+    return absl::OkStatus();
+  }
+  return Print(c, absl::StatusOr<v1::TensorInfo>(info), &TensorInfoTable);
 }
 
 // The primary parameter that `alias` is tied to; nullopt when `alias` is no

@@ -82,6 +82,33 @@ TEST_F(SummonctlTensorTest, TensorReadWritesTheTensorAsNpy) {
             v1::DTYPE_FLOAT32);
 }
 
+// "--out -" streams the .npy bytes to stdout (the description goes to
+// stderr); a file is written whole or not at all.
+TEST_F(SummonctlTensorTest, TensorReadStreamsToStdoutAndFilesAtomically) {
+  const std::string data("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8);
+  server_.summon().SetTensor(TensorOf("w", v1::DTYPE_FLOAT32, {2}), data);
+  const SummonctlResult piped =
+      Run({"tensor", "read", "s-1", "w", "--out", "-"});
+  EXPECT_EQ(piped.exit_code, 0) << piped.err;
+  absl::StatusOr<NpyArray> array = DecodeNpy(piped.out);
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_EQ(array->shape, core::Shape({2}));
+  EXPECT_EQ(array->data, data);
+  EXPECT_EQ(piped.err, "FQN  DTYPE    SHAPE  NUMEL\nw    FLOAT32  [2]    2\n");
+
+  // A stream that breaks off leaves no file under the name asked for.
+  v1::ReadTensorResponse first;
+  *first.mutable_info() = TensorOf("w", v1::DTYPE_FLOAT32, {4});
+  first.set_data(data);
+  server_.summon().SetReadStream({first});
+  const std::string path = TempPath("cut.npy");
+  const SummonctlResult cut =
+      Run({"tensor", "read", "s-1", "w", "--out", path});
+  EXPECT_EQ(cut.exit_code, 13) << cut.err;  // INTERNAL: 2 of 4 elements.
+  EXPECT_FALSE(std::ifstream(path).good());
+  EXPECT_FALSE(std::ifstream(path + ".part").good());
+}
+
 TEST_F(SummonctlTensorTest, TensorWriteSendsTheNpyData) {
   SessionWithParam(TensorOf("w", v1::DTYPE_FLOAT32, {2, 2}));
   const std::string path = TempPath("in.npy");
