@@ -208,14 +208,21 @@ grpc::Status FakeSummonService::WriteTensor(
       received.data += message.data();
     }
   }
+  // Like summond, a stream the client cancelled applies (records) nothing.
+  if (context->IsCancelled()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "write stream cancelled");
+  }
   const grpc::Status answer =
       calls_.Answer("WriteTensor", *context, received.header, response);
   absl::MutexLock lock(&mutex_);
   last_write_ = received;
   if (!answer.ok()) return answer;
   *response->mutable_info() = tensor_info_;
-  response->set_elements_written(static_cast<int64_t>(
-      received.data.size() / ElementSize(received.header.dtype())));
+  const size_t element_size = ElementSize(received.header.dtype());
+  response->set_elements_written(
+      element_size == 0
+          ? 0
+          : static_cast<int64_t>(received.data.size() / element_size));
   return grpc::Status::OK;
 }
 

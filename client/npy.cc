@@ -229,7 +229,7 @@ absl::StatusOr<std::string> EncodeNpyHeader(core::DType dtype,
   return out;
 }
 
-absl::StatusOr<NpyArray> DecodeNpy(absl::string_view bytes) {
+absl::StatusOr<NpyHeader> DecodeNpyHeader(absl::string_view bytes) {
   if (bytes.size() < kMagicSize + 2 ||
       bytes.substr(0, kMagicSize) != absl::string_view(kMagic, kMagicSize)) {
     return absl::InvalidArgumentError("npy: not a .npy file (bad magic)");
@@ -254,9 +254,9 @@ absl::StatusOr<NpyArray> DecodeNpy(absl::string_view bytes) {
   }
   std::string descr;
   bool fortran_order = false;
-  NpyArray array;
+  NpyHeader header;
   absl::Status parsed = HeaderParser(bytes.substr(prefix, header_size))
-                            .Parse(descr, fortran_order, array.shape);
+                            .Parse(descr, fortran_order, header.shape);
   if (!parsed.ok()) return parsed;
   if (fortran_order) {
     return absl::InvalidArgumentError(
@@ -264,19 +264,66 @@ absl::StatusOr<NpyArray> DecodeNpy(absl::string_view bytes) {
   }
   absl::StatusOr<core::DType> dtype = DTypeOfDescr(descr);
   if (!dtype.ok()) return dtype.status();
-  array.dtype = *dtype;
-  absl::StatusOr<int64_t> numel = core::NumElements(array.shape);
+  header.dtype = *dtype;
+  absl::StatusOr<int64_t> numel = core::NumElements(header.shape);
   if (!numel.ok()) return numel.status();
-  const absl::string_view data = bytes.substr(prefix + header_size);
-  const size_t element_size = core::ElementSize(array.dtype);
-  if (static_cast<uint64_t>(*numel) > data.size() / element_size ||
-      data.size() != static_cast<size_t>(*numel) * element_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "npy: shape ", ShapeTuple(array.shape), " of '", descr, "' needs ",
-        *numel, " elements, the file holds ", data.size(), " data bytes"));
+  const int64_t element_size =
+      static_cast<int64_t>(core::ElementSize(header.dtype));
+  // Checked so that the byte size below cannot wrap around.
+  if (*numel > INT64_MAX / element_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("npy: shape ", ShapeTuple(header.shape), " needs ", *numel,
+                     " elements, more than any file holds"));
   }
-  array.data = std::string(data);
-  return array;
+  header.data_offset = static_cast<int64_t>(prefix + header_size);
+  header.data_bytes = *numel * element_size;
+  return header;
+}
+
+absl::StatusOr<NpyHeader> ReadNpyHeader(std::istream& in) {
+  // Magic and version, then a 2-byte (version 1) or 4-byte header length.
+  std::string head(kMagicSize + 2, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  if (in.gcount() != static_cast<std::streamsize>(head.size()) ||
+      head.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
+    return absl::InvalidArgumentError("npy: not a .npy file (bad magic)");
+  }
+  const size_t length_size = head[kMagicSize] == 1 ? 2 : 4;
+  std::string length(length_size, '\0');
+  in.read(length.data(), static_cast<std::streamsize>(length_size));
+  if (in.gcount() != static_cast<std::streamsize>(length_size)) {
+    return absl::InvalidArgumentError("npy: truncated header length");
+  }
+  const size_t header_size = ReadLittleEndian(length.data(), length_size);
+  constexpr size_t kMaxHeaderBytes = 1 << 20;
+  if (header_size > kMaxHeaderBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("npy: a header of ", header_size, " bytes is too long"));
+  }
+  std::string dict(header_size, '\0');
+  in.read(dict.data(), static_cast<std::streamsize>(header_size));
+  if (in.gcount() != static_cast<std::streamsize>(header_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("npy: header of ", header_size,
+                     " bytes runs past the end of the file"));
+  }
+  return DecodeNpyHeader(head + length + dict);
+}
+
+absl::StatusOr<NpyArray> DecodeNpy(absl::string_view bytes) {
+  absl::StatusOr<NpyHeader> header = DecodeNpyHeader(bytes);
+  if (!header.ok()) return header.status();
+  const absl::string_view data =
+      bytes.substr(static_cast<size_t>(header->data_offset));
+  if (data.size() != static_cast<uint64_t>(header->data_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("npy: shape ", ShapeTuple(header->shape), " of ",
+                     core::DTypeName(header->dtype), " needs ",
+                     header->data_bytes /
+                         static_cast<int64_t>(core::ElementSize(header->dtype)),
+                     " elements, the file holds ", data.size(), " data bytes"));
+  }
+  return NpyArray{header->dtype, header->shape, std::string(data)};
 }
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {

@@ -2,6 +2,7 @@
 #define SUMMON_CLIENT_NPY_H_
 
 #include <cstdint>
+#include <istream>
 #include <string>
 
 #include "absl/status/status.h"
@@ -37,6 +38,19 @@ absl::StatusOr<std::string> EncodeNpyHeader(core::DType dtype,
 // fortran_order True, a negative or overflowing shape, or a data size other
 // than the shape's.
 absl::StatusOr<NpyArray> DecodeNpy(absl::string_view bytes);
+
+// What precedes a .npy file's data, for readers that stream the data.
+struct NpyHeader {
+  core::DType dtype = core::DType::kFloat32;
+  core::Shape shape;
+  int64_t data_offset = 0;  // Where the data starts.
+  int64_t data_bytes = 0;   // numel(shape) * ElementSize(dtype).
+};
+// Parses the header at the start of `bytes` (which must hold all of it; the
+// data after it is not looked at). The same refusals as DecodeNpy.
+absl::StatusOr<NpyHeader> DecodeNpyHeader(absl::string_view bytes);
+// Reads exactly the header from `in`, leaving it at the first data byte.
+absl::StatusOr<NpyHeader> ReadNpyHeader(std::istream& in);
 
 // EncodeNpy/DecodeNpy through a file; file errors carry the path.
 absl::Status WriteNpyFile(const std::string& path, const NpyArray& array);

@@ -324,6 +324,27 @@ absl::StatusOr<v1::WriteTensorResponse> SummonClient::WriteTensor(
         absl::StrCat("WriteTensor: ", bytes.size(), " bytes is not whole ",
                      v1::DType_Name(params.dtype), " elements"));
   }
+  const size_t chunk_bytes = std::max(
+      element_size, options_.write_chunk_bytes / element_size * element_size);
+  size_t start = 0;
+  return WriteTensorChunks(
+      params, static_cast<int64_t>(bytes.size() / element_size),
+      [&](std::string* chunk) -> absl::StatusOr<bool> {
+        if (start >= bytes.size()) return false;
+        const absl::string_view part = bytes.substr(start, chunk_bytes);
+        chunk->assign(part.data(), part.size());
+        start += part.size();
+        return true;
+      });
+}
+
+absl::StatusOr<v1::WriteTensorResponse> SummonClient::WriteTensorChunks(
+    const WriteTensorParams& params, int64_t element_count,
+    const std::function<absl::StatusOr<bool>(std::string*)>& next_chunk) const {
+  if (ElementSize(params.dtype) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteTensor needs a dtype, got ", v1::DType_Name(params.dtype)));
+  }
   v1::WriteTensorRequest header_message;
   v1::WriteTensorHeader& header = *header_message.mutable_header();
   header.set_session_id(params.tensor.session_id);
@@ -331,25 +352,31 @@ absl::StatusOr<v1::WriteTensorResponse> SummonClient::WriteTensor(
   header.set_grad(params.tensor.grad);
   header.set_dtype(params.dtype);
   header.set_element_offset(params.element_offset);
-  header.set_element_count(static_cast<int64_t>(bytes.size() / element_size));
+  header.set_element_count(element_count);
 
   absl::StatusOr<std::unique_ptr<grpc::ClientContext>> context = NewContext();
   if (!context.ok()) return context.status();
   v1::WriteTensorResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::WriteTensorRequest>> writer =
       summon_->WriteTensor(context->get(), &response);
-  const size_t chunk_bytes = std::max(
-      element_size, options_.write_chunk_bytes / element_size * element_size);
   // A failed Write means the server ended the stream; Finish says why.
   bool open = writer->Write(header_message);
   v1::WriteTensorRequest data_message;
-  for (size_t start = 0; open && start < bytes.size(); start += chunk_bytes) {
-    const absl::string_view chunk = bytes.substr(start, chunk_bytes);
-    data_message.set_data(chunk.data(), chunk.size());
+  absl::Status source;
+  while (open) {
+    absl::StatusOr<bool> more = next_chunk(data_message.mutable_data());
+    if (!more.ok()) {
+      // The server applies nothing from a stream that does not end well.
+      source = more.status();
+      (*context)->TryCancel();
+      break;
+    }
+    if (!*more) break;
     open = writer->Write(data_message);
   }
-  if (open) writer->WritesDone();
+  if (open && source.ok()) writer->WritesDone();
   const grpc::Status status = writer->Finish();
+  if (!source.ok()) return source;
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }

@@ -148,6 +148,14 @@ class SummonClient {
   // count arrived (INTERNAL otherwise). WriteTensor sends a header with the
   // element count, then `bytes` in chunks of options().write_chunk_bytes.
   absl::StatusOr<TensorData> ReadTensor(const ReadTensorParams& params) const;
+  // WriteTensor from a source of chunks: `element_count` elements are
+  // declared in the header, then `next_chunk` fills each data message (whole
+  // elements) until it returns false. A source error cancels the stream
+  // (the server applies nothing) and is returned.
+  absl::StatusOr<v1::WriteTensorResponse> WriteTensorChunks(
+      const WriteTensorParams& params, int64_t element_count,
+      const std::function<absl::StatusOr<bool>(std::string*)>& next_chunk)
+      const;
   // The same stream, checked the same way, handed over chunk by chunk
   // instead of assembled: `on_info` once with the first chunk's description,
   // then `on_bytes` for every chunk in order. Memory stays at one chunk

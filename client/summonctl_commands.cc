@@ -325,49 +325,103 @@ absl::StatusOr<std::optional<v1::TensorInfo>> FindSessionTensor(
   return find(*primary);
 }
 
-// Checks that `array` has the shape of the tensor the user named `fqn` and
-// converts it to the stored dtype: writes never convert on the server (R5),
-// so a float32 .npy edited after a `--dtype float32` read of a bfloat16
-// tensor is rounded here.
-absl::Status MatchStoredTensor(absl::string_view fqn,
-                               const v1::TensorInfo& info, NpyArray& array) {
-  if (!std::equal(array.shape.begin(), array.shape.end(), info.shape().begin(),
-                  info.shape().end())) {
+// The dtype a .npy of `header` is sent as: the stored one (the .npy's
+// elements are converted to it), once its shape is checked to be the
+// tensor's.
+absl::StatusOr<core::DType> WireTargetFor(absl::string_view fqn,
+                                          const v1::TensorInfo& info,
+                                          const NpyHeader& header) {
+  if (!std::equal(header.shape.begin(), header.shape.end(),
+                  info.shape().begin(), info.shape().end())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the .npy shape ", core::ShapeToString(array.shape),
+        absl::StrCat("the .npy shape ", core::ShapeToString(header.shape),
                      " is not ", fqn, "'s shape ",
                      core::ShapeToString(core::Shape(info.shape().begin(),
                                                      info.shape().end()))));
   }
   const std::optional<core::DType> stored = CoreDType(info.dtype());
-  if (!stored || *stored == array.dtype) return absl::OkStatus();
-  const int64_t count =
-      static_cast<int64_t>(array.data.size() / core::ElementSize(array.dtype));
-  std::string converted(static_cast<size_t>(count) * core::ElementSize(*stored),
-                        '\0');
-  absl::Status status = core::ConvertElements(array.dtype, array.data.data(),
-                                              *stored, converted.data(), count);
-  if (!status.ok()) return status;
-  array.dtype = *stored;
-  array.data = std::move(converted);
-  return absl::OkStatus();
+  return stored.value_or(header.dtype);
 }
 
+// Streams a .npy file (or stdin for "-") into the tensor chunk by chunk,
+// converting to the stored dtype on the way: memory stays at one chunk. A
+// file shorter or longer than its header says stops the stream, and the
+// server applies nothing.
 absl::Status TensorWrite(const CommandContext& c) {
   const TensorRef ref = TensorFromArgs(c.args);
-  absl::StatusOr<NpyArray> array = ReadNpyFile(c.args.Value("in"));
-  if (!array.ok()) return LocalFileError(array.status(), /*input=*/true);
+  const std::string& path = c.args.Value("in");
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) {
+      return LocalFileError(
+          absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path)),
+          /*input=*/true);
+    }
+  }
+  std::istream& source = path == "-" ? c.in : file;
+  absl::StatusOr<NpyHeader> header = ReadNpyHeader(source);
+  if (!header.ok()) {
+    return LocalFileError(
+        absl::Status(header.status().code(),
+                     absl::StrCat(path, ": ", header.status().message())),
+        /*input=*/true);
+  }
   absl::StatusOr<std::optional<v1::TensorInfo>> info =
       FindSessionTensor(c.client, ref);
   if (!info.ok()) return info.status();
+  core::DType target = header->dtype;
   if (info->has_value()) {
-    absl::Status matched = MatchStoredTensor(ref.fqn, **info, *array);
-    if (!matched.ok()) return matched;
+    absl::StatusOr<core::DType> wire = WireTargetFor(ref.fqn, **info, *header);
+    if (!wire.ok()) return wire.status();
+    target = *wire;
   }
+  const int64_t source_size =
+      static_cast<int64_t>(core::ElementSize(header->dtype));
+  const int64_t count = header->data_bytes / source_size;
+  constexpr int64_t kChunkElements = int64_t{1} << 18;
+  int64_t sent = 0;
+  std::string raw;
   WriteTensorParams params;
   params.tensor = ref;
-  params.dtype = WireDType(array->dtype);
-  return Print(c, c.client.WriteTensor(params, array->data), &WriteTensorTable);
+  params.dtype = WireDType(target);
+  return Print(
+      c,
+      c.client.WriteTensorChunks(
+          params, count,
+          [&](std::string* chunk) -> absl::StatusOr<bool> {
+            const int64_t n = std::min(kChunkElements, count - sent);
+            if (n == 0) {
+              if (source.peek() != std::char_traits<char>::eof()) {
+                return LocalFileError(
+                    absl::InvalidArgumentError(absl::StrCat(
+                        path, ": data runs past the ", header->data_bytes,
+                        " bytes its .npy header gives")),
+                    /*input=*/true);
+              }
+              return false;
+            }
+            raw.resize(static_cast<size_t>(n * source_size));
+            source.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+            if (source.gcount() != static_cast<std::streamsize>(raw.size())) {
+              return LocalFileError(
+                  absl::InvalidArgumentError(absl::StrCat(
+                      path, ": data ends before the ", header->data_bytes,
+                      " bytes its .npy header gives")),
+                  /*input=*/true);
+            }
+            sent += n;
+            if (target == header->dtype) {
+              chunk->swap(raw);
+              return true;
+            }
+            chunk->resize(static_cast<size_t>(n) * core::ElementSize(target));
+            absl::Status converted = core::ConvertElements(
+                header->dtype, raw.data(), target, chunk->data(), n);
+            if (!converted.ok()) return converted;
+            return true;
+          }),
+      &WriteTensorTable);
 }
 
 absl::Status TensorStats(const CommandContext& c) {
@@ -564,7 +618,7 @@ absl::StatusOr<v1::SessionOptions> SessionOptionsFromFlags(
 
 int RunSummonctl(const std::vector<std::string>& raw_args,
                  absl::string_view environment_server, std::ostream& out,
-                 std::ostream& err) {
+                 std::ostream& err, std::istream& in) {
   const std::vector<std::string> args = ExpandShortFlags(raw_args);
   const absl::StatusOr<OutputFormat> format = OutputFormatOf(args);
   if (!format.ok()) return Fail(err, format.status()).raw_code();
@@ -614,7 +668,7 @@ int RunSummonctl(const std::vector<std::string>& raw_args,
   ClientOptions options;
   options.principal = invocation->Value("principal");
   const SummonClient client(server, options);
-  const CommandContext context{*invocation, client, *format, out, err};
+  const CommandContext context{*invocation, client, *format, out, err, in};
   const absl::Status status = invocation->command->handler(context);
   return status.ok() ? 0 : ExitCodeOf(Fail(err, status, *format));
 }

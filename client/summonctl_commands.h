@@ -1,6 +1,8 @@
 #ifndef SUMMON_CLIENT_SUMMONCTL_COMMANDS_H_
 #define SUMMON_CLIENT_SUMMONCTL_COMMANDS_H_
 
+#include <iostream>
+#include <istream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -34,6 +36,7 @@ struct CommandContext {
   OutputFormat format;
   std::ostream& out;
   std::ostream& err;
+  std::istream& in;  // `tensor write --in -` reads it.
 };
 
 const std::vector<FlagSpec>& SummonctlGlobalFlags();
@@ -43,7 +46,7 @@ const std::vector<CommandSpec>& SummonctlCommands();
 // ("" when unset). Returns the exit code.
 int RunSummonctl(const std::vector<std::string>& args,
                  absl::string_view environment_server, std::ostream& out,
-                 std::ostream& err);
+                 std::ostream& err, std::istream& in = std::cin);
 
 // The SessionOptions that `session open`'s flags ask for. INVALID_ARGUMENT for
 // contradictory flags (--params with --scope or --no-recurse) or bad values.

@@ -157,6 +157,32 @@ TEST_F(SummonctlTensorTest, LocalFileErrorsHaveTheirOwnExitCodes) {
   EXPECT_EQ(summon().Count("CreateModel"), 0);
 }
 
+// "--in -" streams a .npy from stdin; a .npy whose data is shorter or
+// longer than its header says stops the stream (exit 65), and the server
+// applies nothing (its write needs every declared byte).
+TEST_F(SummonctlTensorTest, TensorWriteStreamsFromStdinAndRefusesBadLengths) {
+  SessionWithParam(TensorOf("w", v1::DTYPE_FLOAT32, {2}));
+  const std::string data("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8);
+  absl::StatusOr<std::string> npy =
+      EncodeNpy({core::DType::kFloat32, {2}, data});
+  ASSERT_TRUE(npy.ok());
+  const SummonctlResult piped =
+      Run({"tensor", "write", "s-1", "w", "--in", "-"}, *npy);
+  EXPECT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(server_.summon().LastWrite().data, data);
+  EXPECT_EQ(server_.summon().LastWrite().header.element_count(), 2);
+
+  EXPECT_EQ(Run({"tensor", "write", "s-1", "w", "--in", "-"},
+                npy->substr(0, npy->size() - 1))
+                .exit_code,
+            65);
+  EXPECT_EQ(
+      Run({"tensor", "write", "s-1", "w", "--in", "-"}, *npy + "x").exit_code,
+      65);
+  // Those streams were cancelled: the last write applied is still the first.
+  EXPECT_EQ(server_.summon().LastWrite().data, data);
+}
+
 TEST_F(SummonctlTensorTest, TensorWriteRefusesAnotherShape) {
   SessionWithParam(TensorOf("w", v1::DTYPE_FLOAT32, {2, 2}));
   const std::string path = TempPath("flat.npy");

@@ -25,16 +25,18 @@ v1::TensorInfo TensorOf(const std::string& fqn, v1::DType dtype,
   return info;
 }
 
-SummonctlResult SummonctlTest::Run(std::vector<std::string> args) {
+SummonctlResult SummonctlTest::Run(std::vector<std::string> args,
+                                   const std::string& stdin_bytes) {
   args.insert(args.begin(), {"--server", server_.address()});
-  return RunWithEnvironment(args, "");
+  return RunWithEnvironment(args, "", stdin_bytes);
 }
 
 SummonctlResult SummonctlTest::RunWithEnvironment(
-    const std::vector<std::string>& args,
-    const std::string& environment_server) {
+    const std::vector<std::string>& args, const std::string& environment_server,
+    const std::string& stdin_bytes) {
   std::ostringstream out, err;
-  const int code = RunSummonctl(args, environment_server, out, err);
+  std::istringstream in(stdin_bytes);
+  const int code = RunSummonctl(args, environment_server, out, err, in);
   return {code, out.str(), err.str()};
 }
 

@@ -28,11 +28,14 @@ v1::TensorInfo TensorOf(const std::string& fqn, v1::DType dtype,
 // Runs RunSummonctl in-process against fake Summon and Trainer services.
 class SummonctlTest : public ::testing::Test {
  protected:
-  // Runs summonctl against the fake server (through --server).
-  SummonctlResult Run(std::vector<std::string> args);
+  // Runs summonctl against the fake server (through --server), with
+  // `stdin_bytes` as its standard input.
+  SummonctlResult Run(std::vector<std::string> args,
+                      const std::string& stdin_bytes = "");
   static SummonctlResult RunWithEnvironment(
       const std::vector<std::string>& args,
-      const std::string& environment_server);
+      const std::string& environment_server,
+      const std::string& stdin_bytes = "");
 
   FakeCalls& summon() { return server_.summon().calls(); }
 
