@@ -1,10 +1,12 @@
 #include "client/summon_client.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/stream_watchdog.h"
 #include "client/wire_dtype.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -101,6 +103,12 @@ class ChunkChecker {
   int64_t expected_elements_ = 0;
   int64_t next_element_ = 0;
 };
+
+absl::Status IdleStreamError(absl::Duration idle) {
+  return absl::DeadlineExceededError(
+      absl::StrCat("the tensor stream made no progress for ",
+                   absl::FormatDuration(idle), "; cancelled"));
+}
 
 }  // namespace
 
@@ -254,6 +262,17 @@ absl::StatusOr<v1::CloseSessionResponse> SummonClient::CloseSession(
                request);
 }
 
+absl::StatusOr<std::unique_ptr<grpc::ClientContext>>
+SummonClient::NewStreamContext() const {
+  absl::StatusOr<std::unique_ptr<grpc::ClientContext>> context = NewContext();
+  if (context.ok()) {
+    // No overall deadline: a StreamWatchdog cancels the stream when it stops
+    // moving instead.
+    (*context)->set_deadline(std::chrono::system_clock::time_point::max());
+  }
+  return context;
+}
+
 absl::StatusOr<TensorData> SummonClient::ReadTensor(
     const ReadTensorParams& params) const {
   TensorData data;
@@ -285,14 +304,17 @@ absl::Status SummonClient::ReadTensorChunks(
   if (params.element_count) request.set_element_count(*params.element_count);
   request.set_chunk_bytes(params.chunk_bytes);
 
-  absl::StatusOr<std::unique_ptr<grpc::ClientContext>> context = NewContext();
+  absl::StatusOr<std::unique_ptr<grpc::ClientContext>> context =
+      NewStreamContext();
   if (!context.ok()) return context.status();
+  StreamWatchdog watchdog(context->get(), options_.timeout);
   std::unique_ptr<grpc::ClientReader<v1::ReadTensorResponse>> reader =
       summon_->ReadTensor(context->get(), request);
   ChunkChecker checker(params);
   absl::Status handled;
   v1::ReadTensorResponse chunk;
   while (reader->Read(&chunk)) {
+    watchdog.Progress();
     bool first = false;
     handled = checker.Add(chunk, &first);
     if (handled.ok() && first) handled = on_info(chunk.info());
@@ -308,6 +330,7 @@ absl::Status SummonClient::ReadTensorChunks(
   }
   const grpc::Status status = reader->Finish();
   if (!handled.ok()) return handled;
+  if (watchdog.fired()) return IdleStreamError(options_.timeout);
   if (!status.ok()) return FromGrpcStatus(status);
   return checker.Finish();
 }
@@ -354,8 +377,10 @@ absl::StatusOr<v1::WriteTensorResponse> SummonClient::WriteTensorChunks(
   header.set_element_offset(params.element_offset);
   header.set_element_count(element_count);
 
-  absl::StatusOr<std::unique_ptr<grpc::ClientContext>> context = NewContext();
+  absl::StatusOr<std::unique_ptr<grpc::ClientContext>> context =
+      NewStreamContext();
   if (!context.ok()) return context.status();
+  StreamWatchdog watchdog(context->get(), options_.timeout);
   v1::WriteTensorResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::WriteTensorRequest>> writer =
       summon_->WriteTensor(context->get(), &response);
@@ -373,10 +398,12 @@ absl::StatusOr<v1::WriteTensorResponse> SummonClient::WriteTensorChunks(
     }
     if (!*more) break;
     open = writer->Write(data_message);
+    watchdog.Progress();
   }
   if (open && source.ok()) writer->WritesDone();
   const grpc::Status status = writer->Finish();
   if (!source.ok()) return source;
+  if (watchdog.fired()) return IdleStreamError(options_.timeout);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }

@@ -34,7 +34,9 @@ struct ClientOptions {
   // be printable ASCII; otherwise every call fails with INVALID_ARGUMENT.
   std::string principal;
   // Deadline of every call from its start; absl::InfiniteDuration(): none.
-  // Trainer.ReportPhase adds its own wait deadline on top.
+  // Trainer.ReportPhase adds its own wait deadline on top. Tensor streams
+  // have no overall deadline: they are cancelled (DEADLINE_EXCEEDED) when
+  // no chunk moved for this long.
   absl::Duration timeout = absl::Seconds(60);
   // Payload bytes per WriteTensor data message, rounded down to whole
   // elements (at least one element).
@@ -189,6 +191,9 @@ class SummonClient {
   // cannot carry.
   absl::StatusOr<std::unique_ptr<grpc::ClientContext>> NewContext(
       absl::Duration extra = absl::ZeroDuration()) const;
+  // For tensor streams: no deadline; the timeout is an idle timeout instead
+  // (StreamWatchdog).
+  absl::StatusOr<std::unique_ptr<grpc::ClientContext>> NewStreamContext() const;
 
   ClientOptions options_;
   std::shared_ptr<v1::Summon::Stub> summon_;

@@ -1,9 +1,12 @@
 #include "client/summonctl_commands.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <optional>
 #include <utility>
 
@@ -13,6 +16,7 @@
 #include "client/cli_output.h"
 #include "client/cli_values.h"
 #include "client/npy.h"
+#include "client/progress_bar.h"
 #include "client/summonctl_meta.h"
 #include "client/summonctl_terminal.h"
 #include "client/wire_dtype.h"
@@ -228,6 +232,7 @@ absl::Status TensorRead(const CommandContext& c) {
   std::ofstream file;
   std::ostream& sink = to_stdout ? c.out : file;
   v1::TensorInfo info;
+  std::optional<ProgressBar> bar;
   const auto write = [&](absl::string_view bytes) {
     sink.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     return sink ? absl::OkStatus()
@@ -245,6 +250,11 @@ absl::Status TensorRead(const CommandContext& c) {
                                                   info.dtype(), " for ",
                                                   params.tensor.fqn));
         }
+        if (c.progress) {
+          bar.emplace(c.err, absl::StrCat("read ", params.tensor.fqn),
+                      info.numel() *
+                          static_cast<int64_t>(core::ElementSize(*core_dtype)));
+        }
         absl::StatusOr<std::string> header = EncodeNpyHeader(
             *core_dtype, core::Shape(info.shape().begin(), info.shape().end()));
         if (!header.ok()) return header.status();
@@ -259,7 +269,11 @@ absl::Status TensorRead(const CommandContext& c) {
         }
         return write(*header);
       },
-      write);
+      [&](absl::string_view bytes) {
+        if (bar) bar->Add(static_cast<int64_t>(bytes.size()));
+        return write(bytes);
+      });
+  if (bar && read.ok()) bar->Finish();
   if (!to_stdout && file.is_open()) {
     file.close();
     if (read.ok() && !file) {
@@ -382,6 +396,10 @@ absl::Status TensorWrite(const CommandContext& c) {
   constexpr int64_t kChunkElements = int64_t{1} << 18;
   int64_t sent = 0;
   std::string raw;
+  std::optional<ProgressBar> bar;
+  if (c.progress) {
+    bar.emplace(c.err, absl::StrCat("write ", ref.fqn), header->data_bytes);
+  }
   WriteTensorParams params;
   params.tensor = ref;
   params.dtype = WireDType(target);
@@ -392,6 +410,7 @@ absl::Status TensorWrite(const CommandContext& c) {
           [&](std::string* chunk) -> absl::StatusOr<bool> {
             const int64_t n = std::min(kChunkElements, count - sent);
             if (n == 0) {
+              if (bar) bar->Finish();
               if (source.peek() != std::char_traits<char>::eof()) {
                 return LocalFileError(
                     absl::InvalidArgumentError(absl::StrCat(
@@ -411,6 +430,7 @@ absl::Status TensorWrite(const CommandContext& c) {
                   /*input=*/true);
             }
             sent += n;
+            if (bar) bar->Add(static_cast<int64_t>(raw.size()));
             if (target == header->dtype) {
               chunk->swap(raw);
               return true;
@@ -479,6 +499,7 @@ const std::vector<FlagSpec>& SummonctlGlobalFlags() {
       Valued("server", "ADDR"),
       Valued("output", "table|json|yaml"),
       Valued("principal", "P"),
+      Switch("quiet"),
   };
   return *kFlags;
 }
@@ -668,7 +689,11 @@ int RunSummonctl(const std::vector<std::string>& raw_args,
   ClientOptions options;
   options.principal = invocation->Value("principal");
   const SummonClient client(server, options);
-  const CommandContext context{*invocation, client, *format, out, err, in};
+  // The progress line only where a person watches: stderr is a terminal.
+  const bool progress = !invocation->Has("quiet") && &err == &std::cerr &&
+                        isatty(STDERR_FILENO) == 1;
+  const CommandContext context{*invocation, client, *format, out,
+                               err,         in,     progress};
   const absl::Status status = invocation->command->handler(context);
   return status.ok() ? 0 : ExitCodeOf(Fail(err, status, *format));
 }

@@ -37,6 +37,8 @@ struct CommandContext {
   std::ostream& out;
   std::ostream& err;
   std::istream& in;  // `tensor write --in -` reads it.
+  // Tensor transfers draw a progress line on `err` (a terminal, no --quiet).
+  bool progress = false;
 };
 
 const std::vector<FlagSpec>& SummonctlGlobalFlags();

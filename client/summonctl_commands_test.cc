@@ -75,9 +75,10 @@ TEST_F(SummonctlTest, BadValuesExitWithInvalidArgumentBeforeAnyCall) {
 TEST_F(SummonctlTest, HelpPrintsEveryCommandAndExitsZero) {
   const SummonctlResult result = Run({"--help"});
   EXPECT_EQ(result.exit_code, 0);
-  EXPECT_EQ(result.out.rfind("usage: summonctl [--server ADDR] [--output "
-                             "table|json|yaml] [--principal P] NOUN VERB ...\n",
-                             0),
+  EXPECT_EQ(result.out.rfind(
+                "usage: summonctl [--server ADDR] [--output "
+                "table|json|yaml] [--principal P] [--quiet] NOUN VERB ...\n",
+                0),
             0u)
       << result.out;
   for (const CommandSpec& command : SummonctlCommands()) {
