@@ -58,6 +58,12 @@ ABSL_FLAG(int32_t, heartbeat_ms, 1000,
           "Interval of node heartbeats to the leader, in milliseconds.");
 ABSL_FLAG(int32_t, collective_timeout_ms, 30000,
           "A collective operation taking longer aborts its sessions.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT serving GET /metrics in the Prometheus text format; "
+          "port 0 picks a free port (logged, and written to "
+          "--metrics-port-file). Empty: no metrics endpoint.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "When set, the chosen metrics port is written to this file.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off.");
 
@@ -131,6 +137,7 @@ SummonServer::Spec SpecFromFlags() {
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   spec.collective_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
+  spec.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   return spec;
 }
 
@@ -184,6 +191,24 @@ int Run(int argc, char** argv) {
       spec.unix_socket.empty() || spec.listen_address.empty() ? "" : " and ",
       spec.unix_socket.empty() ? "" : "unix:" + spec.unix_socket,
       spec.local_ranks);
+  if ((*server)->metrics_port() != 0) {
+    spdlog::info("summond serving metrics on http://{}:{}/metrics",
+                 spec.metrics_listen.substr(0, spec.metrics_listen.rfind(':')),
+                 (*server)->metrics_port());
+  }
+  const std::string metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  if (!metrics_port_file.empty()) {
+    if (spec.metrics_listen.empty()) {
+      spdlog::error("--metrics-port-file needs --metrics-listen");
+      return ExitCode(absl::InvalidArgumentError("no --metrics-listen"));
+    }
+    if (absl::Status written =
+            WritePortFile(metrics_port_file, (*server)->metrics_port());
+        !written.ok()) {
+      spdlog::error("{}", written.ToString());
+      return ExitCode(written);
+    }
+  }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     if (absl::Status written = WritePortFile(port_file, (*server)->port());

@@ -18,12 +18,14 @@
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
 #include "server/cluster_node_ops.h"
+#include "server/metrics/summon_metrics.h"
 #include "server/model_registry.h"
 #include "server/node_runtime.h"
 #include "server/peer_service.h"
 #include "server/session_manager.h"
 #include "server/status_conversion.h"
 #include "server/summon_service.h"
+#include "server/trainer_leases.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
@@ -129,7 +131,115 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
       registry_.get(), sessions_.get(), trainers_.get(), membership_.get());
 }
 
-SummonServer::~SummonServer() { Shutdown(); }
+SummonServer::~SummonServer() {
+  for (int id : metric_callbacks_) {
+    metrics::DefaultRegistry().RemoveCallback(id);
+  }
+  metrics_http_.reset();
+  Shutdown();
+}
+
+int SummonServer::metrics_port() const {
+  return metrics_http_ == nullptr ? 0 : metrics_http_->port();
+}
+
+void SummonServer::RegisterMetrics() {
+  using Samples = metrics::Registry::Samples;
+  metrics::Registry& registry = metrics::DefaultRegistry();
+  auto add = [&](const char* name, const char* help,
+                 std::vector<std::string> labels,
+                 std::function<Samples()> compute) {
+    metric_callbacks_.push_back(registry.CallbackGauge(
+        name, help, std::move(labels), std::move(compute)));
+  };
+  add("summon_node_up", "1 while summond runs.", {},
+      [] { return Samples{{{}, 1}}; });
+  add("summon_node_ready",
+      "1 once the cluster is READY (a single node: once started).", {},
+      [this] { return Samples{{{}, ready() ? 1.0 : 0.0}}; });
+  add("summon_sessions_open",
+      "Sessions held by the session manager (the leader in a cluster), by "
+      "kind.",
+      {"kind"}, [this] {
+        const SessionManager::Usage usage = sessions_->CurrentUsage();
+        return Samples{{{"readonly"}, static_cast<double>(usage.readonly_sessions)},
+                       {{"writable"}, static_cast<double>(usage.writable_sessions)}};
+      });
+  add("summon_memory_budget_used_bytes",
+      "Bytes of session copies reserved against the memory budget, by node "
+      "(as the session manager, the leader in a cluster, accounts them).",
+      {"node"}, [this] {
+        Samples samples;
+        const SessionManager::Usage usage = sessions_->CurrentUsage();
+        for (size_t node = 0; node < usage.memory_per_node.size(); ++node) {
+          samples.push_back({{absl::StrCat(node)},
+                             static_cast<double>(usage.memory_per_node[node])});
+        }
+        return samples;
+      });
+  add("summon_memory_budget_bytes",
+      "The memory budget of each node (--memory-budget); 0: no limit.", {},
+      [this] {
+        return Samples{{{}, static_cast<double>(spec_.memory_budget_bytes)}};
+      });
+  add("summon_shard_shm_bytes",
+      "Bytes of this node's shard segments in shared memory.", {}, [this] {
+        double bytes = 0;
+        for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
+          if (model->store != nullptr) {
+            bytes += static_cast<double>(model->store->TotalBytes());
+          }
+        }
+        return Samples{{{}, bytes}};
+      });
+  add("summon_trainers_attached",
+      "Trainer incarnations attached to this node's models.", {}, [this] {
+        double attached = 0;
+        for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
+          attached += trainers_->AttachedTrainers(model->name).size();
+        }
+        return Samples{{{}, attached}};
+      });
+  add("summon_trainer_ranks",
+      "This node's shard-owning ranks by training phase, over all models.",
+      {"phase"}, [this] {
+        std::map<std::string, double> by_phase;
+        for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
+          absl::MutexLock lock(&model->runtime_mu);
+          for (int rank : model->local_ranks) {
+            if (rank < 0 || static_cast<size_t>(rank) >=
+                                model->runtime.phase_per_rank.size()) {
+              continue;
+            }
+            by_phase[std::string(core::TrainingPhaseName(
+                model->runtime.phase_per_rank[rank]))] += 1;
+          }
+        }
+        Samples samples;
+        for (const auto& [phase, count] : by_phase) {
+          samples.push_back({{phase}, count});
+        }
+        return samples;
+      });
+  if (membership_ != nullptr) {
+    add("summon_leader_epoch",
+        "The cluster's epoch as this node knows it (changes each time the "
+        "cluster forms; 0 while not formed).",
+        {}, [this] {
+          return Samples{{{}, static_cast<double>(membership_->epoch())}};
+        });
+    add("summon_peer_heartbeat_age_seconds",
+        "Leader: seconds since each follower's last heartbeat.", {"node"},
+        [this] {
+          Samples samples;
+          for (const auto& [node, age] : membership_->HeartbeatAges()) {
+            samples.push_back(
+                {{absl::StrCat(node)}, absl::ToDoubleSeconds(age)});
+          }
+          return samples;
+        });
+  }
+}
 
 absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   if (absl::Status valid = ValidateSpec(spec); !valid.ok()) return valid;
@@ -156,6 +266,13 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
     }
   }
   const Spec& s = server->spec_;
+  server->RegisterMetrics();
+  if (!s.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> http =
+        metrics::MetricsHttpServer::Start(s.metrics_listen);
+    if (!http.ok()) return http.status();
+    server->metrics_http_ = std::move(*http);
+  }
   std::vector<std::string> listeners;
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default: a second daemon on a taken port would

@@ -15,6 +15,9 @@ namespace summon::server {
 class ClusterNodeOps;
 class LocalKvStore;
 class Membership;
+namespace metrics {
+class MetricsHttpServer;
+}  // namespace metrics
 class ModelRegistry;
 class NodeRuntime;
 class PeerServiceImpl;
@@ -63,6 +66,9 @@ class SummonServer {
     absl::Duration reaper_interval = absl::Milliseconds(200);
     absl::Duration heartbeat_interval = absl::Seconds(1);
     absl::Duration collective_timeout = absl::Seconds(30);
+    // HOST:PORT serving GET /metrics (Prometheus text format); port 0 picks
+    // a free port (see metrics_port()). Empty: no metrics endpoint.
+    std::string metrics_listen;
   };
 
   // Validates `spec`, binds the listeners and starts serving.
@@ -80,6 +86,8 @@ class SummonServer {
   // listen_address with the bound port, e.g. "127.0.0.1:40123"; empty
   // without TCP listener.
   std::string address() const;
+  // The bound metrics port; 0 without --metrics-listen.
+  int metrics_port() const;
 
   // True once the cluster is READY (every node joined and connected); a
   // single node is ready as soon as it started.
@@ -109,6 +117,11 @@ class SummonServer {
   std::unique_ptr<SummonServiceImpl> summon_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
   std::unique_ptr<grpc::Server> server_;
+  // Scrape-time gauges of this server in the process's metrics registry.
+  std::vector<int> metric_callbacks_;
+  std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;
+
+  void RegisterMetrics();
 };
 
 }  // namespace summon::server

@@ -330,6 +330,17 @@ absl::StatusOr<SessionInfo> SessionManager::Get(const std::string& id,
   return Describe(**session);
 }
 
+SessionManager::Usage SessionManager::CurrentUsage() const {
+  absl::MutexLock lock(&mu_);
+  Usage usage;
+  for (const auto& [id, session] : sessions_) {
+    ++(session->options.writeback ? usage.writable_sessions
+                                  : usage.readonly_sessions);
+  }
+  usage.memory_per_node = memory_per_node_;
+  return usage;
+}
+
 std::vector<SessionInfo> SessionManager::List(const std::string& model,
                                               const std::string& principal) {
   absl::MutexLock lock(&mu_);

@@ -98,6 +98,14 @@ class SessionManager {
                                    const std::string& principal);
   absl::StatusOr<SessionInfo> Get(const std::string& id,
                                   const std::string& principal);
+  // For metrics: sessions held (any principal) and session copies' bytes
+  // reserved per node against the memory budget.
+  struct Usage {
+    int readonly_sessions = 0;
+    int writable_sessions = 0;
+    std::vector<int64_t> memory_per_node;
+  };
+  Usage CurrentUsage() const;
   // Sessions of `model` (all models when empty) visible to `principal`.
   std::vector<SessionInfo> List(const std::string& model,
                                 const std::string& principal);

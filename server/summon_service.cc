@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/checkpoint.h"
+#include "server/metrics/summon_metrics.h"
 #include "server/peer_service.h"
 #include "server/proto_conversion.h"
 #include "server/status_conversion.h"
@@ -316,12 +317,20 @@ grpc::Status SummonServiceImpl::OpenSession(
           Route(*context, &v1::Summon::Stub::OpenSession, *request, response)) {
     return *routed;
   }
+  // Counted where the session is decided: the leader (or single node).
+  const metrics::SummonMetrics& m = metrics::Summon();
+  const absl::Time start = absl::Now();
   absl::StatusOr<SessionOptions> options =
       SessionOptionsFromProto(request->options());
-  if (!options.ok()) return ToGrpcStatus(options.status());
   absl::StatusOr<SessionInfo> info =
-      sessions_->Open(request->model(), *options, PrincipalOf(*context));
-  if (!info.ok()) return ToGrpcStatus(info.status());
+      options.ok()
+          ? sessions_->Open(request->model(), *options, PrincipalOf(*context))
+          : absl::StatusOr<SessionInfo>(options.status());
+  const grpc::Status status = ToGrpcStatus(info.status());
+  m.session_opens->Add({metrics::CodeName(status.error_code())});
+  if (!info.ok()) return status;
+  m.gather_seconds->Observe({}, metrics::SecondsSince(start));
+  if (!info->shared_gather) m.gathered_bytes->Add({}, info->bytes);
   SessionInfoToProto(*info, response);
   return grpc::Status::OK;
 }
@@ -384,9 +393,22 @@ grpc::Status SummonServiceImpl::CloseSession(
                           response)) {
     return *routed;
   }
+  const metrics::SummonMetrics& m = metrics::Summon();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<SessionInfo> before =
+      sessions_->Get(request->session_id(), PrincipalOf(*context));
+  const bool writeback =
+      before.ok() && before->options.writeback && !request->abort();
   absl::StatusOr<CloseResult> result = sessions_->Close(
       request->session_id(), request->abort(), request->force(),
       PrincipalOf(*context), [context] { return context->IsCancelled(); });
+  const std::string result_name =
+      metrics::CodeName(ToGrpcStatus(result.status()).error_code());
+  m.session_closes->Add({result_name});
+  if (writeback) {
+    m.writebacks->Add({result_name});
+    m.writeback_seconds->Observe({}, metrics::SecondsSince(start));
+  }
   if (!result.ok()) return ToGrpcStatus(result.status());
   response->set_written_back(result->written_back);
   response->set_bytes_written(result->bytes_written);
@@ -441,6 +463,8 @@ grpc::Status SummonServiceImpl::ReadTensor(
     info.set_dtype(DTypeToProto(*session->options.read_dtype));
   }
   bool first = true;
+  int64_t sent_bytes = 0;
+  const absl::Time start = absl::Now();
   absl::Status status = sessions_->Read(
       request->session_id(), request->fqn(), request->grad(), dtype,
       request->element_offset(), count, request->chunk_bytes(), principal,
@@ -452,8 +476,13 @@ grpc::Status SummonServiceImpl::ReadTensor(
         }
         chunk.set_element_offset(offset);
         chunk.set_data(bytes.data(), bytes.size());
-        return !context->IsCancelled() && writer->Write(chunk);
+        if (context->IsCancelled() || !writer->Write(chunk)) return false;
+        sent_bytes += static_cast<int64_t>(bytes.size());
+        return true;
       });
+  const metrics::SummonMetrics& m = metrics::Summon();
+  m.read_bytes->Add({}, static_cast<double>(sent_bytes));
+  m.read_seconds->Observe({}, metrics::SecondsSince(start));
   return ToGrpcStatus(status);
 }
 
@@ -533,6 +562,7 @@ grpc::Status SummonServiceImpl::WriteTensor(
       sessions_->Write(header.session_id(), header.fqn(), header.grad(), *dtype,
                        header.element_offset(), staged, principal);
   if (!written.ok()) return ToGrpcStatus(written.status());
+  metrics::Summon().written_bytes->Add({}, static_cast<double>(staged.size()));
   TensorInfoToProto(*written, response->mutable_info());
   response->set_elements_written(count);
   return grpc::Status::OK;

@@ -180,6 +180,14 @@ absl::StatusOr<v1::HeartbeatResponse> Membership::HandleHeartbeat(
   return response;
 }
 
+std::map<int, absl::Duration> Membership::HeartbeatAges() const {
+  absl::MutexLock lock(&mu_);
+  std::map<int, absl::Duration> ages;
+  const absl::Time now = absl::Now();
+  for (const auto& [node, last] : last_heartbeat_) ages[node] = now - last;
+  return ages;
+}
+
 uint64_t Membership::epoch() const {
   absl::MutexLock lock(&mu_);
   return epoch_;

@@ -67,6 +67,8 @@ class Membership {
   // it is not formed. Node operations carry it, so a node fenced out of an
   // earlier epoch (stopped, then resumed) cannot apply stale ones.
   uint64_t epoch() const;
+  // Leader: time since each follower's last heartbeat (for metrics).
+  std::map<int, absl::Duration> HeartbeatAges() const;
 
   // Leader side of the Peer RPCs.
   absl::StatusOr<v1::JoinResponse> HandleJoin(const v1::JoinRequest& request);
