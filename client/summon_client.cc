@@ -23,6 +23,12 @@ constexpr int kMaxReceiveMessageBytes = 16 << 20;
 std::shared_ptr<grpc::Channel> ChannelTo(const std::string& target) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  // A fixed 8 MiB receive window instead of one grown by BDP probing: a
+  // reader slower than the wire (a busy disk) then holds at most a few
+  // chunks in memory, not tens of MiB, and loopback still streams at full
+  // speed.
+  arguments.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  arguments.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
                                    arguments);
 }
