@@ -504,6 +504,8 @@ absl::StatusOr<CloseResult> SessionManager::Close(
     for (const auto& [unit, generation] : commit.target_generations) {
       model.runtime.units[unit].generation = generation;
       result.generations[model.spec.units[unit].fqn] = generation;
+      result.external_writes[model.spec.units[unit].fqn] =
+          model.store->ExternalWrites(unit);
     }
   }
   Finish(*session, core::SessionState::kClosed);

@@ -60,6 +60,8 @@ struct CloseResult {
   bool written_back = false;
   int64_t bytes_written = 0;
   std::map<std::string, uint64_t> generations;  // Unit FQN -> new gen.
+  // Unit FQN -> its external-write counter after the writeback (R18).
+  std::map<std::string, uint64_t> external_writes;
 };
 
 struct PhaseReport {

@@ -12,7 +12,10 @@ namespace summon::server {
 namespace {
 
 constexpr int64_t kMinChunkBytes = 4 << 10;
-constexpr int64_t kMaxChunkBytes = 4 << 20;
+// Payload of one ReadTensor message: with its few fields (and the tensor's
+// description in the first one) the message stays under the 4 MiB that
+// stock gRPC clients accept by default.
+constexpr int64_t kMaxChunkBytes = (4 << 20) - (64 << 10);
 constexpr int64_t kDefaultChunkBytes = 1 << 20;
 
 absl::Status NotOpen(const std::string& id, core::SessionState state) {

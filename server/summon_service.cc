@@ -16,7 +16,6 @@ namespace summon::server {
 namespace {
 
 constexpr int kDefaultHistogramBins = 16;
-constexpr uint32_t kMaxReadChunkBytes = 4 << 20;
 
 }  // namespace
 
@@ -416,6 +415,7 @@ grpc::Status SummonServiceImpl::CloseSession(
     v1::UnitGeneration* entry = response->add_generations();
     entry->set_unit(unit);
     entry->set_generation(generation);
+    entry->set_external_writes(result->external_writes[unit]);
   }
   return grpc::Status::OK;
 }
@@ -439,11 +439,6 @@ grpc::Status SummonServiceImpl::ReadTensor(
         DTypeFromProto(request->dtype(), "dtype");
     if (!parsed.ok()) return ToGrpcStatus(parsed.status());
     dtype = *parsed;
-  }
-  if (request->chunk_bytes() > kMaxReadChunkBytes) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("chunk_bytes must be at most ", kMaxReadChunkBytes,
-                     ", got ", request->chunk_bytes())));
   }
   std::optional<int64_t> count;
   if (request->has_element_count()) count = request->element_count();

@@ -51,14 +51,26 @@ TEST_F(ProtoContractTest, LeaseSecondsZeroMeansTheSixtySecondDefault) {
   EXPECT_EQ(session.options().lease_seconds(), 60u);
 }
 
-// ReadTensorRequest.chunk_bytes: "At most 4 MiB (INVALID_ARGUMENT above)".
-TEST_F(ProtoContractTest, ReadChunkBytesAboveFourMiBIsInvalid) {
-  pb::ReadTensorRequest request = ReadOf("layers.1.w");
-  request.set_chunk_bytes((4 << 20) + 1);
-  std::string data;
-  EXPECT_CODE(ReadRaw(request, &data), INVALID_ARGUMENT);
-  request.set_chunk_bytes(4 << 20);
-  EXPECT_TRUE(ReadRaw(request, &data).ok());
+// ReadTensorRequest.chunk_bytes: "clamped ... so that every message stays
+// under 4 MiB", read by this fixture's stock channel (gRPC's default 4 MiB
+// receive limit) from a 12 MiB tensor.
+TEST_F(ProtoContractTest, ReadChunksFitAStockClientsFourMiBLimit) {
+  CreateSeeded("big", pb::SHARDING_STRATEGY_FULL_SHARD,
+               R"({"units": [{"fqn": "", "params": [
+                   {"fqn": "big.w", "shape": [3, 1048576],
+                    "dtype": "float32"}]}]})");
+  const pb::Session session = Open("big", ReadOnly());
+  const std::string expected = FloatBytes(Seeded("big.w", 3 << 20));
+  for (uint32_t chunk : {uint32_t{4} << 20, uint32_t{0xFFFFFFFF}}) {
+    pb::ReadTensorRequest request;
+    request.set_session_id(session.id());
+    request.set_fqn("big.w");
+    request.set_chunk_bytes(chunk);
+    std::string data;
+    const grpc::Status status = ReadRaw(request, &data);
+    ASSERT_TRUE(status.ok()) << chunk << ": " << status.error_message();
+    EXPECT_TRUE(data == expected) << chunk;
+  }
 }
 
 // WriteTensorRequest.data: "Whole elements ... A length that is not a

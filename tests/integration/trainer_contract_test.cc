@@ -170,7 +170,11 @@ TEST_F(TrainerContractTest,
   ASSERT_TRUE(WriteFloats(writer.id(), "layers.1.w",
                           Scaled(Seeded("layers.1.w", 35), 2))
                   .ok());
-  ASSERT_TRUE(Close(writer.id()).written_back());
+  const pb::CloseSessionResponse closed = Close(writer.id());
+  ASSERT_TRUE(closed.written_back());
+  ASSERT_EQ(closed.generations_size(), 1);
+  EXPECT_EQ(closed.generations(0).generation(), 2u);
+  EXPECT_EQ(closed.generations(0).external_writes(), 1u);
   EXPECT_EQ(Counters(Describe("m")),
             (std::vector<std::string>{":1/0", "layers.0:1/0", "layers.1:2/1"}));
   ASSERT_TRUE(stream->Read(&seen));
