@@ -6,20 +6,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_testing.h"
 #include "gtest/gtest.h"
 
 namespace summon::core {
 namespace {
-
-// Asserts the code and that the message names every offender.
-void ExpectStatus(const absl::Status& status, absl::StatusCode code,
-                  std::initializer_list<absl::string_view> named) {
-  EXPECT_EQ(status.code(), code) << status;
-  for (absl::string_view name : named) {
-    EXPECT_NE(status.message().find(name), absl::string_view::npos)
-        << "'" << name << "' missing from: " << status.message();
-  }
-}
 
 // Model "llama" on 4 ranks, units "", "layers.0", "layers.1", all IDLE.
 ModelRuntimeState IdleModel() {

@@ -5,21 +5,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_testing.h"
 #include "gtest/gtest.h"
 
 namespace summon::core {
 namespace {
 
 using P = TrainingPhase;
-
-void ExpectStatus(const absl::Status& status, absl::StatusCode code,
-                  std::initializer_list<absl::string_view> named) {
-  EXPECT_EQ(status.code(), code) << status;
-  for (absl::string_view name : named) {
-    EXPECT_NE(status.message().find(name), absl::string_view::npos)
-        << "'" << name << "' missing from: " << status.message();
-  }
-}
 
 constexpr P kAllPhases[] = {P::kIdle, P::kForward, P::kBetween, P::kBackward,
                             P::kOptimizer};

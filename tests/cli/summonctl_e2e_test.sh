@@ -5,65 +5,22 @@
 # restart, and that a deleted model leaves no shared memory behind.
 set -uo pipefail
 
-runfiles="${TEST_SRCDIR}/${TEST_WORKSPACE}"
-summond_bin="$runfiles/server/summond"
-summonctl_bin="$runfiles/client/summonctl"
-seeded_values="$runfiles/tests/cli/seeded_values"
-layout="$runfiles/examples/gpt_tiny.json"
-
 work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/summonctl_e2e.XXXXXX")"
+# shellcheck source=tests/cli/summond_testlib.sh
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/cli/summond_testlib.sh"
+layout="$runfiles/examples/gpt_tiny.json"
 data_dir="$work/data"
 model=clie2e
 weight=layers.1.attn.qkv.weight
 weight_numel=768  # [48, 16] in examples/gpt_tiny.json.
 seed=42
-summond_pid=""
 instance=""
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-cleanup() {
-  if [ -n "$summond_pid" ] && kill -0 "$summond_pid" 2>/dev/null; then
-    kill -KILL "$summond_pid" 2>/dev/null
-    wait "$summond_pid" 2>/dev/null
-  fi
-  # A failed run must not leave this run's segments for the next one.
+# A failed run must not leave this run's segments for the next one.
+remove_segments() {
   if [ -n "$instance" ]; then rm -f /dev/shm/summon-"$instance"-*; fi
-  rm -rf "$work"
 }
-trap cleanup EXIT
-trap 'exit 1' TERM INT  # Bazel's timeout: still clean up.
-
-start_summond() {
-  rm -f "$work/port"
-  "$summond_bin" --listen 127.0.0.1:0 --port-file "$work/port" \
-    --local-ranks 4 --data-dir "$data_dir" --log-level warn &
-  summond_pid=$!
-  for _ in $(seq 100); do
-    [ -s "$work/port" ] && break
-    kill -0 "$summond_pid" 2>/dev/null || fail "summond exited at start"
-    sleep 0.1
-  done
-  [ -s "$work/port" ] || fail "summond wrote no port file in 10 s"
-  server="127.0.0.1:$(cat "$work/port")"
-}
-
-# SIGTERM must stop summond within 10 s with exit status 0.
-stop_summond() {
-  kill -TERM "$summond_pid"
-  for _ in $(seq 100); do
-    kill -0 "$summond_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -0 "$summond_pid" 2>/dev/null && fail "summond ignored SIGTERM for 10 s"
-  wait "$summond_pid"
-  local status=$?
-  summond_pid=""
-  [ "$status" -eq 0 ] || fail "summond exited with status $status after SIGTERM"
-}
+cleanup_extra=remove_segments
 
 ctl() { "$summonctl_bin" --server "$server" "$@"; }
 
@@ -104,7 +61,7 @@ shm_names() {
 instance_segments() { shm_names "summon-${instance}-*"; }
 
 # --- start, create ------------------------------------------------------------
-start_summond
+start_summond --local-ranks 4 --data-dir "$data_dir"
 rank0_segments() { shm_names "summon-*-${model}-r0-params"; }
 stale="$(rank0_segments)"  # Other daemons' model of this name, if any.
 expect 0 "" model create "$model" --layout "$layout" --init "seeded:$seed"
@@ -169,7 +126,7 @@ expect 3 "ERROR INVALID_ARGUMENT: missing flag --layout" model create other
 stop_summond
 [ "$(instance_segments)" = "$want_segments" ] ||
   fail "a daemon with --data-dir must keep its segments: $(instance_segments)"
-start_summond
+start_summond --local-ranks 4 --data-dir "$data_dir"
 expect 0 "" model list
 grep -q "^$model " "$work/out" || fail "restarted summond lost $model: $(cat "$work/out")"
 read_back "$work/restarted.npy"

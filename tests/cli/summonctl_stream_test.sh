@@ -5,40 +5,13 @@
 # without a terminal), and the tensor streamed back in through stdin.
 set -uo pipefail
 
-runfiles="${TEST_SRCDIR}/${TEST_WORKSPACE}"
-summond_bin="$runfiles/server/summond"
-summonctl_bin="$runfiles/client/summonctl"
-seeded_values="$runfiles/tests/cli/seeded_values"
-
 work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/summonctl_stream.XXXXXX")"
-summond_pid=""
-
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-cleanup() {
-  if [ -n "$summond_pid" ] && kill -0 "$summond_pid" 2>/dev/null; then
-    kill -KILL "$summond_pid" 2>/dev/null
-    wait "$summond_pid" 2>/dev/null
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 1' TERM INT
+# shellcheck source=tests/cli/summond_testlib.sh
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/cli/summond_testlib.sh"
 
 # No --data-dir: the daemon unlinks its shards when it exits.
-"$summond_bin" --listen 127.0.0.1:0 --port-file "$work/port" \
-  --local-ranks 2 --log-level warn &
-summond_pid=$!
-for _ in $(seq 100); do
-  [ -s "$work/port" ] && break
-  kill -0 "$summond_pid" 2>/dev/null || fail "summond exited at start"
-  sleep 0.1
-done
-[ -s "$work/port" ] || fail "summond wrote no port file in 10 s"
-export SUMMON_SERVER="127.0.0.1:$(cat "$work/port")"
+start_summond --local-ranks 2
+export SUMMON_SERVER="$server"
 ctl() { "$summonctl_bin" "$@"; }
 
 # 16384 x 16384 float32 = 1 GiB in one parameter.
