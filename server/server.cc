@@ -22,6 +22,7 @@
 #include "server/model_registry.h"
 #include "server/node_runtime.h"
 #include "server/peer_service.h"
+#include "server/reflection_v1.h"
 #include "server/session_manager.h"
 #include "server/status_conversion.h"
 #include "server/summon_service.h"
@@ -152,18 +153,21 @@ void SummonServer::RegisterMetrics() {
     metric_callbacks_.push_back(registry.CallbackGauge(
         name, help, std::move(labels), std::move(compute)));
   };
-  add("summon_node_up", "1 while summond runs.", {},
-      [] { return Samples{{{}, 1}}; });
+  add("summon_node_up", "1 while summond runs.", {}, [] {
+    return Samples{{{}, 1}};
+  });
   add("summon_node_ready",
-      "1 once the cluster is READY (a single node: once started).", {},
-      [this] { return Samples{{{}, ready() ? 1.0 : 0.0}}; });
+      "1 once the cluster is READY (a single node: once started).", {}, [this] {
+        return Samples{{{}, ready() ? 1.0 : 0.0}};
+      });
   add("summon_sessions_open",
       "Sessions held by the session manager (the leader in a cluster), by "
       "kind.",
       {"kind"}, [this] {
         const SessionManager::Usage usage = sessions_->CurrentUsage();
-        return Samples{{{"readonly"}, static_cast<double>(usage.readonly_sessions)},
-                       {{"writable"}, static_cast<double>(usage.writable_sessions)}};
+        return Samples{
+            {{"readonly"}, static_cast<double>(usage.readonly_sessions)},
+            {{"writable"}, static_cast<double>(usage.writable_sessions)}};
       });
   add("summon_memory_budget_used_bytes",
       "Bytes of session copies reserved against the memory budget, by node "
@@ -293,9 +297,18 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   }
   builder.RegisterService(server->summon_service_.get());
   builder.RegisterService(server->trainer_service_.get());
+  std::vector<std::string> services = {
+      pb::Summon::service_full_name(), pb::Trainer::service_full_name(),
+      "grpc.health.v1.Health",
+      grpc::reflection::v1::ServerReflection::service_full_name(),
+      "grpc.reflection.v1alpha.ServerReflection"};
   if (server->peer_service_) {
     builder.RegisterService(server->peer_service_.get());
+    services.push_back(pb::Peer::service_full_name());
   }
+  server->reflection_v1_ =
+      std::make_unique<ReflectionV1Service>(std::move(services));
+  builder.RegisterService(server->reflection_v1_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
     return absl::UnavailableError(

@@ -21,6 +21,7 @@ class MetricsHttpServer;
 class ModelRegistry;
 class NodeRuntime;
 class PeerServiceImpl;
+class ReflectionV1Service;
 class SessionManager;
 class SummonServiceImpl;
 class TrainerLeases;
@@ -116,6 +117,7 @@ class SummonServer {
   std::unique_ptr<TrainerLeases> trainers_;
   std::unique_ptr<SummonServiceImpl> summon_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
+  std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   // Scrape-time gauges of this server in the process's metrics registry.
   std::vector<int> metric_callbacks_;

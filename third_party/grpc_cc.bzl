@@ -46,6 +46,7 @@ def summon_cc_grpc_library(
         srcs,
         deps = [],
         compiled_in = None,
+        alwayslink = False,
         visibility = None):
     """Generates and compiles the messages and gRPC stubs of `srcs`.
 
@@ -59,6 +60,9 @@ def summon_cc_grpc_library(
         (e.g. libgrpc++_reflection for the reflection API). Only the headers
         are generated then: compiling the .pb.cc a second time would register
         the same descriptors twice and abort the program at start-up.
+      alwayslink: link the generated code into binaries even when nothing
+        refers to it, so that its descriptors are registered (reflection can
+        describe a service served without these C++ classes).
       visibility: as usual.
     """
     stems = [_strip_proto(src) for src in srcs]
@@ -108,5 +112,6 @@ def summon_cc_grpc_library(
             "//third_party:grpc",
             "//third_party:protobuf",
         ] + ([compiled_in] if compiled_in else [])),
+        alwayslink = alwayslink,
         visibility = visibility,
     )
