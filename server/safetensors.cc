@@ -17,6 +17,12 @@
 #include "absl/strings/str_cat.h"
 
 namespace summon::server {
+
+absl::Status Labelled(absl::string_view label, const absl::Status& status) {
+  return absl::Status(status.code(),
+                      absl::StrCat(label, ": ", status.message()));
+}
+
 namespace {
 
 // Ordered so that "file order" (the header's order) survives parsing and the
@@ -26,12 +32,6 @@ namespace fs = std::filesystem;
 
 constexpr absl::string_view kMetadataKey = "__metadata__";
 constexpr int kLengthPrefixBytes = 8;
-
-// `status` with `label` (a file, usually) in front of its message.
-absl::Status Labelled(absl::string_view label, const absl::Status& status) {
-  return absl::Status(status.code(),
-                      absl::StrCat(label, ": ", status.message()));
-}
 
 absl::Status Invalid(absl::string_view where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));

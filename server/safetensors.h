@@ -24,6 +24,9 @@
 
 namespace summon::server {
 
+// `status` with `label` (a file, usually) in front of its message.
+absl::Status Labelled(absl::string_view label, const absl::Status& status);
+
 // Headers larger than this are refused before anything is allocated, so a
 // corrupt length cannot make the daemon allocate gigabytes.
 inline constexpr int64_t kMaxSafetensorsHeaderBytes = int64_t{100} << 20;
