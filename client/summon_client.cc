@@ -190,11 +190,14 @@ absl::StatusOr<v1::Model> SummonClient::CreateModel(
 
 absl::StatusOr<v1::LoadModelResponse> SummonClient::LoadModel(
     const std::string& model, const std::string& path,
-    const std::optional<v1::CheckpointWrapRule>& create) const {
+    const std::optional<v1::CheckpointWrapRule>& create,
+    const std::string& skip, v1::DType dtype) const {
   v1::LoadModelRequest request;
   request.set_model(model);
   request.set_path(path);
   if (create) *request.mutable_create() = *create;
+  request.set_skip(skip);
+  request.set_dtype(dtype);
   return Unary(*summon_, &v1::Summon::Stub::LoadModel, NewContext(), request);
 }
 

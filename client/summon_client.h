@@ -114,7 +114,9 @@ class SummonClient {
   // `create` set: the model is created from the checkpoint with that rule.
   absl::StatusOr<v1::LoadModelResponse> LoadModel(
       const std::string& model, const std::string& path,
-      const std::optional<v1::CheckpointWrapRule>& create = std::nullopt) const;
+      const std::optional<v1::CheckpointWrapRule>& create = std::nullopt,
+      const std::string& skip = "",
+      v1::DType dtype = v1::DTYPE_UNSPECIFIED) const;
   // `overwrite` replaces existing files (ALREADY_EXISTS otherwise).
   absl::StatusOr<v1::SaveModelResponse> SaveModel(const std::string& model,
                                                   const std::string& path,

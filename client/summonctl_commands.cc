@@ -115,7 +115,7 @@ absl::Status ModelLoad(const CommandContext& c) {
   // from the checkpoint; without them it is loaded into the existing model.
   std::optional<v1::CheckpointWrapRule> create;
   if (c.args.Has("wrap") || c.args.Has("strategy") ||
-      c.args.Has("no-orig-params")) {
+      c.args.Has("no-orig-params") || c.args.Has("skip")) {
     create.emplace();
     absl::StatusOr<std::vector<std::string>> prefixes =
         ParseList("--wrap", c.args.Value("wrap"));
@@ -129,10 +129,13 @@ absl::Status ModelLoad(const CommandContext& c) {
     create->set_strategy(*strategy);
     if (c.args.Has("no-orig-params")) create->set_use_orig_params(false);
   }
-  return Print(
-      c,
-      c.client.LoadModel(c.args.positionals[0], c.args.Value("from"), create),
-      &LoadModelTable);
+  absl::StatusOr<v1::DType> dtype =
+      EnumFlag(c.args, "dtype", v1::DTYPE_UNSPECIFIED);
+  if (!dtype.ok()) return dtype.status();
+  return Print(c,
+               c.client.LoadModel(c.args.positionals[0], c.args.Value("from"),
+                                  create, c.args.Value("skip"), *dtype),
+               &LoadModelTable);
 }
 
 absl::Status ModelSave(const CommandContext& c) {
@@ -524,7 +527,8 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        "",
        false,
        {Required("from", "PATH"), Valued("wrap", "PREFIX,..."),
-        Valued("strategy", "S"), Switch("no-orig-params")},
+        Valued("strategy", "S"), Switch("no-orig-params"),
+        Valued("skip", "REGEX"), Valued("dtype", "D")},
        &ModelLoad},
       {"model",
        "save",

@@ -48,7 +48,7 @@ std::map<int, std::vector<int>> RanksByPosition(const core::ModelSpec& model,
 // one of its aliases'.
 absl::StatusOr<SafetensorsTensorRef> FindStoredTensor(
     const SafetensorsCheckpoint& checkpoint, const core::FlatParamEntry& param,
-    const std::vector<std::string>& aliases) {
+    const std::vector<std::string>& aliases, bool convert) {
   std::vector<std::string> names = {param.fqn};
   names.insert(names.end(), aliases.begin(), aliases.end());
   for (const std::string& name : names) {
@@ -56,12 +56,15 @@ absl::StatusOr<SafetensorsTensorRef> FindStoredTensor(
     if (found == checkpoint.by_name.end()) continue;
     const SafetensorsTensorRef& tensor = checkpoint.tensors[found->second];
     const SafetensorsEntry& entry = checkpoint.Entry(tensor);
-    if (entry.dtype != param.dtype || entry.shape != param.shape) {
+    const bool convertible = convert && core::IsFloatingPoint(entry.dtype);
+    if ((entry.dtype != param.dtype && !convertible) ||
+        entry.shape != param.shape) {
       return absl::InvalidArgumentError(absl::StrCat(
           "checkpoint tensor '", name, "' is ", core::DTypeName(entry.dtype),
           core::ShapeToString(entry.shape), " but parameter '", param.fqn,
           "' is ", core::DTypeName(param.dtype),
-          core::ShapeToString(param.shape)));
+          core::ShapeToString(param.shape),
+          entry.shape == param.shape ? " (load with dtype to convert)" : ""));
     }
     return tensor;
   }
@@ -77,7 +80,8 @@ absl::StatusOr<SafetensorsTensorRef> FindStoredTensor(
 absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path,
                                        const core::ModelSpec& model,
                                        const std::vector<int>& ranks,
-                                       const core::ShardAddress& shard) {
+                                       const core::ShardAddress& shard,
+                                       bool convert) {
   if (absl::Status checked = CheckRanks(model, ranks); !checked.ok()) {
     return checked;
   }
@@ -99,8 +103,8 @@ absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path,
   for (size_t u = 0; u < model.units.size(); ++u) {
     const auto& params = model.units[u].layout.params();
     for (size_t p = 0; p < params.size(); ++p) {
-      absl::StatusOr<SafetensorsTensorRef> tensor =
-          FindStoredTensor(*checkpoint, params[p], aliases_of[params[p].fqn]);
+      absl::StatusOr<SafetensorsTensorRef> tensor = FindStoredTensor(
+          *checkpoint, params[p], aliases_of[params[p].fqn], convert);
       if (!tensor.ok()) return Labelled(path, tensor.status());
       sources.push_back({static_cast<int>(u), static_cast<int>(p), *tensor});
     }
@@ -120,14 +124,33 @@ absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path,
       const int64_t shard_offset = slice.offset_in_shard * element_size;
       uint8_t* first =
           shard(position_ranks.front(), source.unit) + shard_offset;
-      if (absl::Status read = PreadFully(file.fd.get(), first, bytes,
+      // Stored as the parameter is: straight into the shard. Otherwise
+      // (convert) through a buffer of the stored dtype.
+      const int64_t stored_size =
+          static_cast<int64_t>(core::ElementSize(entry.dtype));
+      const int64_t stored_bytes = slice.numel_in_shard * stored_size;
+      std::string converted;
+      uint8_t* target = first;
+      if (entry.dtype != layout.dtype()) {
+        converted.resize(static_cast<size_t>(stored_bytes));
+        target = reinterpret_cast<uint8_t*>(converted.data());
+      }
+      if (absl::Status read = PreadFully(file.fd.get(), target, stored_bytes,
                                          file.header.data_start + entry.begin +
-                                             slice.intra_start * element_size);
+                                             slice.intra_start * stored_size);
           !read.ok()) {
         return Labelled(absl::StrCat(file.path, " tensor '", entry.name, "'"),
                         read);
       }
-      bytes_read += bytes;
+      if (entry.dtype != layout.dtype()) {
+        if (absl::Status status = core::ConvertElements(
+                entry.dtype, converted.data(), layout.dtype(), first,
+                slice.numel_in_shard);
+            !status.ok()) {
+          return status;
+        }
+      }
+      bytes_read += stored_bytes;
       for (size_t r = 1; r < position_ranks.size(); ++r) {
         std::memcpy(shard(position_ranks[r], source.unit) + shard_offset, first,
                     static_cast<size_t>(bytes));

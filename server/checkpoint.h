@@ -36,12 +36,15 @@ inline constexpr int64_t kDefaultMaxCheckpointFileBytes = int64_t{2} << 30;
 // Everything is validated before the first shard byte is written:
 // INVALID_ARGUMENT naming the tensor when a parameter is missing or has
 // another dtype or shape, a rank is outside the world, or a file is
-// malformed; NOT_FOUND when `path` does not exist. Returns the tensor bytes
-// read from the files.
+// malformed; NOT_FOUND when `path` does not exist. With `convert`, a
+// floating tensor of another dtype than its parameter is converted while it
+// is read (round to nearest even) instead of refused. Returns the tensor
+// bytes read from the files.
 absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path,
                                        const core::ModelSpec& model,
                                        const std::vector<int>& ranks,
-                                       const core::ShardAddress& shard);
+                                       const core::ShardAddress& shard,
+                                       bool convert = false);
 
 struct SavedCheckpoint {
   std::vector<std::string> files;  // Paths written; an index comes last.
@@ -183,13 +186,21 @@ enum class NonFloatingTensors {
 // save, LayoutJsonFromCheckpoint and load reproduce the same shards. Tied
 // weights cannot be recovered from a checkpoint (it stores each tensor once),
 // so the layout has no aliases.
-// INVALID_ARGUMENT for a malformed checkpoint, a malformed pattern, a pattern
-// matching no module, non-floating tensors under kReject, or a unit whose
-// tensors do not share one dtype (FSDP's one-dtype rule), naming them.
+// INVALID_ARGUMENT for a malformed checkpoint, a malformed pattern or skip
+// expression, a pattern matching no module, non-floating tensors under
+// kReject, or a unit whose tensors do not share one dtype (FSDP's one-dtype
+// rule), naming them.
+//
+// `skip` (an ECMAScript regular expression searched in each tensor name;
+// empty: none) leaves matching tensors out (buffers such as position_ids).
+// `cast_to` gives every parameter that dtype (the load then converts); without
+// it a unit mixing dtypes is refused naming them and the load that would work.
 absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
     const std::string& path, const std::vector<std::string>& wrap_patterns,
     core::Strategy strategy, bool use_orig_params,
-    NonFloatingTensors non_floating = NonFloatingTensors::kReject);
+    NonFloatingTensors non_floating = NonFloatingTensors::kReject,
+    const std::string& skip = "",
+    std::optional<core::DType> cast_to = std::nullopt);
 
 }  // namespace summon::server
 

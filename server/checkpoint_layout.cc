@@ -67,7 +67,22 @@ bool NaturalLess(const ModulePath& a, const ModulePath& b) {
 absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
     const std::string& path, const std::vector<std::string>& wrap_patterns,
     core::Strategy strategy, bool use_orig_params,
-    NonFloatingTensors non_floating) {
+    NonFloatingTensors non_floating, const std::string& skip,
+    std::optional<core::DType> cast_to) {
+  std::optional<std::regex> skipped;
+  if (!skip.empty()) {
+    try {
+      skipped.emplace(skip, std::regex::ECMAScript);
+    } catch (const std::regex_error&) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "skip '", skip, "' is not a regular expression (ECMAScript)"));
+    }
+  }
+  if (cast_to.has_value() && !core::IsFloatingPoint(*cast_to)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot cast parameters to ", core::DTypeName(*cast_to),
+                     ": only floating-point dtypes (R14)"));
+  }
   std::vector<ModulePath> patterns;
   for (const std::string& pattern : wrap_patterns) {
     std::optional<ModulePath> parts = SplitName(pattern);
@@ -88,6 +103,9 @@ absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
   std::vector<bool> pattern_used(patterns.size(), false);
   for (size_t t = 0; t < checkpoint->tensors.size(); ++t) {
     const SafetensorsEntry& entry = checkpoint->Entry(checkpoint->tensors[t]);
+    if (skipped.has_value() && std::regex_search(entry.name, *skipped)) {
+      continue;
+    }
     if (!core::IsFloatingPoint(entry.dtype)) {
       non_floating_names.push_back(absl::StrCat(
           "'", entry.name, "' (", core::DTypeName(entry.dtype), ")"));
@@ -115,7 +133,8 @@ absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": tensors ", absl::StrJoin(non_floating_names, ", "),
         " are not floating point and cannot be flattened into a unit (R14); "
-        "skip them to build a layout without them"));
+        "load with skip (summonctl model load --skip REGEX) to leave them "
+        "out"));
   }
   for (size_t p = 0; p < patterns.size(); ++p) {
     if (!pattern_used[p]) {
@@ -136,6 +155,36 @@ absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
             [](const auto& a, const auto& b) {
               return NaturalLess(a.first, b.first);
             });
+  // FSDP flattens one dtype per unit: a unit mixing them is refused with the
+  // load that would work (cast everything to the unit's most common dtype).
+  if (!cast_to.has_value()) {
+    for (const auto& [parts, fqn] : unit_order) {
+      std::map<core::DType, std::vector<std::string>> by_dtype;
+      for (int t : units[fqn]) {
+        const SafetensorsEntry& entry =
+            checkpoint->Entry(checkpoint->tensors[t]);
+        by_dtype[entry.dtype].push_back(entry.name);
+      }
+      if (by_dtype.size() < 2) continue;
+      std::vector<std::string> mix;
+      core::DType most = by_dtype.begin()->first;
+      for (const auto& [dtype, names] : by_dtype) {
+        mix.push_back(absl::StrCat(core::DTypeName(dtype), " ('", names.front(),
+                                   "'", names.size() > 1 ? ", ..." : "", ")"));
+        if (names.size() > by_dtype[most].size()) most = dtype;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": unit '", fqn, "' mixes ", absl::StrJoin(mix, " and "),
+          "; FSDP flattens one dtype per unit. Load with dtype ",
+          core::DTypeName(most),
+          " to convert every parameter (summonctl "
+          "model load M --from PATH --wrap '",
+          absl::StrJoin(wrap_patterns, ","), "' --dtype ",
+          core::DTypeName(most),
+          "), or wrap the other dtype's "
+          "modules as units of their own"));
+    }
+  }
   using Json = nlohmann::ordered_json;
   Json unit_list = Json::array();
   for (const auto& [parts, fqn] : unit_order) {
@@ -144,7 +193,8 @@ absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
       const SafetensorsEntry& entry = checkpoint->Entry(checkpoint->tensors[t]);
       params.push_back({{"fqn", entry.name},
                         {"shape", entry.shape},
-                        {"dtype", std::string(core::DTypeName(entry.dtype))}});
+                        {"dtype", std::string(core::DTypeName(
+                                      cast_to.value_or(entry.dtype)))}});
     }
     unit_list.push_back({{"fqn", fqn}, {"params", std::move(params)}});
   }

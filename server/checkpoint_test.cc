@@ -494,8 +494,8 @@ TEST(LayoutJsonFromCheckpointTest, RefusesBadPatternsAndMixedDtypeUnits) {
       {{"layers.*", "blocks.*"}, "wrap pattern 'blocks.*' matches no module"},
       // A tensor's own name is not a module.
       {{"layers.*", "head.w"}, "wrap pattern 'head.w' matches no module"},
-      // FSDP's one-dtype rule, from the layout parser.
-      {{"layers.*"}, "share one dtype"},
+      // FSDP's one-dtype rule, with the load that would work.
+      {{"layers.*"}, "flattens one dtype per unit. Load with dtype"},
   };
   for (const auto& [patterns, message] : cases) {
     absl::StatusOr<std::string> layout = LayoutJsonFromCheckpoint(

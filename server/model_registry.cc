@@ -506,7 +506,8 @@ std::vector<std::shared_ptr<ModelEntry>> ModelRegistry::List() const {
 }
 
 absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
-                                                      const std::string& path) {
+                                                      const std::string& path,
+                                                      bool convert) {
   absl::MutexLock runtime_lock(&model.runtime_mu);
   if (model.open_sessions > 0) {
     return absl::FailedPreconditionError(
@@ -516,7 +517,8 @@ absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
   absl::MutexLock shards_lock(&model.shards_mu);
   absl::StatusOr<int64_t> bytes = server::LoadCheckpoint(
       path, model.spec, model.local_ranks,
-      [&](int rank, int unit) { return model.ParamShard(rank, unit); });
+      [&](int rank, int unit) { return model.ParamShard(rank, unit); },
+      convert);
   if (!bytes.ok()) return bytes.status();
   for (size_t u = 0; u < model.runtime.units.size(); ++u) {
     model.runtime.units[u].generation =

@@ -140,7 +140,8 @@ class ModelRegistry {
   // counter (R18). Refused while sessions are open on the model; callers
   // take SessionManager::LockForShardWrite first (R15).
   absl::StatusOr<int64_t> LoadCheckpoint(ModelEntry& model,
-                                         const std::string& path);
+                                         const std::string& path,
+                                         bool convert = false);
   absl::StatusOr<std::vector<std::string>> SaveCheckpoint(
       ModelEntry& model, const std::string& path, int64_t max_file_bytes);
 

@@ -228,7 +228,7 @@ grpc::Status PeerServiceImpl::NodeLoadModel(
       registry_->GetRecreatingShards(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
   absl::StatusOr<int64_t> bytes =
-      registry_->LoadCheckpoint(**model, request->path());
+      registry_->LoadCheckpoint(**model, request->path(), request->convert());
   if (!bytes.ok()) return ToGrpcStatus(bytes.status());
   response->set_bytes(*bytes);
   return grpc::Status::OK;

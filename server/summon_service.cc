@@ -137,6 +137,18 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
       checkpoint_roots_.Resolve(request->path());
   if (!resolved.ok()) return ToGrpcStatus(resolved.status());
   const std::string& path = *resolved;
+  std::optional<core::DType> cast_to;
+  if (request->dtype() != v1::DTYPE_UNSPECIFIED) {
+    absl::StatusOr<core::DType> parsed =
+        DTypeFromProto(request->dtype(), "dtype");
+    if (!parsed.ok()) return ToGrpcStatus(parsed.status());
+    cast_to = *parsed;
+  }
+  if (!request->skip().empty() && !request->has_create()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "skip applies only to a load that creates the model (create set); "
+        "a load into a model ignores tensors it does not have"));
+  }
   if (request->has_create()) {
     const v1::CheckpointWrapRule& rule = request->create();
     core::Strategy strategy = core::Strategy::kFullShard;
@@ -148,7 +160,8 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
     }
     absl::StatusOr<std::string> layout = LayoutJsonFromCheckpoint(
         path, {rule.unit_prefixes().begin(), rule.unit_prefixes().end()},
-        strategy, rule.has_use_orig_params() ? rule.use_orig_params() : true);
+        strategy, rule.has_use_orig_params() ? rule.use_orig_params() : true,
+        NonFloatingTensors::kReject, request->skip(), cast_to);
     if (!layout.ok()) return ToGrpcStatus(layout.status());
     v1::CreateModelRequest create;
     create.set_name(request->model());
@@ -171,7 +184,21 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
   absl::StatusOr<SessionManager::ShardWriteGuard> guard =
       sessions_->LockForShardWrite(*model, "load of a checkpoint");
   if (!guard.ok()) return ToGrpcStatus(guard.status());
-  absl::StatusOr<int64_t> bytes = LoadEverywhere(**model, path);
+  if (cast_to.has_value()) {
+    for (const core::UnitSpec& unit : (*model)->spec.units) {
+      if (unit.layout.params().empty() || unit.layout.dtype() == *cast_to) {
+        continue;
+      }
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("model '", request->model(), "' stores unit '", unit.fqn,
+                       "' as ", core::DTypeName(unit.layout.dtype()), ", not ",
+                       core::DTypeName(*cast_to),
+                       ": a load converts tensors to the "
+                       "parameters' dtype")));
+    }
+  }
+  absl::StatusOr<int64_t> bytes =
+      LoadEverywhere(**model, path, cast_to.has_value());
   if (!bytes.ok()) {
     if (request->has_create()) {
       DeleteEverywhere(request->model()).IgnoreError();

@@ -97,7 +97,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
   // first failure, naming its node.
   absl::Status CreateEverywhere(const v1::CreateModelRequest& request);
   absl::StatusOr<int64_t> LoadEverywhere(ModelEntry& model,
-                                         const std::string& path);
+                                         const std::string& path, bool convert);
   // This node first, then every follower; the first failure.
   absl::Status DeleteEverywhere(const std::string& model);
   absl::StatusOr<std::vector<std::string>> SaveEverywhere(

@@ -77,12 +77,14 @@ absl::StatusOr<std::vector<std::string>> SummonServiceImpl::SaveEverywhere(
 }
 
 absl::StatusOr<int64_t> SummonServiceImpl::LoadEverywhere(
-    ModelEntry& model, const std::string& path) {
-  absl::StatusOr<int64_t> bytes = registry_->LoadCheckpoint(model, path);
+    ModelEntry& model, const std::string& path, bool convert) {
+  absl::StatusOr<int64_t> bytes =
+      registry_->LoadCheckpoint(model, path, convert);
   if (!bytes.ok() || cluster_ == nullptr) return bytes;
   v1::NodeLoadModelRequest load;
   load.set_model(model.name);
   load.set_path(std::filesystem::absolute(path).string());
+  load.set_convert(convert);
   const std::vector<absl::Status> results = OnFollowers(
       *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
         v1::NodeModelResponse response;

@@ -210,14 +210,20 @@ class Client:
     def load_model(self, name: str, path: str, wrap: Optional[Sequence[str]] = None,
                    strategy: Optional[str] = None, use_orig_params: Optional[bool] = None,
                    grad_ranks: Union[None, str, Sequence[int]] = None,
-                   grad_init: InitSpec = None) -> LoadResult:
+                   grad_init: InitSpec = None, skip: str = "",
+                   dtype: Optional[str] = None) -> LoadResult:
         """Loads safetensors at `path` (on the daemon's filesystem) into `name`.
 
-        With `wrap` (unit prefix patterns such as "layers.*"), `strategy` or
-        `use_orig_params` the model is created from the checkpoint.
+        With `wrap` (unit prefix patterns such as "layers.*"), `strategy`,
+        `use_orig_params` or `skip` the model is created from the checkpoint.
+        `skip` (a regular expression) leaves matching tensors out of a new
+        model; `dtype` ("float32", "bfloat16", ...) converts every tensor to it.
         """
-        request = summon_pb2.LoadModelRequest(model=name, path=path)
-        if wrap is not None or strategy is not None or use_orig_params is not None:
+        request = summon_pb2.LoadModelRequest(model=name, path=path, skip=skip)
+        if dtype is not None:
+            request.dtype = dtypes.to_proto(dtype)
+        if (wrap is not None or strategy is not None or use_orig_params is not None
+                or skip):
             request.create.unit_prefixes.extend(wrap or [])
             if strategy is not None:
                 request.create.strategy = strategy_value(strategy)
