@@ -1,0 +1,260 @@
+// summonctl's tensor transfers: `tensor read` and `tensor write` stream a
+// tensor between the wire and a .npy file (or stdout/stdin) chunk by chunk,
+// with bounded memory, a progress line on a terminal and dtype conversion.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "client/npy.h"
+#include "client/progress_bar.h"
+#include "client/summonctl_internal.h"
+#include "client/summonctl_terminal.h"
+#include "client/wire_dtype.h"
+
+namespace summon::client {
+namespace {
+
+TensorRef TensorFromArgs(const Invocation& args) {
+  return {args.positionals[0], args.positionals[1], args.Has("grad")};
+}
+
+// The primary parameter that `alias` is tied to; nullopt when `alias` is no
+// alias of the model.
+std::optional<std::string> PrimaryOf(const v1::Model& model,
+                                     absl::string_view alias) {
+  for (const v1::Unit& unit : model.units()) {
+    for (const v1::Parameter& param : unit.params()) {
+      for (const std::string& name : param.aliases()) {
+        if (name == alias) return param.info().fqn();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// The session's description of the tensor `ref` names. A session lists a tied
+// alias only under its primary's name, so a name it does not list is looked
+// up among the model's aliases (one DescribeModel). nullopt when the session
+// holds neither: the write is left to the server, which answers NOT_FOUND.
+absl::StatusOr<std::optional<v1::TensorInfo>> FindSessionTensor(
+    const SummonClient& client, const TensorRef& ref) {
+  absl::StatusOr<v1::Session> session = client.GetSession(ref.session_id);
+  if (!session.ok()) return session.status();
+  const auto& listed = ref.grad ? session->grads() : session->params();
+  const auto find = [&listed](absl::string_view fqn) {
+    for (const v1::TensorInfo& info : listed) {
+      if (info.fqn() == fqn) return std::optional<v1::TensorInfo>(info);
+    }
+    return std::optional<v1::TensorInfo>();
+  };
+  if (std::optional<v1::TensorInfo> info = find(ref.fqn)) return info;
+  absl::StatusOr<v1::Model> model = client.DescribeModel(session->model());
+  if (!model.ok()) return model.status();
+  const std::optional<std::string> primary = PrimaryOf(*model, ref.fqn);
+  if (!primary) return std::optional<v1::TensorInfo>();
+  return find(*primary);
+}
+
+// The dtype a .npy of `header` is sent as: the stored one (the .npy's
+// elements are converted to it), once its shape is checked to be the
+// tensor's.
+absl::StatusOr<core::DType> WireTargetFor(absl::string_view fqn,
+                                          const v1::TensorInfo& info,
+                                          const NpyHeader& header) {
+  if (!std::equal(header.shape.begin(), header.shape.end(),
+                  info.shape().begin(), info.shape().end())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the .npy shape ", core::ShapeToString(header.shape),
+                     " is not ", fqn, "'s shape ",
+                     core::ShapeToString(core::Shape(info.shape().begin(),
+                                                     info.shape().end()))));
+  }
+  const std::optional<core::DType> stored = CoreDType(info.dtype());
+  return stored.value_or(header.dtype);
+}
+
+}  // namespace
+
+// Streams the tensor into a .npy file (or stdout for "-") chunk by chunk:
+// the header from the first chunk's description, then each chunk's bytes,
+// so memory stays at one chunk whatever the tensor's size. A file is
+// written under a temporary name and renamed once complete.
+absl::Status TensorRead(const CommandContext& c) {
+  ReadTensorParams params;
+  params.tensor = TensorFromArgs(c.args);
+  absl::StatusOr<v1::DType> dtype =
+      EnumFlag(c.args, "dtype", v1::DTYPE_UNSPECIFIED);
+  if (!dtype.ok()) return dtype.status();
+  params.dtype = *dtype;
+  const std::string& out_path = c.args.Value("out");
+  const bool to_stdout = out_path == "-";
+  const std::string temp_path = out_path + ".part";
+  std::ofstream file;
+  std::ostream& sink = to_stdout ? c.out : file;
+  v1::TensorInfo info;
+  std::optional<ProgressBar> bar;
+  const auto write = [&](absl::string_view bytes) {
+    sink.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return sink ? absl::OkStatus()
+                : LocalFileError(absl::DataLossError(
+                                     absl::StrCat("cannot write ", out_path)),
+                                 /*input=*/false);
+  };
+  absl::Status read = c.client.ReadTensorChunks(
+      params,
+      [&](const v1::TensorInfo& first) -> absl::Status {
+        info = first;
+        const std::optional<core::DType> core_dtype = CoreDType(info.dtype());
+        if (!core_dtype) {
+          return absl::InternalError(absl::StrCat("the server sent dtype ",
+                                                  info.dtype(), " for ",
+                                                  params.tensor.fqn));
+        }
+        if (c.progress) {
+          bar.emplace(c.err, absl::StrCat("read ", params.tensor.fqn),
+                      info.numel() *
+                          static_cast<int64_t>(core::ElementSize(*core_dtype)));
+        }
+        absl::StatusOr<std::string> header = EncodeNpyHeader(
+            *core_dtype, core::Shape(info.shape().begin(), info.shape().end()));
+        if (!header.ok()) return header.status();
+        if (!to_stdout) {
+          file.open(temp_path, std::ios::binary | std::ios::trunc);
+          if (!file) {
+            return LocalFileError(
+                absl::ErrnoToStatus(errno,
+                                    absl::StrCat("cannot create ", out_path)),
+                /*input=*/false);
+          }
+        }
+        return write(*header);
+      },
+      [&](absl::string_view bytes) {
+        if (bar) bar->Add(static_cast<int64_t>(bytes.size()));
+        return write(bytes);
+      });
+  if (bar && read.ok()) bar->Finish();
+  if (!to_stdout && file.is_open()) {
+    file.close();
+    if (read.ok() && !file) {
+      read = LocalFileError(
+          absl::DataLossError(absl::StrCat("cannot write ", out_path)),
+          /*input=*/false);
+    }
+    std::error_code error;
+    if (read.ok()) {
+      std::filesystem::rename(temp_path, out_path, error);
+      if (error) {
+        read = LocalFileError(
+            absl::InternalError(absl::StrCat("cannot rename to ", out_path,
+                                             ": ", error.message())),
+            /*input=*/false);
+      }
+    }
+    if (!read.ok()) std::filesystem::remove(temp_path, error);
+  }
+  if (!read.ok()) return read;
+  if (to_stdout) {
+    // The data went to stdout: the description goes to stderr.
+    c.err << TensorInfoTable(info);
+    return absl::OkStatus();
+  }
+  return Print(c, absl::StatusOr<v1::TensorInfo>(info), &TensorInfoTable);
+}
+
+// Streams a .npy file (or stdin for "-") into the tensor chunk by chunk,
+// converting to the stored dtype on the way: memory stays at one chunk. A
+// file shorter or longer than its header says stops the stream, and the
+// server applies nothing.
+absl::Status TensorWrite(const CommandContext& c) {
+  const TensorRef ref = TensorFromArgs(c.args);
+  const std::string& path = c.args.Value("in");
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) {
+      return LocalFileError(
+          absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path)),
+          /*input=*/true);
+    }
+  }
+  std::istream& source = path == "-" ? c.in : file;
+  absl::StatusOr<NpyHeader> header = ReadNpyHeader(source);
+  if (!header.ok()) {
+    return LocalFileError(
+        absl::Status(header.status().code(),
+                     absl::StrCat(path, ": ", header.status().message())),
+        /*input=*/true);
+  }
+  absl::StatusOr<std::optional<v1::TensorInfo>> info =
+      FindSessionTensor(c.client, ref);
+  if (!info.ok()) return info.status();
+  core::DType target = header->dtype;
+  if (info->has_value()) {
+    absl::StatusOr<core::DType> wire = WireTargetFor(ref.fqn, **info, *header);
+    if (!wire.ok()) return wire.status();
+    target = *wire;
+  }
+  const int64_t source_size =
+      static_cast<int64_t>(core::ElementSize(header->dtype));
+  const int64_t count = header->data_bytes / source_size;
+  constexpr int64_t kChunkElements = int64_t{1} << 18;
+  int64_t sent = 0;
+  std::string raw;
+  std::optional<ProgressBar> bar;
+  if (c.progress) {
+    bar.emplace(c.err, absl::StrCat("write ", ref.fqn), header->data_bytes);
+  }
+  WriteTensorParams params;
+  params.tensor = ref;
+  params.dtype = WireDType(target);
+  return Print(
+      c,
+      c.client.WriteTensorChunks(
+          params, count,
+          [&](std::string* chunk) -> absl::StatusOr<bool> {
+            const int64_t n = std::min(kChunkElements, count - sent);
+            if (n == 0) {
+              if (bar) bar->Finish();
+              if (source.peek() != std::char_traits<char>::eof()) {
+                return LocalFileError(
+                    absl::InvalidArgumentError(absl::StrCat(
+                        path, ": data runs past the ", header->data_bytes,
+                        " bytes its .npy header gives")),
+                    /*input=*/true);
+              }
+              return false;
+            }
+            raw.resize(static_cast<size_t>(n * source_size));
+            source.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+            if (source.gcount() != static_cast<std::streamsize>(raw.size())) {
+              return LocalFileError(
+                  absl::InvalidArgumentError(absl::StrCat(
+                      path, ": data ends before the ", header->data_bytes,
+                      " bytes its .npy header gives")),
+                  /*input=*/true);
+            }
+            sent += n;
+            if (bar) bar->Add(static_cast<int64_t>(raw.size()));
+            if (target == header->dtype) {
+              chunk->swap(raw);
+              return true;
+            }
+            chunk->resize(static_cast<size_t>(n) * core::ElementSize(target));
+            absl::Status converted = core::ConvertElements(
+                header->dtype, raw.data(), target, chunk->data(), n);
+            if (!converted.ok()) return converted;
+            return true;
+          }),
+      &WriteTensorTable);
+}
+
+}  // namespace summon::client
