@@ -473,7 +473,16 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::GetRecreatingShards(
     const std::string& name) {
   absl::StatusOr<std::shared_ptr<ModelEntry>> found = Find(name);
   if (!found.ok() || (*found)->store != nullptr) return found;
-  const ModelEntry& missing = **found;
+  ModelEntry& missing = **found;
+  {
+    // R15 before anything is recreated: a rank mid-step keeps its phase.
+    absl::MutexLock runtime_lock(&missing.runtime_mu);
+    if (absl::Status status =
+            core::CheckShardWrite(missing.runtime, "load of a checkpoint");
+        !status.ok()) {
+      return status;
+    }
+  }
   if (absl::Status status = ShardStore::RemoveSegments(options_.instance, name);
       !status.ok()) {
     return status;
@@ -491,6 +500,15 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::GetRecreatingShards(
         return status;
       }
     }
+  }
+  {
+    // The ranks' recorded phases and steps carry over to the new shards.
+    absl::MutexLock old_lock(&missing.runtime_mu);
+    absl::MutexLock new_lock(&(*fresh)->runtime_mu);
+    (*fresh)->runtime.phase_per_rank = missing.runtime.phase_per_rank;
+    (*fresh)->steps = missing.steps;
+    (*fresh)->optimizer_entries = missing.optimizer_entries;
+    (*fresh)->last_optimizer_step = missing.last_optimizer_step;
   }
   spdlog::warn("model {}: shards recreated (zeros) for a load", name);
   absl::MutexLock lock(&mu_);
