@@ -191,7 +191,7 @@ enum class NonFloatingTensors {
 // kReject, or a unit whose tensors do not share one dtype (FSDP's one-dtype
 // rule), naming them.
 //
-// `skip` (an ECMAScript regular expression searched in each tensor name;
+// `skip` (a POSIX extended regular expression searched in each tensor name;
 // empty: none) leaves matching tensors out (buffers such as position_ids).
 // `cast_to` gives every parameter that dtype (the load then converts); without
 // it a unit mixing dtypes is refused naming them and the load that would work.

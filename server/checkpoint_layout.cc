@@ -2,10 +2,12 @@
 // tensors (units by wrap patterns, FSDP's one-dtype rule, R14), for a load
 // that creates the model. checkpoint.cc loads and saves the shards.
 
+#include <regex.h>
+
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,37 @@
 
 namespace summon::server {
 namespace {
+
+// A POSIX extended regular expression (regcomp), searched in names. The C
+// library's, not std::regex: no exceptions, and no template code whose
+// inlining trips gcc's -Wmaybe-uninitialized in the sanitizer builds.
+class NamePattern {
+ public:
+  static absl::StatusOr<std::unique_ptr<NamePattern>> Compile(
+      const std::string& pattern) {
+    auto compiled = std::unique_ptr<NamePattern>(new NamePattern());
+    if (regcomp(&compiled->regex_, pattern.c_str(), REG_EXTENDED | REG_NOSUB) !=
+        0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "skip '", pattern, "' is not a POSIX extended regular expression"));
+    }
+    compiled->compiled_ = true;
+    return compiled;
+  }
+  NamePattern(const NamePattern&) = delete;
+  NamePattern& operator=(const NamePattern&) = delete;
+  ~NamePattern() {
+    if (compiled_) regfree(&regex_);
+  }
+  bool Found(const std::string& name) const {
+    return regexec(&regex_, name.c_str(), 0, nullptr, 0) == 0;
+  }
+
+ private:
+  NamePattern() = default;
+  regex_t regex_;
+  bool compiled_ = false;
+};
 
 using ModulePath = std::vector<std::string>;
 
@@ -69,14 +102,12 @@ absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
     core::Strategy strategy, bool use_orig_params,
     NonFloatingTensors non_floating, const std::string& skip,
     std::optional<core::DType> cast_to) {
-  std::optional<std::regex> skipped;
+  std::unique_ptr<NamePattern> skipped;
   if (!skip.empty()) {
-    try {
-      skipped.emplace(skip, std::regex::ECMAScript);
-    } catch (const std::regex_error&) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "skip '", skip, "' is not a regular expression (ECMAScript)"));
-    }
+    absl::StatusOr<std::unique_ptr<NamePattern>> compiled =
+        NamePattern::Compile(skip);
+    if (!compiled.ok()) return compiled.status();
+    skipped = *std::move(compiled);
   }
   if (cast_to.has_value() && !core::IsFloatingPoint(*cast_to)) {
     return absl::InvalidArgumentError(
@@ -103,7 +134,7 @@ absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
   std::vector<bool> pattern_used(patterns.size(), false);
   for (size_t t = 0; t < checkpoint->tensors.size(); ++t) {
     const SafetensorsEntry& entry = checkpoint->Entry(checkpoint->tensors[t]);
-    if (skipped.has_value() && std::regex_search(entry.name, *skipped)) {
+    if (skipped != nullptr && skipped->Found(entry.name)) {
       continue;
     }
     if (!core::IsFloatingPoint(entry.dtype)) {
