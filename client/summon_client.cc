@@ -20,7 +20,22 @@ namespace {
 // default 4 MiB receive limit.
 constexpr int kMaxReceiveMessageBytes = 16 << 20;
 
-std::shared_ptr<grpc::Channel> ChannelTo(const std::string& target) {
+std::shared_ptr<grpc::ChannelCredentials> CredentialsFor(
+    const ClientOptions& options) {
+  if (!options.tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = options.tls_root_certs;
+  ssl.pem_cert_chain = options.tls_cert_chain;
+  ssl.pem_private_key = options.tls_private_key;
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::SslCredentials(ssl);
+  if (options.token.empty()) return credentials;
+  return grpc::CompositeChannelCredentials(
+      credentials, grpc::AccessTokenCredentials(options.token));
+}
+
+std::shared_ptr<grpc::Channel> ChannelTo(const std::string& target,
+                                         const ClientOptions& options) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   // A fixed 8 MiB receive window instead of one grown by BDP probing: a
@@ -29,8 +44,7 @@ std::shared_ptr<grpc::Channel> ChannelTo(const std::string& target) {
   // speed.
   arguments.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   arguments.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                   arguments);
+  return grpc::CreateCustomChannel(target, CredentialsFor(options), arguments);
 }
 
 // One unary call on a generated stub.
@@ -125,7 +139,9 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 }
 
 SummonClient::SummonClient(const std::string& target, ClientOptions options)
-    : SummonClient(ChannelTo(target), std::move(options)) {}
+    // `options` is copied, not moved: the order in which the two arguments
+    // are built is unspecified, and the channel needs its TLS settings.
+    : SummonClient(ChannelTo(target, options), options) {}
 
 SummonClient::SummonClient(std::shared_ptr<grpc::ChannelInterface> channel,
                            ClientOptions options)

@@ -41,6 +41,18 @@ struct ClientOptions {
   // Payload bytes per WriteTensor data message, rounded down to whole
   // elements (at least one element).
   size_t write_chunk_bytes = size_t{1} << 20;
+  // TLS: the daemon's certificate is checked against `tls_root_certs` (PEM;
+  // empty: the system's roots). Off: plaintext, for an --insecure-local
+  // daemon on loopback or a Unix socket.
+  bool tls = false;
+  std::string tls_root_certs;
+  // A client certificate and its key (PEM) for a daemon that requires one
+  // (--tls-client-ca). Both or neither.
+  std::string tls_cert_chain;
+  std::string tls_private_key;
+  // Sent as `authorization: Bearer <token>` on every call; TLS only (gRPC
+  // refuses to send call credentials in the clear).
+  std::string token;
 };
 
 // Parameters of Summon.CreateModel.

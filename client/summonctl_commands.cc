@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli_output.h"
@@ -223,10 +225,10 @@ FlagSpec OnlyWith(absl::string_view name, absl::string_view value_name,
 
 const std::vector<FlagSpec>& SummonctlGlobalFlags() {
   static const auto* const kFlags = new std::vector<FlagSpec>{
-      Valued("server", "ADDR"),
-      Valued("output", "table|json|yaml"),
-      Valued("principal", "P"),
-      Switch("quiet"),
+      Valued("server", "ADDR"),     Valued("output", "table|json|yaml"),
+      Valued("principal", "P"),     Valued("tls-ca", "PEM"),
+      Valued("tls-cert", "PEM"),    Valued("tls-key", "PEM"),
+      Valued("token-file", "FILE"), Switch("quiet"),
   };
   return *kFlags;
 }
@@ -365,6 +367,51 @@ absl::StatusOr<v1::SessionOptions> SessionOptionsFromFlags(
   return options;
 }
 
+namespace {
+
+// How summonctl reaches the daemon: TLS as soon as a CA, a client
+// certificate or a token is given (a token never crosses in the clear).
+// A file that cannot be read is a local input error (exit 66).
+absl::StatusOr<ClientOptions> ClientOptionsFrom(const Invocation& invocation) {
+  ClientOptions options;
+  options.principal = invocation.Value("principal");
+  std::string token_file = invocation.Value("token-file");
+  if (token_file.empty()) {
+    const char* environment = std::getenv("SUMMON_TOKEN_FILE");
+    if (environment != nullptr) token_file = environment;
+  }
+  const std::pair<const char*, std::string*> files[] = {
+      {"tls-ca", &options.tls_root_certs},
+      {"tls-cert", &options.tls_cert_chain},
+      {"tls-key", &options.tls_private_key},
+      {"token-file", &options.token}};
+  for (const auto& [flag, value] : files) {
+    const std::string path = absl::string_view(flag) == "token-file"
+                                 ? token_file
+                                 : invocation.Value(flag);
+    if (path.empty()) continue;
+    absl::StatusOr<std::string> text = ReadFileToString(path);
+    if (!text.ok()) {
+      return LocalFileError(
+          absl::Status(text.status().code(),
+                       absl::StrCat("--", flag, ": ", text.status().message())),
+          /*input=*/true);
+    }
+    *value = std::move(*text);
+    options.tls = true;
+  }
+  // A token file's first line, without the newline editors add.
+  options.token = std::string(absl::StripAsciiWhitespace(
+      absl::string_view(options.token).substr(0, options.token.find('\n'))));
+  if (options.tls_cert_chain.empty() != options.tls_private_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key go together: give both or neither");
+  }
+  return options;
+}
+
+}  // namespace
+
 int RunSummonctl(const std::vector<std::string>& raw_args,
                  absl::string_view environment_server, std::ostream& out,
                  std::ostream& err, std::istream& in) {
@@ -414,9 +461,9 @@ int RunSummonctl(const std::vector<std::string>& raw_args,
   std::string server(environment_server.empty() ? kDefaultServer
                                                 : environment_server);
   if (invocation->Has("server")) server = invocation->Value("server");
-  ClientOptions options;
-  options.principal = invocation->Value("principal");
-  const SummonClient client(server, options);
+  absl::StatusOr<ClientOptions> options = ClientOptionsFrom(*invocation);
+  if (!options.ok()) return ExitCodeOf(Fail(err, options.status(), *format));
+  const SummonClient client(server, *options);
   // The progress line only where a person watches: stderr is a terminal.
   const bool progress = !invocation->Has("quiet") && &err == &std::cerr &&
                         isatty(STDERR_FILENO) == 1;

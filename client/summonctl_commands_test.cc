@@ -77,7 +77,8 @@ TEST_F(SummonctlTest, HelpPrintsEveryCommandAndExitsZero) {
   EXPECT_EQ(result.exit_code, 0);
   EXPECT_EQ(result.out.rfind(
                 "usage: summonctl [--server ADDR] [--output "
-                "table|json|yaml] [--principal P] [--quiet] NOUN VERB ...\n",
+                "table|json|yaml] [--principal P] [--tls-ca PEM] [--tls-cert PEM] "
+                "[--tls-key PEM] [--token-file FILE] [--quiet] NOUN VERB ...\n",
                 0),
             0u)
       << result.out;

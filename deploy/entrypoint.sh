@@ -13,6 +13,11 @@ tls_cert=${SUMMON_TLS_CERT:-/etc/summon-tls/tls.crt}
 tls_key=${SUMMON_TLS_KEY:-/etc/summon-tls/tls.key}
 client_ca=${SUMMON_TLS_CLIENT_CA:-/etc/summon-client-ca/ca.crt}
 tokens=${SUMMON_TOKENS:-/etc/summon-tokens/tokens}
+# The token this daemon presents to its peers (a tokens entry granting peer).
+peer_token=${SUMMON_PEER_TOKEN:-/etc/summon-tokens/peer-token}
+# The CA that peers' server certificates are checked with (cert-manager and
+# kubectl put it beside tls.crt in the TLS secret).
+tls_ca=${SUMMON_TLS_CA:-/etc/summon-tls/ca.crt}
 
 rank=-1
 nodes=""
@@ -64,6 +69,12 @@ if [ -f "$client_ca" ]; then
 fi
 if [ -f "$tokens" ]; then
   set -- "$@" --tokens "$tokens"
+fi
+if [ -f "$tls_ca" ]; then
+  set -- "$@" --tls-ca "$tls_ca"
+fi
+if [ -f "$peer_token" ]; then
+  set -- "$@" --peer-token-file "$peer_token"
 fi
 while [ "$extra" -gt 0 ]; do
   set -- "$@" "$1"

@@ -28,6 +28,8 @@ import summon  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", help="summond address (default $SUMMON_SERVER)")
+    parser.add_argument("--tls-ca", help="PEM CA of a TLS summond's certificate")
+    parser.add_argument("--token-file", help="bearer token file (default $SUMMON_TOKEN_FILE)")
     parser.add_argument("--model", required=True)
     parser.add_argument("--scope", default="")
     parser.add_argument("--scale", metavar="FQN=FACTOR",
@@ -35,7 +37,11 @@ def main() -> int:
     args = parser.parse_args()
     edit = args.scale.split("=") if args.scale else None
 
-    client = summon.Client(args.server)
+    token = None
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as file:
+            token = file.readline().strip()
+    client = summon.Client(args.server, tls_ca=args.tls_ca, token=token)
     mismatches = 0
     try:
         with client.summon_full_params(args.model, scope=args.scope,

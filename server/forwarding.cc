@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace summon::server {
 namespace {
@@ -25,10 +26,16 @@ grpc::Status LeaderForwarder::FromLeader(grpc::Status status) {
 std::unique_ptr<grpc::ClientContext> LeaderForwarder::ContextFor(
     const grpc::ServerContext& incoming) const {
   auto context = std::make_unique<grpc::ClientContext>();
-  const auto& metadata = incoming.client_metadata();
-  if (auto it = metadata.find("summon-principal"); it != metadata.end()) {
-    context->AddMetadata("summon-principal",
-                         std::string(it->second.data(), it->second.size()));
+  // Never the raw summon-principal header: on a TLS port a client could
+  // set it to anyone, and the leader believes what a peer forwards.
+  absl::StatusOr<auth::Caller> caller = authorizer_->Identify(incoming);
+  if (caller.ok()) {
+    context->AddMetadata(auth::kPrincipalHeader, caller->principal);
+    context->AddMetadata(
+        auth::kForwardedRolesHeader,
+        caller->roles.ToString() == "none" ? "" : caller->roles.ToString());
+    context->AddMetadata(auth::kForwardedModelsHeader,
+                         absl::StrJoin(caller->models, ","));
   }
   context->set_deadline(incoming.deadline());
   return context;

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/server_context.h"
+#include "server/auth/authorizer.h"
 #include "server/cluster/membership.h"
 #include "server/status_conversion.h"
 #include "summon/v1/peer.grpc.pb.h"
@@ -23,10 +24,12 @@ namespace summon::server {
 // cluster: the same request, the caller's principal and deadline.
 class LeaderForwarder {
  public:
-  explicit LeaderForwarder(Membership* membership) : membership_(membership) {}
+  LeaderForwarder(Membership* membership, const auth::Authorizer* authorizer)
+      : membership_(membership), authorizer_(authorizer) {}
 
-  // A client context for the leader carrying `incoming`'s principal and
-  // deadline.
+  // A client context for the leader carrying `incoming`'s caller as this
+  // node authenticated it (principal, roles, models: the leader believes
+  // them from a peer) and its deadline.
   std::unique_ptr<grpc::ClientContext> ContextFor(
       const grpc::ServerContext& incoming) const;
   std::unique_ptr<v1::Summon::Stub> Summon() const {
@@ -76,6 +79,7 @@ class LeaderForwarder {
 
  private:
   Membership* const membership_;
+  const auth::Authorizer* const authorizer_;
 };
 
 // The leader applies a model operation on every follower after itself;

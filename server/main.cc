@@ -64,6 +64,30 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "--metrics-port-file). Empty: no metrics endpoint.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "When set, the chosen metrics port is written to this file.");
+ABSL_FLAG(std::string, health_listen, "",
+          "HOST:PORT serving only grpc.health.v1.Health in plaintext (for the "
+          "kubelet's probes), including service 'liveness'. Empty: none.");
+ABSL_FLAG(bool, insecure_local, false,
+          "Serve without TLS, trusting each caller's summon-principal header "
+          "(every role). Only on loopback addresses and Unix sockets.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of this daemon (with --tls-key: TLS on).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA of client certificates: every caller must present one "
+          "(mTLS); peers present their --tls-cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA that peers' server certificates are checked with. Empty: "
+          "--tls-client-ca, else the system's roots.");
+ABSL_FLAG(std::string, tokens, "",
+          "Bearer tokens file (token hash, principal, roles; see "
+          "docs/operations.md). Re-read on SIGHUP.");
+ABSL_FLAG(std::string, peer_token_file, "",
+          "File whose first line is the token this daemon presents to its "
+          "peers (its --tokens entry grants peer).");
+ABSL_FLAG(std::string, audit_log, "",
+          "JSON-lines audit log. Empty: <data-dir>/audit.log (none without "
+          "--data-dir; spdlog always).");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off.");
 
@@ -138,6 +162,16 @@ SummonServer::Spec SpecFromFlags() {
   spec.collective_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_collective_timeout_ms));
   spec.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  spec.health_listen = absl::GetFlag(FLAGS_health_listen);
+  auth::SecuritySpec& security = spec.security;
+  security.insecure_local = absl::GetFlag(FLAGS_insecure_local);
+  security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  security.tls_key = absl::GetFlag(FLAGS_tls_key);
+  security.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  security.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  security.tokens_file = absl::GetFlag(FLAGS_tokens);
+  security.peer_token_file = absl::GetFlag(FLAGS_peer_token_file);
+  security.audit_log = absl::GetFlag(FLAGS_audit_log);
   return spec;
 }
 
@@ -152,8 +186,8 @@ int Run(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   absl::SetProgramUsageMessage(
       "serves full-parameter sessions over gRPC.\n"
-      "  summond --listen 127.0.0.1:0 --port-file /tmp/summond.port "
-      "--local-ranks 4\n"
+      "  summond --insecure-local --listen 127.0.0.1:0 --port-file "
+      "/tmp/summond.port --local-ranks 4\n"
       "Flag names take dashes or underscores alike (--port-file, "
       "--port_file).");
   std::vector<std::string> args = UnderscoreFlagNames(argc, argv);
@@ -171,12 +205,14 @@ int Run(int argc, char** argv) {
     return ExitCode(level);
   }
 
-  // SIGINT and SIGTERM are taken by a dedicated thread (sigwait), so they
-  // are blocked before gRPC starts any thread that would inherit the mask.
+  // SIGINT, SIGTERM (stop) and SIGHUP (re-read the tokens file) are taken
+  // by a dedicated thread (sigwait), so they are blocked before gRPC starts
+  // any thread that would inherit the mask.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   absl::StatusOr<std::unique_ptr<SummonServer>> server =
@@ -187,10 +223,15 @@ int Run(int argc, char** argv) {
   }
   const SummonServer::Spec& spec = (*server)->spec();
   spdlog::info(
-      "summond listening on {}{}{} with {} local rank(s)", (*server)->address(),
+      "summond listening on {}{}{} ({}) with {} local rank(s)",
+      (*server)->address(),
       spec.unix_socket.empty() || spec.listen_address.empty() ? "" : " and ",
       spec.unix_socket.empty() ? "" : "unix:" + spec.unix_socket,
-      spec.local_ranks);
+      spec.security.tls() ? "TLS" : "insecure-local", spec.local_ranks);
+  if ((*server)->health_port() != 0) {
+    spdlog::info("summond serving plaintext health checks on port {}",
+                 (*server)->health_port());
+  }
   if ((*server)->metrics_port() != 0) {
     spdlog::info("summond serving metrics on http://{}:{}/metrics",
                  spec.metrics_listen.substr(0, spec.metrics_listen.rfind(':')),
@@ -220,7 +261,13 @@ int Run(int argc, char** argv) {
 
   std::thread signal_waiter([&stop_signals, &server] {
     int signal_number = 0;
-    sigwait(&stop_signals, &signal_number);
+    while (sigwait(&stop_signals, &signal_number) == 0 &&
+           signal_number == SIGHUP) {
+      if (absl::Status reloaded = (*server)->ReloadTokens(); !reloaded.ok()) {
+        spdlog::error("SIGHUP: tokens not reloaded, the previous ones stay: {}",
+                      reloaded.ToString());
+      }
+    }
     spdlog::info("received {}, shutting down", strsignal(signal_number));
     (*server)->Shutdown();
   });

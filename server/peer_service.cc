@@ -61,11 +61,46 @@ void AppendChecksums(ModelRegistry& registry, ModelEntry& model,
 }
 
 PeerServiceImpl::PeerServiceImpl(LocalKvStore& store, Membership* membership,
-                                 ModelRegistry* registry, NodeRuntime* runtime)
+                                 ModelRegistry* registry, NodeRuntime* runtime,
+                                 const auth::Authorizer* authorizer)
     : KvStoreService(store),
+      authorizer_(authorizer),
       membership_(membership),
       registry_(registry),
       runtime_(runtime) {}
+
+grpc::Status PeerServiceImpl::StoreSet(grpc::ServerContext* context,
+                                       const v1::StoreSetRequest* request,
+                                       v1::StoreSetResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/StoreSet", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  return KvStoreService::StoreSet(context, request, response);
+}
+
+grpc::Status PeerServiceImpl::StoreGet(grpc::ServerContext* context,
+                                       const v1::StoreGetRequest* request,
+                                       v1::StoreGetResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/StoreGet", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  return KvStoreService::StoreGet(context, request, response);
+}
+
+grpc::Status PeerServiceImpl::StoreWait(grpc::ServerContext* context,
+                                        const v1::StoreWaitRequest* request,
+                                        v1::StoreWaitResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/StoreWait", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  return KvStoreService::StoreWait(context, request, response);
+}
 
 grpc::Status PeerServiceImpl::Fence(uint64_t epoch) const {
   const uint64_t current = membership_->epoch();
@@ -77,18 +112,27 @@ grpc::Status PeerServiceImpl::Fence(uint64_t epoch) const {
       absl::Hex(epoch), ", the node is in epoch ", absl::Hex(current))));
 }
 
-grpc::Status PeerServiceImpl::Join(grpc::ServerContext*,
+grpc::Status PeerServiceImpl::Join(grpc::ServerContext* context,
                                    const v1::JoinRequest* request,
                                    v1::JoinResponse* response) {
+  if (grpc::Status denied = Allow(*context, "/summon.v1.Peer/Join", *request);
+      !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<v1::JoinResponse> roster = membership_->HandleJoin(*request);
   if (!roster.ok()) return ToGrpcStatus(roster.status());
   *response = *std::move(roster);
   return grpc::Status::OK;
 }
 
-grpc::Status PeerServiceImpl::Heartbeat(grpc::ServerContext*,
+grpc::Status PeerServiceImpl::Heartbeat(grpc::ServerContext* context,
                                         const v1::HeartbeatRequest* request,
                                         v1::HeartbeatResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/Heartbeat", *request);
+      !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<v1::HeartbeatResponse> answer =
       membership_->HandleHeartbeat(*request);
   if (!answer.ok()) return ToGrpcStatus(answer.status());
@@ -96,9 +140,14 @@ grpc::Status PeerServiceImpl::Heartbeat(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status PeerServiceImpl::NodeGather(grpc::ServerContext*,
+grpc::Status PeerServiceImpl::NodeGather(grpc::ServerContext* context,
                                          const v1::NodeGatherRequest* request,
                                          v1::NodeGatherResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeGather", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
     return fenced;
   }
@@ -111,9 +160,14 @@ grpc::Status PeerServiceImpl::NodeGather(grpc::ServerContext*,
   return ToGrpcStatus(runtime_->Gather(op));
 }
 
-grpc::Status PeerServiceImpl::NodeWrite(grpc::ServerContext*,
+grpc::Status PeerServiceImpl::NodeWrite(grpc::ServerContext* context,
                                         const v1::NodeWriteRequest* request,
                                         v1::NodeWriteResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeWrite", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
     return fenced;
   }
@@ -131,6 +185,11 @@ grpc::Status PeerServiceImpl::NodeWrite(grpc::ServerContext*,
 grpc::Status PeerServiceImpl::NodeRead(
     grpc::ServerContext* context, const v1::NodeReadRequest* request,
     grpc::ServerWriter<v1::NodeReadResponse>* writer) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeRead", *request);
+      !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<core::DType> dtype = DTypeFromProto(request->dtype(), "dtype");
   if (!dtype.ok()) return ToGrpcStatus(dtype.status());
   return ToGrpcStatus(runtime_->Read(
@@ -145,9 +204,14 @@ grpc::Status PeerServiceImpl::NodeRead(
       }));
 }
 
-grpc::Status PeerServiceImpl::NodeStats(grpc::ServerContext*,
+grpc::Status PeerServiceImpl::NodeStats(grpc::ServerContext* context,
                                         const v1::NodeStatsRequest* request,
                                         v1::NodeStatsResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeStats", *request);
+      !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::vector<TensorStatistics>> stats =
       runtime_->Stats(request->gather_id(), request->session_id(),
                       {request->tensors().begin(), request->tensors().end()},
@@ -160,9 +224,14 @@ grpc::Status PeerServiceImpl::NodeStats(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status PeerServiceImpl::NodePrepare(grpc::ServerContext*,
+grpc::Status PeerServiceImpl::NodePrepare(grpc::ServerContext* context,
                                           const v1::NodePrepareRequest* request,
                                           v1::NodePrepareResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodePrepare", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
     return fenced;
   }
@@ -181,9 +250,14 @@ grpc::Status PeerServiceImpl::NodePrepare(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status PeerServiceImpl::NodeCommit(grpc::ServerContext*,
+grpc::Status PeerServiceImpl::NodeCommit(grpc::ServerContext* context,
                                          const v1::NodeCommitRequest* request,
                                          v1::NodeCommitResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeCommit", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
     return fenced;
   }
@@ -197,16 +271,26 @@ grpc::Status PeerServiceImpl::NodeCommit(grpc::ServerContext*,
   return ToGrpcStatus(runtime_->Commit(op));
 }
 
-grpc::Status PeerServiceImpl::NodeAbort(grpc::ServerContext*,
+grpc::Status PeerServiceImpl::NodeAbort(grpc::ServerContext* context,
                                         const v1::NodeAbortRequest* request,
                                         v1::NodeAbortResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeAbort", *request);
+      !denied.ok()) {
+    return denied;
+  }
   runtime_->Abort(request->session_id());
   return grpc::Status::OK;
 }
 
-grpc::Status PeerServiceImpl::NodeRelease(grpc::ServerContext*,
+grpc::Status PeerServiceImpl::NodeRelease(grpc::ServerContext* context,
                                           const v1::NodeReleaseRequest* request,
                                           v1::NodeReleaseResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeRelease", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (!request->session_id().empty()) {
     runtime_->ReleaseSession(request->session_id());
   }
@@ -215,15 +299,25 @@ grpc::Status PeerServiceImpl::NodeRelease(grpc::ServerContext*,
 }
 
 grpc::Status PeerServiceImpl::NodeCreateModel(
-    grpc::ServerContext*, const v1::NodeCreateModelRequest* request,
+    grpc::ServerContext* context, const v1::NodeCreateModelRequest* request,
     v1::NodeModelResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeCreateModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
   return ToGrpcStatus(
       CreateModelFromRequest(*registry_, request->create()).status());
 }
 
 grpc::Status PeerServiceImpl::NodeLoadModel(
-    grpc::ServerContext*, const v1::NodeLoadModelRequest* request,
+    grpc::ServerContext* context, const v1::NodeLoadModelRequest* request,
     v1::NodeModelResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeLoadModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->GetRecreatingShards(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
@@ -235,8 +329,13 @@ grpc::Status PeerServiceImpl::NodeLoadModel(
 }
 
 grpc::Status PeerServiceImpl::NodeChecksum(
-    grpc::ServerContext*, const v1::ModelChecksumRequest* request,
+    grpc::ServerContext* context, const v1::ModelChecksumRequest* request,
     v1::ModelChecksumResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeChecksum", *request);
+      !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
@@ -245,14 +344,24 @@ grpc::Status PeerServiceImpl::NodeChecksum(
 }
 
 grpc::Status PeerServiceImpl::NodeDeleteModel(
-    grpc::ServerContext*, const v1::DeleteModelRequest* request,
+    grpc::ServerContext* context, const v1::DeleteModelRequest* request,
     v1::NodeModelResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeDeleteModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
   return ToGrpcStatus(registry_->Remove(request->model()));
 }
 
 grpc::Status PeerServiceImpl::NodeSaveModel(
-    grpc::ServerContext*, const v1::NodeSaveModelRequest* request,
+    grpc::ServerContext* context, const v1::NodeSaveModelRequest* request,
     v1::NodeModelResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeSaveModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());

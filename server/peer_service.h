@@ -1,6 +1,7 @@
 #ifndef SUMMON_SERVER_PEER_SERVICE_H_
 #define SUMMON_SERVER_PEER_SERVICE_H_
 
+#include "server/auth/authorizer.h"
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
 #include "server/model_registry.h"
@@ -14,7 +15,19 @@ namespace summon::server {
 class PeerServiceImpl final : public KvStoreService {
  public:
   PeerServiceImpl(LocalKvStore& store, Membership* membership,
-                  ModelRegistry* registry, NodeRuntime* runtime);
+                  ModelRegistry* registry, NodeRuntime* runtime,
+                  const auth::Authorizer* authorizer);
+
+  // The rendezvous store's calls, for peers only.
+  grpc::Status StoreSet(grpc::ServerContext* context,
+                        const v1::StoreSetRequest* request,
+                        v1::StoreSetResponse* response) override;
+  grpc::Status StoreGet(grpc::ServerContext* context,
+                        const v1::StoreGetRequest* request,
+                        v1::StoreGetResponse* response) override;
+  grpc::Status StoreWait(grpc::ServerContext* context,
+                         const v1::StoreWaitRequest* request,
+                         v1::StoreWaitResponse* response) override;
 
   grpc::Status Join(grpc::ServerContext* context,
                     const v1::JoinRequest* request,
@@ -63,9 +76,15 @@ class PeerServiceImpl final : public KvStoreService {
                              v1::NodeModelResponse* response) override;
 
  private:
+  // OK for a peer (the Peer rows of server/auth/roles.cc), else the refusal.
+  grpc::Status Allow(const grpc::ServerContext& context, const char* method,
+                     const google::protobuf::Message& request) const {
+    return auth::CheckCall(*authorizer_, context, method, request);
+  }
   // FAILED_PRECONDITION unless `epoch` is this node's current epoch.
   grpc::Status Fence(uint64_t epoch) const;
 
+  const auth::Authorizer* const authorizer_;
   Membership* const membership_;
   ModelRegistry* const registry_;
   NodeRuntime* const runtime_;

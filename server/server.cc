@@ -15,6 +15,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/auth/audit_interceptor.h"
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
 #include "server/cluster_node_ops.h"
@@ -79,7 +80,10 @@ absl::Status ValidateSpec(const SummonServer::Spec& spec) {
 
 }  // namespace
 
-SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
+SummonServer::SummonServer(Spec spec,
+                           std::unique_ptr<auth::ServerSecurity> security)
+    : spec_(std::move(spec)), security_(std::move(security)) {
+  const auth::Authorizer* authorizer = &security_->authorizer();
   const int nodes = static_cast<int>(std::max<size_t>(1, spec_.nodes.size()));
   core::Topology topology{nodes, spec_.local_ranks};
   registry_ = std::make_unique<ModelRegistry>(
@@ -87,7 +91,10 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
                              topology, spec_.node_rank});
   SessionManager::Options session_options;
   session_options.memory_budget_bytes = spec_.memory_budget_bytes;
-  session_options.admins = spec_.admins;
+  // R12: --admins and principals the tokens file makes admin.
+  session_options.is_admin = [authorizer](const std::string& principal) {
+    return authorizer->IsAdmin(principal);
+  };
   session_options.max_sessions_per_principal = spec_.max_sessions_per_principal;
   session_options.reaper_interval = spec_.reaper_interval;
   session_options.collective_timeout = spec_.collective_timeout;
@@ -101,7 +108,8 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
         Membership::Spec{
             spec_.node_rank, spec_.nodes, spec_.local_ranks,
             spec_.heartbeat_interval, spec_.collective_timeout,
-            std::max(spec_.heartbeat_interval * 3, absl::Seconds(1))},
+            std::max(spec_.heartbeat_interval * 3, absl::Seconds(1)),
+            security_->peer_credentials()},
         kv_store_.get());
     runtime_ = std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(),
                                              nullptr, spec_.collective_timeout);
@@ -110,7 +118,8 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
         failure_timeout + spec_.heartbeat_interval);
     session_options.node_ops = cluster_ops_.get();
     peer_service_ = std::make_unique<PeerServiceImpl>(
-        *kv_store_, membership_.get(), registry_.get(), runtime_.get());
+        *kv_store_, membership_.get(), registry_.get(), runtime_.get(),
+        authorizer);
   }
   sessions_ =
       std::make_unique<SessionManager>(registry_.get(), session_options);
@@ -127,9 +136,10 @@ SummonServer::SummonServer(Spec spec) : spec_(std::move(spec)) {
   }
   summon_service_ = std::make_unique<SummonServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), checkpoint_roots,
-      membership_.get(), spec_.max_open_streams);
+      authorizer, membership_.get(), spec_.max_open_streams);
   trainer_service_ = std::make_unique<TrainerServiceImpl>(
-      registry_.get(), sessions_.get(), trainers_.get(), membership_.get());
+      registry_.get(), sessions_.get(), trainers_.get(), authorizer,
+      membership_.get());
 }
 
 SummonServer::~SummonServer() {
@@ -252,7 +262,19 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
-  auto server = absl::WrapUnique(new SummonServer(std::move(spec)));
+  // A cluster node listens where its peers reach it: its --nodes entry.
+  const std::string listen =
+      spec.nodes.size() > 1 ? spec.nodes[spec.node_rank] : spec.listen_address;
+  std::vector<std::string> tcp_listeners;
+  if (!listen.empty()) tcp_listeners.push_back(listen);
+  auth::SecuritySpec security_spec = spec.security;
+  security_spec.admins = spec.admins;
+  absl::StatusOr<std::unique_ptr<auth::ServerSecurity>> security =
+      auth::ServerSecurity::Create(std::move(security_spec), spec.data_dir,
+                                   tcp_listeners, spec.nodes);
+  if (!security.ok()) return security.status();
+  auto server =
+      absl::WrapUnique(new SummonServer(std::move(spec), std::move(*security)));
   // Models recorded in the data directory come back with their shards.
   if (absl::Status recovered = server->registry_->Recover(); !recovered.ok()) {
     return recovered;
@@ -282,18 +304,26 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   // gRPC sets SO_REUSEPORT by default: a second daemon on a taken port would
   // start and silently split the traffic instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // A cluster node listens where its peers reach it: its --nodes entry.
-  const std::string listen =
-      s.nodes.size() > 1 ? s.nodes[s.node_rank] : s.listen_address;
+  const std::shared_ptr<grpc::ServerCredentials>& credentials =
+      server->security_->server_credentials();
   if (!listen.empty()) {
     listeners.push_back(listen);
-    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
-                             &server->port_);
+    builder.AddListeningPort(listen, credentials, &server->port_);
   }
   if (!s.unix_socket.empty()) {
     listeners.push_back(absl::StrCat("unix:", s.unix_socket));
-    builder.AddListeningPort(listeners.back(),
-                             grpc::InsecureServerCredentials());
+    builder.AddListeningPort(listeners.back(), credentials);
+  }
+  {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    Membership* membership = server->membership_.get();
+    interceptors.push_back(std::make_unique<auth::AuditInterceptorFactory>(
+        &server->security_->authorizer(), [membership] {
+          return membership == nullptr || membership->is_leader();
+        }));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
   builder.RegisterService(server->summon_service_.get());
   builder.RegisterService(server->trainer_service_.get());
@@ -315,19 +345,27 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
         absl::StrCat("cannot listen on ", absl::StrJoin(listeners, " and "),
                      " (in use, or not a local address?)"));
   }
-  // Per-service health as well as the server's (""), for probes that name
-  // the service they need.
-  grpc::HealthCheckServiceInterface* health =
-      server->server_->GetHealthCheckService();
+  if (!s.health_listen.empty()) {
+    grpc::ServerBuilder health_builder;
+    health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    health_builder.AddListeningPort(s.health_listen,
+                                    grpc::InsecureServerCredentials(),
+                                    &server->health_port_);
+    server->health_server_ = health_builder.BuildAndStart();
+    if (server->health_server_ == nullptr) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen on ", s.health_listen, " (--health-listen)"));
+    }
+    // The process answers, whatever the cluster's state.
+    server->health_server_->GetHealthCheckService()->SetServingStatus(
+        "liveness", true);
+  }
   // A cluster serves once every node joined and connected (READY).
-  const bool serving = server->membership_ == nullptr;
-  health->SetServingStatus(serving);
-  health->SetServingStatus(pb::Summon::service_full_name(), serving);
-  health->SetServingStatus(pb::Trainer::service_full_name(), serving);
+  server->SetServing(server->membership_ == nullptr);
   if (server->membership_) {
     SummonServer* raw = server.get();
     server->membership_->Start(
-        [raw, health]() -> absl::Status {
+        [raw]() -> absl::Status {
           raw->runtime_->SetCommunicator(raw->membership_->communicator());
           if (raw->membership_->is_leader()) {
             if (absl::Status formed = raw->sessions_->OnClusterFormed();
@@ -335,15 +373,11 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
               return formed;
             }
           }
-          health->SetServingStatus(true);
-          health->SetServingStatus(pb::Summon::service_full_name(), true);
-          health->SetServingStatus(pb::Trainer::service_full_name(), true);
+          raw->SetServing(true);
           return absl::OkStatus();
         },
-        [raw, health](const absl::Status& reason) {
-          health->SetServingStatus(false);
-          health->SetServingStatus(pb::Summon::service_full_name(), false);
-          health->SetServingStatus(pb::Trainer::service_full_name(), false);
+        [raw](const absl::Status& reason) {
+          raw->SetServing(false);
           raw->cluster_ops_->CancelInFlight();
           raw->runtime_->SetCommunicator(nullptr);
           raw->runtime_->Reset();
@@ -351,6 +385,18 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
         });
   }
   return server;
+}
+
+void SummonServer::SetServing(bool serving) {
+  // Per-service health as well as the server's (""), for probes that name
+  // the service they need.
+  for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+    if (server == nullptr) continue;
+    grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+    health->SetServingStatus(serving);
+    health->SetServingStatus(pb::Summon::service_full_name(), serving);
+    health->SetServingStatus(pb::Trainer::service_full_name(), serving);
+  }
 }
 
 std::string SummonServer::address() const {
@@ -375,6 +421,10 @@ void SummonServer::Shutdown() {
     health->Shutdown();
   }
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+  if (health_server_ != nullptr) {
+    health_server_->GetHealthCheckService()->Shutdown();
+    health_server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
 }
 
 }  // namespace summon::server

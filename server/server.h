@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
+#include "server/auth/server_security.h"
 
 namespace summon::server {
 
@@ -70,6 +71,13 @@ class SummonServer {
     // HOST:PORT serving GET /metrics (Prometheus text format); port 0 picks
     // a free port (see metrics_port()). Empty: no metrics endpoint.
     std::string metrics_listen;
+    // HOST:PORT serving only grpc.health.v1.Health, in plaintext and to
+    // anyone: the kubelet's gRPC probes speak neither TLS nor tokens. It
+    // answers "" (SERVING once the cluster is READY), the services' names,
+    // and "liveness" (SERVING while the process works). Empty: none.
+    std::string health_listen;
+    // TLS, tokens, insecure-local mode, the audit log (server/auth).
+    auth::SecuritySpec security;
   };
 
   // Validates `spec`, binds the listeners and starts serving.
@@ -87,6 +95,10 @@ class SummonServer {
   // listen_address with the bound port, e.g. "127.0.0.1:40123"; empty
   // without TCP listener.
   std::string address() const;
+  // The bound port of health_listen; 0 without one.
+  int health_port() const { return health_port_; }
+  // Re-reads the tokens file (SIGHUP).
+  absl::Status ReloadTokens() { return security_->ReloadTokens(); }
   // The bound metrics port; 0 without --metrics-listen.
   int metrics_port() const;
 
@@ -101,10 +113,15 @@ class SummonServer {
   void Shutdown();
 
  private:
-  explicit SummonServer(Spec spec);
+  SummonServer(Spec spec, std::unique_ptr<auth::ServerSecurity> security);
+
+  // Marks the server and its services SERVING or not, on both listeners.
+  void SetServing(bool serving);
 
   Spec spec_;
+  std::unique_ptr<auth::ServerSecurity> security_;
   int port_ = 0;
+  int health_port_ = 0;
   std::unique_ptr<ModelRegistry> registry_;
   // A cluster's pieces (null on a single node). Declared before the session
   // manager, which uses them, so they are destroyed after it.
@@ -119,6 +136,7 @@ class SummonServer {
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
   std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;
   // Scrape-time gauges of this server in the process's metrics registry.
   std::vector<int> metric_callbacks_;
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;

@@ -289,7 +289,8 @@ SessionManager::FindSession(const std::string& id,
   if (it == sessions_.end()) return core::UnknownSessionError(id);
   const bool is_admin =
       std::find(options_.admins.begin(), options_.admins.end(), principal) !=
-      options_.admins.end();
+          options_.admins.end() ||
+      (options_.is_admin && options_.is_admin(principal));
   if (absl::Status status =
           core::CheckSessionAccess(id, it->second->owner, principal, is_admin);
       !status.ok()) {

@@ -82,6 +82,9 @@ class SessionManager {
   struct Options {
     int64_t memory_budget_bytes = 0;  // 0: unlimited.
     std::vector<std::string> admins;  // Principals allowed on any session.
+    // Also allowed on any session when it says so (the daemon's Authorizer:
+    // --admins and principals granted admin). Null: `admins` only.
+    std::function<bool(const std::string&)> is_admin;
     absl::Duration reaper_interval = absl::Milliseconds(200);
     absl::Duration max_lease = absl::Hours(24);
     std::function<absl::Time()> clock = absl::Now;

@@ -19,23 +19,24 @@ constexpr int kDefaultHistogramBins = 16;
 
 }  // namespace
 
-std::string PrincipalOf(const grpc::ServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("summon-principal");
-  if (it == metadata.end() || it->second.empty()) return "anonymous";
-  return std::string(it->second.data(), it->second.size());
+std::string PrincipalOf(const auth::Authorizer& authorizer,
+                        const grpc::ServerContext& context) {
+  absl::StatusOr<auth::Caller> caller = authorizer.Identify(context);
+  return caller.ok() ? caller->principal : "anonymous";
 }
 
 SummonServiceImpl::SummonServiceImpl(
     ModelRegistry* registry, SessionManager* sessions, TrainerLeases* trainers,
-    const std::vector<std::string>& checkpoint_roots, Membership* cluster,
+    const std::vector<std::string>& checkpoint_roots,
+    const auth::Authorizer* authorizer, Membership* cluster,
     int max_open_streams)
     : registry_(registry),
       sessions_(sessions),
       trainers_(trainers),
       checkpoint_roots_(checkpoint_roots),
+      authorizer_(authorizer),
       cluster_(cluster),
-      forwarder_(cluster),
+      forwarder_(cluster, authorizer),
       max_open_streams_(max_open_streams) {}
 
 SummonServiceImpl::StreamSlot::StreamSlot(SummonServiceImpl& service)
@@ -55,6 +56,11 @@ SummonServiceImpl::StreamSlot::~StreamSlot() {
 grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
                                            const v1::ListModelsRequest* request,
                                            v1::ListModelsResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/ListModels", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed =
           Route(*context, &v1::Summon::Stub::ListModels, *request, response)) {
     return *routed;
@@ -87,6 +93,11 @@ grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
 grpc::Status SummonServiceImpl::DescribeModel(
     grpc::ServerContext* context, const v1::DescribeModelRequest* request,
     v1::Model* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/DescribeModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed = Route(*context, &v1::Summon::Stub::DescribeModel, *request,
                           response)) {
     return *routed;
@@ -112,6 +123,11 @@ void SummonServiceImpl::DescribeToProto(ModelEntry& model,
 grpc::Status SummonServiceImpl::CreateModel(
     grpc::ServerContext* context, const v1::CreateModelRequest* request,
     v1::Model* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/CreateModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed =
           Route(*context, &v1::Summon::Stub::CreateModel, *request, response)) {
     return *routed;
@@ -129,6 +145,11 @@ grpc::Status SummonServiceImpl::CreateModel(
 grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
                                           const v1::LoadModelRequest* request,
                                           v1::LoadModelResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/LoadModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed =
           Route(*context, &v1::Summon::Stub::LoadModel, *request, response)) {
     return *routed;
@@ -213,6 +234,11 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
 grpc::Status SummonServiceImpl::SaveModel(grpc::ServerContext* context,
                                           const v1::SaveModelRequest* request,
                                           v1::SaveModelResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/SaveModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed =
           Route(*context, &v1::Summon::Stub::SaveModel, *request, response)) {
     return *routed;
@@ -270,6 +296,11 @@ grpc::Status SummonServiceImpl::SaveModel(grpc::ServerContext* context,
 grpc::Status SummonServiceImpl::ModelChecksum(
     grpc::ServerContext* context, const v1::ModelChecksumRequest* request,
     v1::ModelChecksumResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/ModelChecksum", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed = Route(*context, &v1::Summon::Stub::ModelChecksum, *request,
                           response)) {
     return *routed;
@@ -305,6 +336,11 @@ grpc::Status SummonServiceImpl::ModelChecksum(
 grpc::Status SummonServiceImpl::DeleteModel(
     grpc::ServerContext* context, const v1::DeleteModelRequest* request,
     v1::DeleteModelResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/DeleteModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed =
           Route(*context, &v1::Summon::Stub::DeleteModel, *request, response)) {
     return *routed;
@@ -339,6 +375,11 @@ grpc::Status SummonServiceImpl::DeleteModel(
 grpc::Status SummonServiceImpl::OpenSession(
     grpc::ServerContext* context, const v1::OpenSessionRequest* request,
     v1::Session* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/OpenSession", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed =
           Route(*context, &v1::Summon::Stub::OpenSession, *request, response)) {
     return *routed;
@@ -364,6 +405,11 @@ grpc::Status SummonServiceImpl::OpenSession(
 grpc::Status SummonServiceImpl::GetSession(grpc::ServerContext* context,
                                            const v1::GetSessionRequest* request,
                                            v1::Session* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/GetSession", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed =
           Route(*context, &v1::Summon::Stub::GetSession, *request, response)) {
     return *routed;
@@ -378,6 +424,11 @@ grpc::Status SummonServiceImpl::GetSession(grpc::ServerContext* context,
 grpc::Status SummonServiceImpl::ListSessions(
     grpc::ServerContext* context, const v1::ListSessionsRequest* request,
     v1::ListSessionsResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/ListSessions", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed = Route(*context, &v1::Summon::Stub::ListSessions, *request,
                           response)) {
     return *routed;
@@ -397,6 +448,11 @@ grpc::Status SummonServiceImpl::ListSessions(
 grpc::Status SummonServiceImpl::RenewSession(
     grpc::ServerContext* context, const v1::RenewSessionRequest* request,
     v1::Session* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/RenewSession", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed = Route(*context, &v1::Summon::Stub::RenewSession, *request,
                           response)) {
     return *routed;
@@ -415,6 +471,11 @@ grpc::Status SummonServiceImpl::RenewSession(
 grpc::Status SummonServiceImpl::CloseSession(
     grpc::ServerContext* context, const v1::CloseSessionRequest* request,
     v1::CloseSessionResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/CloseSession", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed = Route(*context, &v1::Summon::Stub::CloseSession, *request,
                           response)) {
     return *routed;
@@ -450,6 +511,11 @@ grpc::Status SummonServiceImpl::CloseSession(
 grpc::Status SummonServiceImpl::ReadTensor(
     grpc::ServerContext* context, const v1::ReadTensorRequest* request,
     grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/ReadTensor", *request);
+      !denied.ok()) {
+    return denied;
+  }
   const StreamSlot slot(*this);
   if (!slot.status().ok()) return ToGrpcStatus(slot.status());
   if (cluster_ != nullptr) {
@@ -512,6 +578,11 @@ grpc::Status SummonServiceImpl::WriteTensor(
     grpc::ServerContext* context,
     grpc::ServerReader<v1::WriteTensorRequest>* reader,
     v1::WriteTensorResponse* response) {
+  if (grpc::Status denied = Allow(*context, "/summon.v1.Summon/WriteTensor",
+                                  v1::WriteTensorRequest());
+      !denied.ok()) {
+    return denied;
+  }
   const StreamSlot slot(*this);
   if (!slot.status().ok()) return ToGrpcStatus(slot.status());
   if (cluster_ != nullptr) {
@@ -593,6 +664,11 @@ grpc::Status SummonServiceImpl::WriteTensor(
 grpc::Status SummonServiceImpl::TensorStats(
     grpc::ServerContext* context, const v1::TensorStatsRequest* request,
     v1::TensorStatsResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/TensorStats", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed =
           Route(*context, &v1::Summon::Stub::TensorStats, *request, response)) {
     return *routed;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "server/auth/authorizer.h"
 #include "server/checkpoint_roots.h"
 #include "server/cluster/membership.h"
 #include "server/forwarding.h"
@@ -16,9 +17,11 @@
 
 namespace summon::server {
 
-// The principal a call runs as: its "summon-principal" metadata, or
-// "anonymous" when absent.
-std::string PrincipalOf(const grpc::ServerContext& context);
+// The principal a call runs as (server/auth decides: a token, a client
+// certificate, a peer's forwarded principal, or in insecure-local mode the
+// summon-principal header); "anonymous" when it has none.
+std::string PrincipalOf(const auth::Authorizer& authorizer,
+                        const grpc::ServerContext& context);
 
 // summon.v1.Summon over a node's registry and session manager. Every
 // handler converts its absl::Status through ToGrpcStatus, the one place
@@ -31,6 +34,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
   SummonServiceImpl(ModelRegistry* registry, SessionManager* sessions,
                     TrainerLeases* trainers,
                     const std::vector<std::string>& checkpoint_roots,
+                    const auth::Authorizer* authorizer,
                     Membership* cluster = nullptr, int max_open_streams = 0);
 
   grpc::Status ListModels(grpc::ServerContext* context,
@@ -80,6 +84,15 @@ class SummonServiceImpl final : public v1::Summon::Service {
                            v1::TensorStatsResponse* response) override;
 
  private:
+  // OK when the caller's roles allow `method` for `request` (the role
+  // table of server/auth/roles.cc), else the refusal.
+  grpc::Status Allow(const grpc::ServerContext& context, const char* method,
+                     const google::protobuf::Message& request) const {
+    return auth::CheckCall(*authorizer_, context, method, request);
+  }
+  std::string PrincipalOf(const grpc::ServerContext& context) const {
+    return server::PrincipalOf(*authorizer_, context);
+  }
   // ModelToProto plus each rank's attached trainer and last event.
   void DescribeToProto(ModelEntry& model, v1::Model* response) const;
 
@@ -120,6 +133,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
   SessionManager* const sessions_;
   TrainerLeases* const trainers_;
   const CheckpointRoots checkpoint_roots_;
+  const auth::Authorizer* const authorizer_;
   Membership* const cluster_;
   LeaderForwarder forwarder_;
   const int max_open_streams_;
@@ -135,7 +149,9 @@ class SummonServiceImpl final : public v1::Summon::Service {
 class TrainerServiceImpl final : public v1::Trainer::Service {
  public:
   TrainerServiceImpl(ModelRegistry* registry, SessionManager* sessions,
-                     TrainerLeases* trainers, Membership* cluster = nullptr);
+                     TrainerLeases* trainers,
+                     const auth::Authorizer* authorizer,
+                     Membership* cluster = nullptr);
 
   grpc::Status Attach(grpc::ServerContext* context,
                       const v1::AttachRequest* request,
@@ -164,9 +180,20 @@ class TrainerServiceImpl final : public v1::Trainer::Service {
   void StopWatches() { stopping_.store(true); }
 
  private:
+  // OK when the caller's roles allow `method` for `request` (the role
+  // table of server/auth/roles.cc), else the refusal.
+  grpc::Status Allow(const grpc::ServerContext& context, const char* method,
+                     const google::protobuf::Message& request) const {
+    return auth::CheckCall(*authorizer_, context, method, request);
+  }
+  std::string PrincipalOf(const grpc::ServerContext& context) const {
+    return server::PrincipalOf(*authorizer_, context);
+  }
+
   ModelRegistry* const registry_;
   SessionManager* const sessions_;
   TrainerLeases* const trainers_;
+  const auth::Authorizer* const authorizer_;
   LeaderForwarder forwarder_;
   std::atomic<bool> stopping_{false};
 };

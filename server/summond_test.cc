@@ -1,7 +1,10 @@
 // Runs the summond binary as a child process.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,8 +93,9 @@ TEST_P(SummondTest, WritesPortFileServesAndExitsCleanlyOnSignal) {
       absl::StrCat(testing::TempDir(), "/summond-", signal_number, ".port");
   std::remove(port_file.c_str());
   // Both spellings DESIGN.md allows: "--flag value" and "--flag=value".
-  const pid_t pid = Spawn({"--listen", "127.0.0.1:0", "--port-file", port_file,
-                           "--local-ranks=4", "--log-level=warn"});
+  const pid_t pid =
+      Spawn({"--insecure-local", "--listen", "127.0.0.1:0", "--port-file",
+             port_file, "--local-ranks=4", "--log-level=warn"});
   ASSERT_GT(pid, 0);
 
   const int port = ReadPortFile(port_file);
@@ -108,15 +112,46 @@ INSTANTIATE_TEST_SUITE_P(StopSignals, SummondTest,
 TEST(SummondFlagsTest, BadFlagValuesExitWithInvalidArgument) {
   const int kInvalidArgument = 3;
   EXPECT_EQ(WaitForExit(Spawn({"--log-level=loud"})), kInvalidArgument);
-  EXPECT_EQ(WaitForExit(Spawn({"--local-ranks=0"})), kInvalidArgument);
-  EXPECT_EQ(WaitForExit(Spawn({"--listen=", "--unix-socket="})),
+  EXPECT_EQ(WaitForExit(Spawn({"--insecure-local", "--local-ranks=0"})),
             kInvalidArgument);
+  EXPECT_EQ(
+      WaitForExit(Spawn({"--insecure-local", "--listen=", "--unix-socket="})),
+      kInvalidArgument);
   EXPECT_EQ(WaitForExit(Spawn({"stray-argument"})), kInvalidArgument);
 }
 
-TEST(SummondFlagsTest, UnbindableAddressExitsWithUnavailable) {
+TEST(SummondFlagsTest, RefusesToServeUnsafely) {
+  const int kInvalidArgument = 3;
+  // Neither TLS nor --insecure-local.
+  EXPECT_EQ(WaitForExit(Spawn({"--listen=127.0.0.1:0"})), kInvalidArgument);
+  // --insecure-local anywhere but loopback.
+  EXPECT_EQ(WaitForExit(Spawn({"--insecure-local", "--listen=0.0.0.0:0"})),
+            kInvalidArgument);
+  EXPECT_EQ(WaitForExit(Spawn({"--insecure-local", "--listen=192.0.2.1:1"})),
+            kInvalidArgument);
+  // Tokens in the clear.
+  EXPECT_EQ(WaitForExit(Spawn({"--insecure-local", "--listen=127.0.0.1:0",
+                               "--tokens=/dev/null"})),
+            kInvalidArgument);
+}
+
+TEST(SummondFlagsTest, TakenAddressExitsWithUnavailable) {
   const int kUnavailable = 14;
-  EXPECT_EQ(WaitForExit(Spawn({"--listen=192.0.2.1:1"})), kUnavailable);
+  // A port this test holds.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+            0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  EXPECT_EQ(WaitForExit(Spawn(
+                {"--insecure-local", absl::StrCat("--listen=127.0.0.1:",
+                                                  ntohs(address.sin_port))})),
+            kUnavailable);
+  close(fd);
 }
 
 }  // namespace

@@ -45,15 +45,22 @@ v1::RankState RankStateOf(ModelEntry& model, TrainerLeases& trainers,
 TrainerServiceImpl::TrainerServiceImpl(ModelRegistry* registry,
                                        SessionManager* sessions,
                                        TrainerLeases* trainers,
+                                       const auth::Authorizer* authorizer,
                                        Membership* cluster)
     : registry_(registry),
       sessions_(sessions),
       trainers_(trainers),
-      forwarder_(cluster) {}
+      authorizer_(authorizer),
+      forwarder_(cluster, authorizer) {}
 
 grpc::Status TrainerServiceImpl::Attach(grpc::ServerContext* context,
                                         const v1::AttachRequest* request,
                                         v1::AttachResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Trainer/Attach", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed = forwarder_.Route(*context, &v1::Trainer::Stub::Attach,
                                      *request, response)) {
     return *routed;
@@ -84,6 +91,11 @@ grpc::Status TrainerServiceImpl::Attach(grpc::ServerContext* context,
 grpc::Status TrainerServiceImpl::Heartbeat(
     grpc::ServerContext* context, const v1::TrainerHeartbeatRequest* request,
     v1::TrainerHeartbeatResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Trainer/Heartbeat", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed = forwarder_.Route(*context, &v1::Trainer::Stub::Heartbeat,
                                      *request, response)) {
     return *routed;
@@ -103,6 +115,11 @@ grpc::Status TrainerServiceImpl::Heartbeat(
 grpc::Status TrainerServiceImpl::Detach(grpc::ServerContext* context,
                                         const v1::DetachRequest* request,
                                         v1::DetachResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Trainer/Detach", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed = forwarder_.Route(*context, &v1::Trainer::Stub::Detach,
                                      *request, response)) {
     return *routed;
@@ -113,6 +130,11 @@ grpc::Status TrainerServiceImpl::Detach(grpc::ServerContext* context,
 grpc::Status TrainerServiceImpl::ReportPhase(
     grpc::ServerContext* context, const v1::ReportPhaseRequest* request,
     v1::ReportPhaseResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Trainer/ReportPhase", *request);
+      !denied.ok()) {
+    return denied;
+  }
   // The leader knows every rank's phase before it decides an open.
   if (auto routed = forwarder_.Route(*context, &v1::Trainer::Stub::ReportPhase,
                                      *request, response)) {
@@ -150,6 +172,11 @@ grpc::Status TrainerServiceImpl::ReportPhase(
 grpc::Status TrainerServiceImpl::MarkInitialized(
     grpc::ServerContext* context, const v1::MarkInitializedRequest* request,
     v1::MarkInitializedResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Trainer/MarkInitialized", *request);
+      !denied.ok()) {
+    return denied;
+  }
   if (auto routed = forwarder_.Route(
           *context, &v1::Trainer::Stub::MarkInitialized, *request, response)) {
     return *routed;
@@ -172,6 +199,11 @@ grpc::Status TrainerServiceImpl::MarkInitialized(
 grpc::Status TrainerServiceImpl::WatchUnits(
     grpc::ServerContext* context, const v1::WatchUnitsRequest* request,
     grpc::ServerWriter<v1::WatchUnitsResponse>* writer) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Trainer/WatchUnits", *request);
+      !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::shared_ptr<ModelEntry>> found =
       registry_->Get(request->model());
   if (!found.ok()) return ToGrpcStatus(found.status());
@@ -209,9 +241,14 @@ grpc::Status TrainerServiceImpl::WatchUnits(
       absl::CancelledError("the watch ended (client gone or daemon stopping)"));
 }
 
-grpc::Status TrainerServiceImpl::MapShards(grpc::ServerContext*,
+grpc::Status TrainerServiceImpl::MapShards(grpc::ServerContext* context,
                                            const v1::MapShardsRequest* request,
                                            v1::MapShardsResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Trainer/MapShards", *request);
+      !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::shared_ptr<ModelEntry>> found =
       registry_->Get(request->model());
   if (!found.ok()) return ToGrpcStatus(found.status());

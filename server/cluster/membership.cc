@@ -99,7 +99,10 @@ std::shared_ptr<grpc::Channel> Membership::ChannelTo(int node) {
     arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
     channel = grpc::CreateCustomChannel(
-        spec_.nodes[node], grpc::InsecureChannelCredentials(), arguments);
+        spec_.nodes[node],
+        spec_.credentials ? spec_.credentials
+                          : grpc::InsecureChannelCredentials(),
+        arguments);
   }
   return channel;
 }

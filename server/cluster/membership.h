@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
 #include "server/cluster/kv_store.h"
 #include "server/comm/communicator.h"
 #include "summon/v1/peer.grpc.pb.h"
@@ -36,6 +37,9 @@ class Membership {
     absl::Duration collective_timeout = absl::Seconds(30);
     // A peer silent this long is declared failed (R13).
     absl::Duration failure_timeout = absl::Seconds(3);
+    // How this node dials its peers (TLS and its peer identity); null:
+    // plaintext.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
   };
 
   // `store` is the leader's key-value store (used on the leader only).

@@ -30,7 +30,7 @@ trap 'exit 1' TERM INT  # Bazel's timeout: still clean up.
 # `server` to its address.
 start_summond() {
   rm -f "$work/port"
-  "$summond_bin" --listen 127.0.0.1:0 --port-file "$work/port" \
+  "$summond_bin" --insecure-local --listen 127.0.0.1:0 --port-file "$work/port" \
     --log-level warn "$@" &
   summond_pid=$!
   for _ in $(seq 100); do

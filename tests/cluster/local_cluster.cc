@@ -108,6 +108,7 @@ absl::Status LocalCluster::Spawn(const std::vector<int>& ports) {
   for (int node : options_.started) {
     std::vector<std::string> args = {
         RunfilePath("server/summond"),
+        "--insecure-local",
         "--nodes=" + nodes,
         absl::StrCat("--node-rank=", node),
         absl::StrCat("--local-ranks=", options_.local_ranks),

@@ -121,6 +121,7 @@ absl::Status FaultCluster::StartNode(int node, absl::string_view fault_point) {
   ChildProcess::Spec spec;
   spec.argv = {
       RunfilePath("server/summond"),
+      "--insecure-local",
       "--nodes=" + absl::StrJoin(addresses_, ","),
       absl::StrCat("--node-rank=", node),
       absl::StrCat("--local-ranks=", options_.local_ranks),

@@ -216,9 +216,9 @@ class Daemon {
         registry_.get(), trainer_options);
     summon_ = std::make_unique<summon::server::SummonServiceImpl>(
         registry_.get(), sessions_.get(), trainers_.get(),
-        std::vector<std::string>{checkpoints_.string()});
+        std::vector<std::string>{checkpoints_.string()}, &authorizer_);
     trainer_ = std::make_unique<summon::server::TrainerServiceImpl>(
-        registry_.get(), sessions_.get(), trainers_.get());
+        registry_.get(), sessions_.get(), trainers_.get(), &authorizer_);
     grpc::ServerBuilder builder;
     builder.RegisterService(summon_.get());
     builder.RegisterService(trainer_.get());
@@ -467,6 +467,9 @@ class Daemon {
   std::unique_ptr<summon::server::ModelRegistry> registry_;
   std::unique_ptr<summon::server::SessionManager> sessions_;
   std::unique_ptr<summon::server::TrainerLeases> trainers_;
+  // Insecure-local: every caller has every role, as on a loopback summond.
+  summon::server::auth::Authorizer authorizer_{
+      summon::server::auth::SecuritySpec(), nullptr, nullptr};
   std::unique_ptr<summon::server::SummonServiceImpl> summon_;
   std::unique_ptr<summon::server::TrainerServiceImpl> trainer_;
   std::unique_ptr<grpc::Server> server_;

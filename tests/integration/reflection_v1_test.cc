@@ -30,7 +30,8 @@ class ReflectionV1Test : public testing::Test {
     port_file_ = std::string(tmp != nullptr ? tmp : "/tmp") + "/refl.port";
     std::remove(port_file_.c_str());
     absl::StatusOr<ChildProcess> daemon = ChildProcess::Spawn(
-        {{"server/summond", "--listen", "127.0.0.1:0", "--port-file",
+        {{"server/summond", "--insecure-local", "--listen", "127.0.0.1:0",
+          "--port-file",
           port_file_, "--local-ranks", "1", "--log-level", "warn"},
          {},
          "",

@@ -6,7 +6,7 @@ set -uo pipefail
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/metrics/metrics_common.sh"
 
 mkdir -p "$work/data"
-"$summond_bin" --listen 127.0.0.1:0 --port-file "$work/port" \
+"$summond_bin" --insecure-local --listen 127.0.0.1:0 --port-file "$work/port" \
   --metrics-listen 127.0.0.1:0 --metrics-port-file "$work/metrics_port" \
   --local-ranks 2 --data-dir "$work/data" --log-level warn &
 pids+=($!)

@@ -129,29 +129,62 @@ class UnitWatch:
         self._call.cancel()
 
 
+def _read_bytes(path: Optional[str]) -> Optional[bytes]:
+    if path is None:
+        return None
+    with open(path, "rb") as file:
+        return file.read()
+
+
+def _first_line(path: str) -> str:
+    with open(path, encoding="utf-8") as file:
+        return file.readline().strip()
+
+
 class Client:
     """A connection to one summond (any node of a cluster).
 
     address: "HOST:PORT" or "unix:PATH"; default $SUMMON_SERVER, else
     127.0.0.1:7070. timeout: seconds per call (None: no deadline).
-    principal: sent as `summon-principal` metadata (R12: the owner of the
-    sessions this client opens).
+    principal: sent as `summon-principal` metadata, which only an
+    --insecure-local daemon believes (R12: the owner of the sessions this
+    client opens).
+    TLS (a daemon with --tls-cert): on when any of tls_ca, tls_cert or token
+    is given. tls_ca: PEM file of the CA that signed the daemon's certificate
+    (None: the system's roots); tls_cert/tls_key: PEM files of a client
+    certificate; token: bearer token (default: the first line of
+    $SUMMON_TOKEN_FILE when set).
     """
 
     def __init__(self, address: Optional[str] = None, timeout: Optional[float] = 60.0,
-                 principal: Optional[str] = None):
+                 principal: Optional[str] = None, *, tls_ca: Optional[str] = None,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 token: Optional[str] = None):
         self.address = address or os.environ.get("SUMMON_SERVER") or DEFAULT_ADDRESS
         self.timeout = timeout
         self.principal = principal
         self._metadata = (("summon-principal", principal),) if principal else None
-        self._channel = grpc.insecure_channel(self.address, options=[
+        if token is None and os.environ.get("SUMMON_TOKEN_FILE"):
+            token = _first_line(os.environ["SUMMON_TOKEN_FILE"])
+        options = [
             ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             # A restarted daemon is found again within about a second.
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
-        ])
+        ]
+        if tls_ca or tls_cert or token:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read_bytes(tls_ca),
+                private_key=_read_bytes(tls_key),
+                certificate_chain=_read_bytes(tls_cert))
+            if token:
+                credentials = grpc.composite_channel_credentials(
+                    credentials, grpc.access_token_call_credentials(token))
+            self._channel = grpc.secure_channel(self.address, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(self.address, options=options)
         self._summon = summon_pb2_grpc.SummonStub(self._channel)
         self._trainer = trainer_pb2_grpc.TrainerStub(self._channel)
 

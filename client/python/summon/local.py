@@ -61,7 +61,8 @@ class LocalDaemon:
         port_file = os.path.join(self.data_dir, "summond.port")
         if os.path.exists(port_file):
             os.unlink(port_file)
-        command = [self.binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
+        command = [self.binary, "--insecure-local", "--listen", "127.0.0.1:0",
+                   "--port-file", port_file,
                    "--local-ranks", str(self.local_ranks), "--data-dir", self.data_dir,
                    "--log-level", "warn", *self.extra_args]
         if self.unix_socket:
