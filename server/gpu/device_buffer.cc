@@ -1,0 +1,155 @@
+#include "server/gpu/device_buffer.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+
+namespace summon::server::gpu {
+namespace {
+
+absl::Status FromCuda(cudaError_t error, absl::string_view what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  const std::string message =
+      absl::StrCat(what, ": ", cudaGetErrorString(error));
+  switch (error) {
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(message);
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevice:
+      return absl::InvalidArgumentError(message);
+    default:
+      return absl::UnavailableError(message);
+  }
+}
+
+absl::Status CheckRange(int64_t offset, int64_t bytes, int64_t size) {
+  if (offset < 0 || bytes < 0 || offset > size || bytes > size - offset) {
+    return absl::OutOfRangeError(
+        absl::StrCat("bytes [", offset, ", ", offset + bytes,
+                     ") are outside the buffer of ", size, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CopyToDevice(int device, void* device_ptr, const void* host,
+                          int64_t bytes) {
+  if (absl::Status set = FromCuda(cudaSetDevice(device), "cudaSetDevice");
+      !set.ok()) {
+    return set;
+  }
+  return FromCuda(cudaMemcpy(device_ptr, host, static_cast<size_t>(bytes),
+                             cudaMemcpyHostToDevice),
+                  "copy to the device");
+}
+
+absl::Status CopyFromDevice(int device, const void* device_ptr, void* host,
+                            int64_t bytes) {
+  if (absl::Status set = FromCuda(cudaSetDevice(device), "cudaSetDevice");
+      !set.ok()) {
+    return set;
+  }
+  return FromCuda(cudaMemcpy(host, device_ptr, static_cast<size_t>(bytes),
+                             cudaMemcpyDeviceToHost),
+                  "copy from the device");
+}
+
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
+    int device, int64_t bytes) {
+  if (bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a device buffer needs a positive size, got ", bytes));
+  }
+  if (absl::Status set =
+          FromCuda(cudaSetDevice(device), absl::StrCat("CUDA device ", device));
+      !set.ok()) {
+    return set;
+  }
+  void* data = nullptr;
+  if (absl::Status allocated =
+          FromCuda(cudaMalloc(&data, static_cast<size_t>(bytes)),
+                   absl::StrCat("cudaMalloc of ", bytes, " bytes"));
+      !allocated.ok()) {
+    return allocated;
+  }
+  // Shards start as zeros, as shared-memory segments do.
+  if (absl::Status zeroed = FromCuda(
+          cudaMemset(data, 0, static_cast<size_t>(bytes)), "cudaMemset");
+      !zeroed.ok()) {
+    cudaFree(data);
+    return zeroed;
+  }
+  return absl::WrapUnique(new DeviceBuffer(device, data, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  cudaSetDevice(device_);
+  cudaFree(data_);
+}
+
+absl::Status DeviceBuffer::CopyFromHost(int64_t offset, const void* host,
+                                        int64_t bytes) {
+  if (absl::Status range = CheckRange(offset, bytes, size_); !range.ok()) {
+    return range;
+  }
+  return CopyToDevice(device_, static_cast<char*>(data_) + offset, host, bytes);
+}
+
+absl::Status DeviceBuffer::CopyToHost(int64_t offset, void* host,
+                                      int64_t bytes) const {
+  if (absl::Status range = CheckRange(offset, bytes, size_); !range.ok()) {
+    return range;
+  }
+  return CopyFromDevice(device_, static_cast<const char*>(data_) + offset, host,
+                        bytes);
+}
+
+absl::StatusOr<std::string> DeviceBuffer::IpcHandle() const {
+  static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes);
+  cudaIpcMemHandle_t handle;
+  if (absl::Status set = FromCuda(cudaSetDevice(device_), "cudaSetDevice");
+      !set.ok()) {
+    return set;
+  }
+  if (absl::Status got =
+          FromCuda(cudaIpcGetMemHandle(&handle, data_), "cudaIpcGetMemHandle");
+      !got.ok()) {
+    return got;
+  }
+  return std::string(reinterpret_cast<const char*>(&handle), sizeof(handle));
+}
+
+absl::StatusOr<std::unique_ptr<IpcMappedBuffer>> IpcMappedBuffer::Open(
+    int device, absl::string_view handle_bytes) {
+  if (handle_bytes.size() != kIpcHandleBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a CUDA IPC handle has ", kIpcHandleBytes, " bytes, got ",
+                     handle_bytes.size()));
+  }
+  cudaIpcMemHandle_t handle;
+  std::memcpy(&handle, handle_bytes.data(), sizeof(handle));
+  if (absl::Status set = FromCuda(cudaSetDevice(device), "cudaSetDevice");
+      !set.ok()) {
+    return set;
+  }
+  void* data = nullptr;
+  if (absl::Status opened = FromCuda(
+          cudaIpcOpenMemHandle(&data, handle, cudaIpcMemLazyEnablePeerAccess),
+          "cudaIpcOpenMemHandle");
+      !opened.ok()) {
+    // Whatever CUDA said, the handle could not be opened here.
+    return absl::UnavailableError(opened.message());
+  }
+  return absl::WrapUnique(new IpcMappedBuffer(device, data));
+}
+
+IpcMappedBuffer::~IpcMappedBuffer() {
+  cudaSetDevice(device_);
+  cudaIpcCloseMemHandle(data_);
+}
+
+}  // namespace summon::server::gpu
