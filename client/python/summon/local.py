@@ -35,13 +35,16 @@ class LocalDaemon:
 
     def __init__(self, local_ranks: int = 1, data_dir: Optional[str] = None,
                  unix_socket: Optional[str] = None, log_path: Optional[str] = None,
-                 extra_args: Sequence[str] = (), binary: Optional[str] = None):
+                 extra_args: Sequence[str] = (), binary: Optional[str] = None,
+                 insecure_local: bool = True):
         self._owned_dir = None if data_dir else tempfile.TemporaryDirectory(prefix="summond-")
         self.data_dir = data_dir or self._owned_dir.name  # type: ignore[union-attr]
         self.local_ranks = local_ranks
         self.unix_socket = unix_socket
         self.log_path = log_path or os.path.join(self.data_dir, "summond.log")
         self.extra_args = list(extra_args)
+        # False: `extra_args` must secure it (--tls-cert, --tls-key, ...).
+        self.insecure_local = insecure_local
         self.binary = binary or daemon_binary()
         self.process: Optional[subprocess.Popen] = None
         self.port: Optional[int] = None
@@ -61,8 +64,8 @@ class LocalDaemon:
         port_file = os.path.join(self.data_dir, "summond.port")
         if os.path.exists(port_file):
             os.unlink(port_file)
-        command = [self.binary, "--insecure-local", "--listen", "127.0.0.1:0",
-                   "--port-file", port_file,
+        command = [self.binary, *(["--insecure-local"] if self.insecure_local else []),
+                   "--listen", "127.0.0.1:0", "--port-file", port_file,
                    "--local-ranks", str(self.local_ranks), "--data-dir", self.data_dir,
                    "--log-level", "warn", *self.extra_args]
         if self.unix_socket:
