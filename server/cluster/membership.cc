@@ -146,6 +146,11 @@ absl::StatusOr<v1::JoinResponse> Membership::HandleJoin(
       v1::NodeInfo info = request.node();
       info.set_alive(true);
       joined_[node] = info;
+      // A channel made while the node was down may still be backing off
+      // from refused connections (up to the maximum backoff) and would fail
+      // the first call after the re-form fast; the node now listens, so a
+      // fresh channel connects at once.
+      channels_.erase(node);
       spdlog::info("cluster: node {} joined (incarnation {:x})", node,
                    info.incarnation());
     }
