@@ -1,0 +1,217 @@
+// summon.v1.Summon's tensor streams: ReadTensor, WriteTensor and
+// TensorStats, and the stream slots that bound how many run at once.
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/metrics/summon_metrics.h"
+#include "server/proto_conversion.h"
+#include "server/status_conversion.h"
+#include "server/summon_service.h"
+
+namespace summon::server {
+namespace {
+
+constexpr int kDefaultHistogramBins = 16;
+
+}  // namespace
+
+SummonServiceImpl::StreamSlot::StreamSlot(SummonServiceImpl& service)
+    : service_(service) {
+  const int open = service_.open_streams_.fetch_add(1) + 1;
+  if (service_.max_open_streams_ > 0 && open > service_.max_open_streams_) {
+    status_ = absl::ResourceExhaustedError(absl::StrCat(
+        "too many tensor streams in flight (", service_.max_open_streams_,
+        ", --max-open-streams); retry later"));
+  }
+}
+
+SummonServiceImpl::StreamSlot::~StreamSlot() {
+  service_.open_streams_.fetch_sub(1);
+}
+
+grpc::Status SummonServiceImpl::ReadTensor(
+    grpc::ServerContext* context, const v1::ReadTensorRequest* request,
+    grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/ReadTensor", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  const StreamSlot slot(*this);
+  if (!slot.status().ok()) return ToGrpcStatus(slot.status());
+  if (cluster_ != nullptr) {
+    if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
+      return ToGrpcStatus(ready);
+    }
+    if (!cluster_->is_leader()) {
+      return forwarder_.ReadTensor(context, *request, writer);
+    }
+  }
+  std::optional<core::DType> dtype;
+  if (request->dtype() != v1::DTYPE_UNSPECIFIED) {
+    absl::StatusOr<core::DType> parsed =
+        DTypeFromProto(request->dtype(), "dtype");
+    if (!parsed.ok()) return ToGrpcStatus(parsed.status());
+    dtype = *parsed;
+  }
+  std::optional<int64_t> count;
+  if (request->has_element_count()) count = request->element_count();
+  const std::string principal = PrincipalOf(*context);
+  absl::StatusOr<SessionInfo> session =
+      sessions_->Get(request->session_id(), principal);
+  if (!session.ok()) return ToGrpcStatus(session.status());
+  absl::StatusOr<core::SessionTensor> tensor = sessions_->DescribeTensor(
+      request->session_id(), request->fqn(), request->grad(), principal);
+  if (!tensor.ok()) return ToGrpcStatus(tensor.status());
+  // The first chunk describes the tensor as sent (after any conversion).
+  v1::TensorInfo info;
+  TensorInfoToProto(*tensor, &info);
+  if (dtype.has_value()) {
+    info.set_dtype(DTypeToProto(*dtype));
+  } else if (session->options.read_dtype.has_value()) {
+    info.set_dtype(DTypeToProto(*session->options.read_dtype));
+  }
+  bool first = true;
+  int64_t sent_bytes = 0;
+  const absl::Time start = absl::Now();
+  absl::Status status = sessions_->Read(
+      request->session_id(), request->fqn(), request->grad(), dtype,
+      request->element_offset(), count, request->chunk_bytes(), principal,
+      [&](int64_t offset, absl::string_view bytes) {
+        v1::ReadTensorResponse chunk;
+        if (first) {
+          *chunk.mutable_info() = info;
+          first = false;
+        }
+        chunk.set_element_offset(offset);
+        chunk.set_data(bytes.data(), bytes.size());
+        if (context->IsCancelled() || !writer->Write(chunk)) return false;
+        sent_bytes += static_cast<int64_t>(bytes.size());
+        return true;
+      });
+  const metrics::SummonMetrics& m = metrics::Summon();
+  m.read_bytes->Add({}, static_cast<double>(sent_bytes));
+  m.read_seconds->Observe({}, metrics::SecondsSince(start));
+  return ToGrpcStatus(status);
+}
+
+grpc::Status SummonServiceImpl::WriteTensor(
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::WriteTensorRequest>* reader,
+    v1::WriteTensorResponse* response) {
+  if (grpc::Status denied = Allow(*context, "/summon.v1.Summon/WriteTensor",
+                                  v1::WriteTensorRequest());
+      !denied.ok()) {
+    return denied;
+  }
+  const StreamSlot slot(*this);
+  if (!slot.status().ok()) return ToGrpcStatus(slot.status());
+  if (cluster_ != nullptr) {
+    if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
+      return ToGrpcStatus(ready);
+    }
+    if (!cluster_->is_leader()) {
+      return forwarder_.WriteTensor(context, reader, response);
+    }
+  }
+  const std::string principal = PrincipalOf(*context);
+  v1::WriteTensorRequest message;
+  if (!reader->Read(&message) || !message.has_header()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "the first message of a write must be its header"));
+  }
+  const v1::WriteTensorHeader header = message.header();
+  absl::StatusOr<core::DType> dtype = DTypeFromProto(header.dtype(), "dtype");
+  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
+  // The target is checked before any data is accepted; the data is staged
+  // and applied only once every declared byte arrived, so a truncated
+  // stream changes nothing.
+  absl::StatusOr<core::SessionTensor> tensor = sessions_->DescribeTensor(
+      header.session_id(), header.fqn(), header.grad(), principal);
+  if (!tensor.ok()) return ToGrpcStatus(tensor.status());
+  // Without element_count, whatever arrives before the half-close is
+  // written (up to the end of the tensor).
+  const bool counted = header.has_element_count();
+  const int64_t limit = counted ? header.element_count()
+                                : tensor->numel - header.element_offset();
+  absl::StatusOr<core::SessionTensor> target = sessions_->CheckWriteTarget(
+      header.session_id(), header.fqn(), header.grad(), *dtype,
+      header.element_offset(), limit, principal);
+  if (!target.ok()) return ToGrpcStatus(target.status());
+  const int64_t element_size = static_cast<int64_t>(core::ElementSize(*dtype));
+  const int64_t expected = limit * element_size;
+  std::string staged;
+  if (counted) staged.reserve(static_cast<size_t>(expected));
+  while (reader->Read(&message)) {
+    if (message.has_header()) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          "a write has exactly one header, as its first message; nothing "
+          "was applied"));
+    }
+    if (static_cast<int64_t>(message.data().size()) % element_size != 0) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "a data message of ", message.data().size(), " bytes is not whole ",
+          core::DTypeName(*dtype), " elements; nothing was applied")));
+    }
+    if (static_cast<int64_t>(staged.size() + message.data().size()) >
+        expected) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("write sends more than the ", expected, " bytes ",
+                       counted ? "declared" : "left in the tensor",
+                       "; nothing was applied")));
+    }
+    staged += message.data();
+  }
+  if (context->IsCancelled()) {
+    return ToGrpcStatus(
+        absl::CancelledError("write stream cancelled; nothing was applied"));
+  }
+  if (counted && static_cast<int64_t>(staged.size()) != expected) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("write stream ended after ", staged.size(), " of ",
+                     expected, " bytes; nothing was applied")));
+  }
+  const int64_t count = static_cast<int64_t>(staged.size()) / element_size;
+  absl::StatusOr<core::SessionTensor> written =
+      sessions_->Write(header.session_id(), header.fqn(), header.grad(), *dtype,
+                       header.element_offset(), staged, principal);
+  if (!written.ok()) return ToGrpcStatus(written.status());
+  metrics::Summon().written_bytes->Add({}, static_cast<double>(staged.size()));
+  TensorInfoToProto(*written, response->mutable_info());
+  response->set_elements_written(count);
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::TensorStats(
+    grpc::ServerContext* context, const v1::TensorStatsRequest* request,
+    v1::TensorStatsResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/TensorStats", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (auto routed =
+          Route(*context, &v1::Summon::Stub::TensorStats, *request, response)) {
+    return *routed;
+  }
+  if (request->histogram_bins() > 4096) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("histogram_bins must be at most 4096, got ",
+                     request->histogram_bins())));
+  }
+  const int bins = request->has_histogram_bins()
+                       ? static_cast<int>(request->histogram_bins())
+                       : kDefaultHistogramBins;
+  auto stats = sessions_->Stats(
+      request->session_id(), {request->fqns().begin(), request->fqns().end()},
+      request->grad(), bins, PrincipalOf(*context));
+  if (!stats.ok()) return ToGrpcStatus(stats.status());
+  for (const auto& [tensor, numbers] : *stats) {
+    TensorStatisticsToProto(tensor, numbers, response->add_tensors());
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace summon::server
