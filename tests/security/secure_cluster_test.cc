@@ -35,6 +35,9 @@ class SecureClusterTest : public ::testing::Test {
   static void SetUpTestSuite() {
     SecureCluster::Options options;
     options.nodes = 2;
+    options.extra_token_lines = {
+        absl::StrCat(server::auth::TokenHash("limited-token"),
+                     " limited-user viewer models=only")};
     absl::StatusOr<std::unique_ptr<SecureCluster>> started =
         SecureCluster::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
@@ -198,6 +201,30 @@ TEST_F(SecureClusterTest, SpoofedPrincipalHeaderIsIgnored) {
             {"summon-forwarded-roles", "admin"}});
   EXPECT_EQ(forged.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(ErrorOf(Call(0, "/summon.v1.Summon/DeleteModel", remove, "admin")),
+            "");
+}
+
+TEST_F(SecureClusterTest, ModelLimitedTokensTouchOnlyTheirModels) {
+  v1::DescribeModelRequest describe;
+  describe.set_model("other");
+  const grpc::Status other =
+      CallAnyMethod(*cluster_->Channel(1), "/summon.v1.Summon/DescribeModel",
+                    describe, "limited-token");
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(other.error_message(),
+            "principal 'limited-user' may not touch model 'other' (its "
+            "credentials cover: only)");
+  // Its own model passes the check (and does not exist).
+  describe.set_model("only");
+  EXPECT_EQ(
+      CallAnyMethod(*cluster_->Channel(1), "/summon.v1.Summon/DescribeModel",
+                    describe, "limited-token")
+          .error_code(),
+      grpc::StatusCode::NOT_FOUND);
+  // Calls naming no model are not limited.
+  EXPECT_EQ(ErrorOf(CallAnyMethod(*cluster_->Channel(1),
+                                  "/summon.v1.Summon/ListModels",
+                                  v1::ListModelsRequest(), "limited-token")),
             "");
 }
 
