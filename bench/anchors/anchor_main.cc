@@ -41,8 +41,8 @@ int Run(const std::string& anchor) {
     us = LoopbackTcpMicros(runs);
   } else if (anchor == "gloo") {
     // The workers are this same binary.
-    us = GlooAllgatherMicros("/proc/self/exe", absl::GetFlag(FLAGS_world),
-                             runs);
+    us =
+        GlooAllgatherMicros("/proc/self/exe", absl::GetFlag(FLAGS_world), runs);
   } else if (anchor == "gloo_worker") {
     us = GlooAllgatherWorker(absl::GetFlag(FLAGS_rank),
                              absl::GetFlag(FLAGS_world),

@@ -161,7 +161,8 @@ absl::StatusOr<std::vector<double>> LoopbackTcpMicros(const AnchorRuns& runs,
     sent = SendAll(client.get(), from.data(), runs.bytes, write_bytes);
     uint8_t answer = 0;
     if (sent.ok()) sent = RecvAll(client.get(), &answer, 1);
-    if (sent.ok() && i >= runs.warmup) timed.push_back(MicrosecondsSince(start));
+    if (sent.ok() && i >= runs.warmup)
+      timed.push_back(MicrosecondsSince(start));
   }
   if (!sent.ok()) shutdown(client.get(), SHUT_RDWR);
   receiver.join();

@@ -40,8 +40,8 @@ TEST(GlooAllgatherMicrosTest, WorkerProcessesGatherAndRankZeroReports) {
 }
 
 TEST(GlooAllgatherMicrosTest, AMissingBinaryIsAnError) {
-  EXPECT_FALSE(GlooAllgatherMicros("/nonexistent/anchor", 2, {kBytes, 1, 1})
-                   .ok());
+  EXPECT_FALSE(
+      GlooAllgatherMicros("/nonexistent/anchor", 2, {kBytes, 1, 1}).ok());
 }
 
 TEST(AnchorBinaryPathTest, AnOverrideWins) {

@@ -89,9 +89,9 @@ absl::StatusOr<std::string> Finish(const Worker& worker) {
   while (waitpid(worker.pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(
-        absl::StrCat("gloo anchor worker ", worker.pid, " failed (status ",
-                     status, "); its stderr says why"));
+    return absl::InternalError(absl::StrCat("gloo anchor worker ", worker.pid,
+                                            " failed (status ", status,
+                                            "); its stderr says why"));
   }
   return output;
 }
@@ -148,9 +148,9 @@ absl::StatusOr<std::vector<double>> GlooAllgatherWorker(
 absl::StatusOr<std::vector<double>> GlooAllgatherMicros(
     const std::string& anchor_binary, int world, const AnchorRuns& runs) {
   if (world < 1) return absl::InvalidArgumentError("world must be >= 1");
-  std::string dir = (std::filesystem::temp_directory_path() /
-                     "summon-gloo-anchor-XXXXXX")
-                        .string();
+  std::string dir =
+      (std::filesystem::temp_directory_path() / "summon-gloo-anchor-XXXXXX")
+          .string();
   if (mkdtemp(dir.data()) == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("mkdtemp: ", std::strerror(errno)));
