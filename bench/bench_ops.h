@@ -44,6 +44,9 @@ struct BenchConfig {
   int tiny_repeats = 500;
   int64_t full_check_bytes = 0;
   uint32_t read_chunk_bytes = 0;
+  // read: chunks go into one buffer the client already holds instead of a
+  // fresh ReadTensor result per iteration.
+  bool read_into_held_buffer = false;
 
   int ItersFor(int64_t bytes) const {
     return bytes > large_bytes ? large_iters : iters;

@@ -62,6 +62,11 @@ ABSL_FLAG(
     uint32_t, read_chunk_bytes, 0,
     "ReadTensor chunk payload in bytes; 0: the server's default (1 MiB).");
 
+ABSL_FLAG(bool, read_into_held_buffer, false,
+          "read: receive the chunks into one buffer the client already holds "
+          "(its pages mapped, as the loopback TCP anchor's receiver's are) "
+          "through ReadTensorChunks, instead of ReadTensor's fresh result "
+          "per iteration.");
 ABSL_FLAG(bool, compare, false,
           "Measure each operation's physical anchor in the same run (open: "
           "memcpy on one node, a raw Gloo allgather between --nodes "
@@ -129,6 +134,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   config.tiny_repeats = absl::GetFlag(FLAGS_tiny_repeats);
   config.full_check_bytes = absl::GetFlag(FLAGS_full_check_bytes);
   config.read_chunk_bytes = absl::GetFlag(FLAGS_read_chunk_bytes);
+  config.read_into_held_buffer = absl::GetFlag(FLAGS_read_into_held_buffer);
   if (absl::GetFlag(FLAGS_compare)) {
     config.iters = std::max(config.iters, kCompareIters);
     config.large_iters = std::max(config.large_iters, kCompareIters);
