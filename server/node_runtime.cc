@@ -365,12 +365,21 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
       }
     }
     // Stage parameters and gradients in shared memory: a node that dies
-    // after this point finishes a decided commit when it is back.
+    // after this point finishes a decided commit when it is back. The
+    // staging copy of each shard skips the ranges staged over it below (plan
+    // order is by rank, unit and offset, so each list is sorted).
+    std::map<std::pair<int, int>, ShardStore::ByteRanges> overwritten;
+    for (const core::Transfer& t : by_node[node_]) {
+      overwritten[{t.rank, t.unit}].emplace_back(t.shard_offset,
+                                                 t.shard_offset + t.bytes);
+    }
     const int64_t grads_at = sizes[node_] / grads_factor;
     int64_t at = 0;
     for (const core::Transfer& t : by_node[node_]) {
-      absl::StatusOr<uint8_t*> staging = model.store->StagingShard(
-          t.rank, t.unit, op.session_id, op.target_generations.at(t.unit));
+      const ShardStore::ByteRanges& written = overwritten[{t.rank, t.unit}];
+      absl::StatusOr<uint8_t*> staging =
+          model.store->StagingShard(t.rank, t.unit, op.session_id,
+                                    op.target_generations.at(t.unit), written);
       if (!staging.ok()) return staging.status();
       std::memcpy(
           *staging + t.shard_offset,
@@ -381,7 +390,8 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
                                   ? copy.grad_bytes.data() + t.buffer_offset
                                   : mine.data() + grads_at + at;
         absl::StatusOr<uint8_t*> grad_staging = model.store->StagingGradShard(
-            t.rank, t.unit, op.session_id, op.target_generations.at(t.unit));
+            t.rank, t.unit, op.session_id, op.target_generations.at(t.unit),
+            written);
         if (!grad_staging.ok()) return grad_staging.status();
         std::memcpy(*grad_staging + t.shard_offset, from, t.bytes);
         staged_bytes += t.bytes;
