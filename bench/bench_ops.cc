@@ -16,12 +16,29 @@ BenchTensor TensorOfSize(absl::string_view unit, int64_t bytes) {
   return {std::string(unit), absl::StrCat(unit, ".weight"), bytes};
 }
 
-std::string LayoutJson(const std::vector<BenchTensor>& tensors) {
+SplitUnit SplitUnitOf(absl::string_view unit, int64_t total_bytes,
+                      int64_t small_bytes) {
+  return {std::string(unit),
+          {std::string(unit), absl::StrCat(unit, ".small"), small_bytes},
+          {std::string(unit), absl::StrCat(unit, ".large"),
+           total_bytes - small_bytes}};
+}
+
+std::string LayoutJson(const std::vector<BenchTensor>& tensors,
+                       const SplitUnit* split) {
+  auto param = [](const BenchTensor& tensor) {
+    return absl::StrCat(R"({"fqn": ")", tensor.fqn, R"(", "shape": [)",
+                        tensor.numel(), R"(], "dtype": "float32"})");
+  };
   std::vector<std::string> units;
   for (const BenchTensor& tensor : tensors) {
-    units.push_back(absl::StrCat(
-        R"({"fqn": ")", tensor.unit, R"(", "params": [{"fqn": ")", tensor.fqn,
-        R"(", "shape": [)", tensor.numel(), R"(], "dtype": "float32"}]})"));
+    units.push_back(absl::StrCat(R"({"fqn": ")", tensor.unit,
+                                 R"(", "params": [)", param(tensor), "]}"));
+  }
+  if (split != nullptr) {
+    units.push_back(absl::StrCat(R"({"fqn": ")", split->unit,
+                                 R"(", "params": [)", param(split->small), ", ",
+                                 param(split->large), "]}"));
   }
   return absl::StrCat(R"({"strategy": "FULL_SHARD", "units": [)",
                       absl::StrJoin(units, ", "), "]}");
@@ -280,6 +297,43 @@ absl::StatusOr<LatencyRow> Bench::OpenClose(const BenchTensor& tensor,
   row.count = tensor.numel();
   row.type = "float";
   row.mode = writeback ? "writable" : "readonly";
+  row.repeats = static_cast<int>(us->size());
+  row.p50_us = Percentile(*us, 50);
+  row.p99_us = Percentile(*us, 99);
+  row.wrong = *wrong;
+  return row;
+}
+
+absl::StatusOr<LatencyRow> Bench::OpenSplit(const SplitUnit& split,
+                                            bool whole_unit) const {
+  v1::SessionOptions options;
+  if (whole_unit) {
+    options = UnitScope(split.small, /*writeback=*/false);
+  } else {
+    options.mutable_params()->add_fqns(split.small.fqn);
+    options.set_writeback(false);
+  }
+  absl::StatusOr<std::vector<double>> us =
+      Repeat(config_.ItersFor(whole_unit ? split.bytes() : split.small.bytes),
+             [&]() -> absl::StatusOr<double> {
+               const auto start = std::chrono::steady_clock::now();
+               absl::StatusOr<v1::Session> session =
+                   client_.OpenSession(kModel, options);
+               const double elapsed = MicrosecondsSince(start);
+               if (!session.ok()) return session.status();
+               if (absl::Status closed = Close(session->id()); !closed.ok()) {
+                 return closed;
+               }
+               return elapsed;
+             });
+  if (!us.ok()) return us.status();
+  absl::StatusOr<int64_t> wrong = VerifyStored(split.small, 1);
+  if (!wrong.ok()) return wrong.status();
+  LatencyRow row;
+  row.bytes = whole_unit ? split.bytes() : split.small.bytes;
+  row.count = row.bytes / 4;
+  row.type = "float";
+  row.mode = whole_unit ? "unit" : "param";
   row.repeats = static_cast<int>(us->size());
   row.p50_us = Percentile(*us, 50);
   row.p99_us = Percentile(*us, 99);

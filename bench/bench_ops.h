@@ -31,9 +31,25 @@ struct BenchTensor {
 
 BenchTensor TensorOfSize(absl::string_view unit, int64_t bytes);
 
+// A unit holding a small parameter beside a large one: opening the small
+// one alone (a ParamList scope) against opening the whole unit (issue 11,
+// P5).
+struct SplitUnit {
+  std::string unit;
+  BenchTensor small;
+  BenchTensor large;
+  int64_t bytes() const { return small.bytes + large.bytes; }
+};
+
+// `unit` of `total_bytes` with a `small_bytes` parameter first.
+SplitUnit SplitUnitOf(absl::string_view unit, int64_t total_bytes,
+                      int64_t small_bytes);
+
 // One FULL_SHARD model with a unit per tensor, each unit opened on its own
-// (recurse=false), so every size is one model and one CreateModel call.
-std::string LayoutJson(const std::vector<BenchTensor>& tensors);
+// (recurse=false), so every size is one model and one CreateModel call;
+// plus `split`'s unit when given.
+std::string LayoutJson(const std::vector<BenchTensor>& tensors,
+                       const SplitUnit* split = nullptr);
 
 struct BenchConfig {
   int group_size = 1;
@@ -72,6 +88,10 @@ class Bench {
   absl::StatusOr<Measured> Writeback(const BenchTensor& tensor) const;
   absl::StatusOr<LatencyRow> OpenClose(const BenchTensor& tensor,
                                        bool writeback) const;
+  // Read-only open of `split`'s small parameter alone, or of its whole unit
+  // (the close is not timed).
+  absl::StatusOr<LatencyRow> OpenSplit(const SplitUnit& split,
+                                       bool whole_unit) const;
 
  private:
   // Runs `iteration` warmup + `iters` times; returns the timed microseconds

@@ -48,9 +48,14 @@ ABSL_FLAG(int32_t, nodes, 1,
           "summond nodes started in-process as one cluster (loopback TCP).");
 ABSL_FLAG(int32_t, local_ranks, 4, "Virtual ranks of each in-process summond.");
 ABSL_FLAG(std::vector<std::string>, ops,
-          std::vector<std::string>({"open", "read", "writeback", "tiny"}),
+          std::vector<std::string>({"open", "read", "writeback", "tiny",
+                                    "params"}),
           "Operations to measure, comma-separated: open, read, writeback, "
-          "tiny. They run in that order whatever the order given.");
+          "tiny, params. They run in that order whatever the order given.");
+ABSL_FLAG(int64_t, params_unit_bytes, int64_t{256} << 20,
+          "params: bytes of the unit holding the small parameter.");
+ABSL_FLAG(int64_t, params_bytes, int64_t{1} << 20,
+          "params: bytes of the small parameter opened alone.");
 ABSL_FLAG(int32_t, tiny_repeats, 500,
           "Timed open+close repetitions of the 1 KiB session (after "
           "--warmup untimed ones).");
@@ -104,6 +109,7 @@ struct SelectedOps {
   bool read = false;
   bool writeback = false;
   bool tiny = false;
+  bool params = false;
 };
 
 absl::StatusOr<SelectedOps> ParseOps(const std::vector<std::string>& names) {
@@ -117,9 +123,12 @@ absl::StatusOr<SelectedOps> ParseOps(const std::vector<std::string>& names) {
       ops.writeback = true;
     } else if (name == "tiny") {
       ops.tiny = true;
+    } else if (name == "params") {
+      ops.params = true;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown operation '", name, "' (open, read, writeback, tiny)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown operation '", name,
+                       "' (open, read, writeback, tiny, params)"));
     }
   }
   return ops;
@@ -256,9 +265,7 @@ absl::Status RunRow(const Bench& bench, const BandwidthTable& table,
 // Prints the selected tables, each row as soon as it is measured, and adds
 // the wrong elements of every row to `wrong`.
 absl::Status RunTables(const Bench& bench, const TableSpec& spec,
-                       const std::vector<BenchTensor>& sized,
-                       const BenchTensor& tiny, int64_t* wrong) {
-  const SelectedOps& ops = spec.ops;
+                       const std::vector<BenchTensor>& sized, int64_t* wrong) {
   for (const BandwidthTable& table : Tables(bench, spec)) {
     if (!table.selected) continue;
     const std::string header =
@@ -276,19 +283,54 @@ absl::Status RunTables(const Bench& bench, const TableSpec& spec,
     }
     std::printf("\n");
   }
-  if (!ops.tiny) return absl::OkStatus();
-  std::printf(
-      "%s\n",
-      LatencyHeader("open+close of a tiny session (client-side round trips)")
-          .c_str());
-  for (const bool writeback : {false, true}) {
-    absl::StatusOr<LatencyRow> row = bench.OpenClose(tiny, writeback);
-    if (!row.ok()) return row.status();
-    *wrong += row->wrong;
-    std::printf("%s\n", FormatLatencyRow(*row).c_str());
-    std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+absl::Status PrintLatencyRow(const absl::StatusOr<LatencyRow>& row,
+                             int64_t* wrong) {
+  if (!row.ok()) return row.status();
+  *wrong += row->wrong;
+  std::printf("%s\n", FormatLatencyRow(*row).c_str());
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+// The latency tables: open+close of a tiny session (P4) and the open of one
+// parameter inside a large unit against the unit's (P5).
+absl::Status RunLatencyTables(const Bench& bench, const SelectedOps& ops,
+                              const BenchTensor& tiny, const SplitUnit& split,
+                              int64_t* wrong) {
+  if (ops.tiny) {
+    std::printf(
+        "%s\n",
+        LatencyHeader("open+close of a tiny session (client-side round trips)")
+            .c_str());
+    for (const bool writeback : {false, true}) {
+      if (absl::Status printed =
+              PrintLatencyRow(bench.OpenClose(tiny, writeback), wrong);
+          !printed.ok()) {
+        return printed;
+      }
+    }
+    std::printf("\n");
   }
-  std::printf("\n");
+  if (!ops.params) return absl::OkStatus();
+  std::printf("%s\n",
+              LatencyHeader("open of one parameter (params scope) inside a "
+                            "unit vs the whole unit, read-only; the close "
+                            "is not timed")
+                  .c_str());
+  absl::StatusOr<LatencyRow> param = bench.OpenSplit(split, false);
+  if (absl::Status printed = PrintLatencyRow(param, wrong); !printed.ok()) {
+    return printed;
+  }
+  absl::StatusOr<LatencyRow> unit = bench.OpenSplit(split, true);
+  if (absl::Status printed = PrintLatencyRow(unit, wrong); !printed.ok()) {
+    return printed;
+  }
+  std::printf(
+      "# the parameter's open is %.0fx cheaper than the unit's (p50)\n\n",
+      param->p50_us > 0 ? unit->p50_us / param->p50_us : 0.0);
   return absl::OkStatus();
 }
 
@@ -317,7 +359,17 @@ absl::Status Run() {
 
   client::CreateModelParams create;
   create.name = kModel;
-  create.layout_json = LayoutJson(all);
+  const int64_t params_unit_bytes = absl::GetFlag(FLAGS_params_unit_bytes);
+  const int64_t params_bytes = absl::GetFlag(FLAGS_params_bytes);
+  if (params_bytes < 4 || params_bytes % 4 != 0 || params_unit_bytes % 4 != 0 ||
+      params_unit_bytes <= params_bytes) {
+    return absl::InvalidArgumentError(
+        "--params_bytes must be a positive multiple of 4 below "
+        "--params_unit_bytes, also a multiple of 4");
+  }
+  const SplitUnit split =
+      SplitUnitOf("params_unit", params_unit_bytes, params_bytes);
+  create.layout_json = LayoutJson(all, ops->params ? &split : nullptr);
   create.init.mutable_seeded()->set_seed(kSeed);
   absl::StatusOr<v1::Model> model = client.CreateModel(create);
   if (!model.ok()) return model.status();
@@ -346,7 +398,8 @@ absl::Status Run() {
 
   int64_t wrong = 0;
   const Bench bench(client, *config);
-  absl::Status tables = RunTables(bench, spec, *sized, tiny, &wrong);
+  absl::Status tables = RunTables(bench, spec, *sized, &wrong);
+  if (tables.ok()) tables = RunLatencyTables(bench, *ops, tiny, split, &wrong);
   // After a failure sessions may still hold the model; the cluster's
   // destructor then unlinks its segments.
   absl::Status deleted = client.DeleteModel(kModel).status();
