@@ -95,9 +95,9 @@ absl::StatusOr<PooledBuffer> BufferPool::Acquire(int64_t bytes) {
       idle_bytes_ -= best->capacity;
       idle_.erase(best);
     } else {
-      // A new mapping: what the pool keeps idle beside it stays within the
-      // bound, so a miss never adds retained memory on top of a new peak.
-      evicted = TakeOldest(options_.max_retained_bytes - capacity);
+      // A new mapping: nothing idle stays beside it, so idle memory never
+      // adds to the peak that a new copy makes (the planned copies only).
+      evicted = TakeOldest(0);
     }
   }
   for (const Idle& idle : evicted) Unmap(idle.data, idle.capacity);

@@ -64,7 +64,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   ~BufferPool();
 
   // `bytes` of undefined contents: a retained mapping of at least that size
-  // and at most twice it when there is one, else a fresh, pre-faulted one.
+  // and at most twice it when there is one, else a fresh, pre-faulted one
+  // after every idle mapping was unmapped.
   // RESOURCE_EXHAUSTED when the system has no memory for it.
   absl::StatusOr<PooledBuffer> Acquire(int64_t bytes);
 
