@@ -19,6 +19,7 @@ namespace {
 // A pooled buffer holds whatever its last user left there, and reads of a
 // whole buffer must not see it.
 void ZeroGaps(const core::SessionBufferLayout& layout, uint8_t* data) {
+  if (layout.total_bytes == 0) return;  // No buffer at all (data is null).
   int64_t end = 0;
   for (const core::SessionTensor& tensor : layout.tensors) {
     std::memset(data + end, 0, tensor.buffer_offset - end);
