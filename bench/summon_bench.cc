@@ -1,17 +1,17 @@
 // summon_bench: starts summond in-process and measures, through the real gRPC
 // client over loopback TCP, session open (the gather), reading a session
 // tensor, close with writeback and open+close of a tiny session. Prints
-// nccl-tests style tables (bench/nccl_table.h); the exit code is 1 when any
-// element is wrong or a call fails.
+// nccl-tests style tables (bench/nccl_table.h); with --compare each figure
+// stands beside its physical anchor's from the same run (bench/anchors,
+// bench/compare_table.h). The exit code is 1 when any element is wrong or a
+// call fails.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -20,14 +20,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "bench/anchors/anchors.h"
 #include "bench/bench_cluster.h"
+#include "bench/bench_ops.h"
+#include "bench/compare_table.h"
 #include "bench/nccl_table.h"
 #include "client/summon_client.h"
-#include "core/dtype.h"
-#include "core/seeded_init.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(int64_t, min_bytes, int64_t{1} << 20,
@@ -48,9 +48,14 @@ ABSL_FLAG(int32_t, nodes, 1,
           "summond nodes started in-process as one cluster (loopback TCP).");
 ABSL_FLAG(int32_t, local_ranks, 4, "Virtual ranks of each in-process summond.");
 ABSL_FLAG(std::vector<std::string>, ops,
-          std::vector<std::string>({"open", "read", "writeback", "tiny"}),
+          std::vector<std::string>({"open", "read", "writeback", "tiny",
+                                    "params"}),
           "Operations to measure, comma-separated: open, read, writeback, "
-          "tiny. They run in that order whatever the order given.");
+          "tiny, params. They run in that order whatever the order given.");
+ABSL_FLAG(int64_t, params_unit_bytes, int64_t{256} << 20,
+          "params: bytes of the unit holding the small parameter.");
+ABSL_FLAG(int64_t, params_bytes, int64_t{1} << 20,
+          "params: bytes of the small parameter opened alone.");
 ABSL_FLAG(int32_t, tiny_repeats, 500,
           "Timed open+close repetitions of the 1 KiB session (after "
           "--warmup untimed ones).");
@@ -62,325 +67,40 @@ ABSL_FLAG(
     uint32_t, read_chunk_bytes, 0,
     "ReadTensor chunk payload in bytes; 0: the server's default (1 MiB).");
 
+ABSL_FLAG(bool, read_into_held_buffer, false,
+          "read: receive the chunks into one buffer the client already holds "
+          "(its pages mapped, as the loopback TCP anchor's receiver's are) "
+          "through ReadTensorChunks, instead of ReadTensor's fresh result "
+          "per iteration.");
+ABSL_FLAG(bool, compare, false,
+          "Measure each operation's physical anchor in the same run (open: "
+          "memcpy on one node, a raw Gloo allgather between --nodes "
+          "processes on several; read: loopback TCP; writeback: memcpy) and "
+          "print median and min of both and the ratio; at least 3 timed "
+          "iterations each.");
+ABSL_FLAG(std::string, anchor_binary, "",
+          "The anchor binary the Gloo anchor's processes run; empty: "
+          "anchors/anchor beside summon_bench (as Bazel builds it).");
+
 namespace summon::bench {
 namespace {
 
 using client::SummonClient;
 
-constexpr char kModel[] = "summon_bench";
-constexpr uint64_t kSeed = 7;
 constexpr int64_t kTinyBytes = 1024;
-// Elements checked on each side of a shard boundary when a session is
-// verified by sample.
-constexpr int64_t kBoundaryWindow = 4096;
+// --compare's floor on timed iterations, so that a median and a min mean
+// something.
+constexpr int kCompareIters = 3;
 
-// One unit of the benchmark model holding one float32 parameter.
-struct BenchTensor {
-  std::string unit;
-  std::string fqn;
-  int64_t bytes = 0;
-  int64_t numel() const { return bytes / 4; }
-};
-
-BenchTensor TensorOfSize(absl::string_view unit, int64_t bytes) {
-  return {std::string(unit), absl::StrCat(unit, ".weight"), bytes};
-}
-
-// One FULL_SHARD model with a unit per tensor, each unit opened on its own
-// (recurse=false), so every size is one model and one CreateModel call.
-std::string LayoutJson(const std::vector<BenchTensor>& tensors) {
-  std::vector<std::string> units;
-  for (const BenchTensor& tensor : tensors) {
-    units.push_back(absl::StrCat(
-        R"({"fqn": ")", tensor.unit, R"(", "params": [{"fqn": ")", tensor.fqn,
-        R"(", "shape": [)", tensor.numel(), R"(], "dtype": "float32"}]})"));
-  }
-  return absl::StrCat(R"({"strategy": "FULL_SHARD", "units": [)",
-                      absl::StrJoin(units, ", "), "]}");
-}
-
-v1::SessionOptions UnitScope(const BenchTensor& tensor, bool writeback) {
-  v1::SessionOptions options;
-  options.mutable_module()->set_fqn(tensor.unit);
-  options.mutable_module()->set_recurse(false);
-  options.set_writeback(writeback);
-  return options;
-}
-
-// Elements of `data` (float32 elements [first, first + n) of `fqn`) that
-// differ from `factor` times the seeded init.
-absl::StatusOr<int64_t> CountWrong(const std::string& fqn, int64_t first,
-                                   absl::string_view data, float factor) {
-  constexpr int64_t kBlock = 1 << 16;
-  std::vector<float> expected(kBlock);
-  std::vector<float> got(kBlock);
-  const int64_t total = static_cast<int64_t>(data.size() / sizeof(float));
-  int64_t wrong = 0;
-  for (int64_t done = 0; done < total; done += kBlock) {
-    const int64_t n = std::min(kBlock, total - done);
-    absl::Status filled = core::FillSeeded(fqn, kSeed, core::DType::kFloat32,
-                                           first + done, n, expected.data());
-    if (!filled.ok()) return filled;
-    std::memcpy(got.data(), data.data() + done * sizeof(float),
-                n * sizeof(float));
-    for (int64_t i = 0; i < n; ++i) {
-      if (got[i] != factor * expected[i]) ++wrong;
-    }
-  }
-  return wrong;
-}
-
-// Element ranges [begin, end) to check: the whole tensor up to
-// `full_check_bytes`, otherwise windows around every boundary of the
-// FULL_SHARD chunks (ceil(numel / G) elements each), where a gather or
-// writeback that misplaces a shard shows first.
-std::vector<std::pair<int64_t, int64_t>> CheckedRanges(
-    const BenchTensor& tensor, int group_size, int64_t full_check_bytes) {
-  const int64_t numel = tensor.numel();
-  if (tensor.bytes <= full_check_bytes) return {{0, numel}};
-  const int64_t chunk = (numel + group_size - 1) / group_size;
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  // Rank r's chunk starts at r * chunk; r = G stands for the tensor's end.
-  for (int rank = 0; rank <= group_size; ++rank) {
-    const int64_t boundary = std::min(rank * chunk, numel);
-    const int64_t begin = std::max<int64_t>(0, boundary - kBoundaryWindow);
-    const int64_t end = std::min(numel, boundary + kBoundaryWindow);
-    if (!ranges.empty() && begin <= ranges.back().second) {
-      ranges.back().second = std::max(ranges.back().second, end);
-    } else {
-      ranges.emplace_back(begin, end);
-    }
-  }
-  return ranges;
-}
-
-struct BenchConfig {
-  int group_size = 1;
-  int iters = 5;
-  int warmup = 1;
-  int64_t large_bytes = 0;
-  int large_iters = 3;
-  int tiny_repeats = 500;
-  int64_t full_check_bytes = 0;
-  uint32_t read_chunk_bytes = 0;
-
-  int ItersFor(int64_t bytes) const {
-    return bytes > large_bytes ? large_iters : iters;
-  }
-};
-
-class Bench {
- public:
-  Bench(const SummonClient& client, BenchConfig config)
-      : client_(client), config_(config) {}
-
-  absl::StatusOr<BandwidthRow> Open(const BenchTensor& tensor) const;
-  absl::StatusOr<BandwidthRow> Read(const BenchTensor& tensor) const;
-  absl::StatusOr<BandwidthRow> Writeback(const BenchTensor& tensor) const;
-  absl::StatusOr<LatencyRow> OpenClose(const BenchTensor& tensor,
-                                       bool writeback) const;
-
- private:
-  // Runs `iteration` warmup + `iters` times; returns the timed microseconds
-  // each reported, warmup left out.
-  absl::StatusOr<std::vector<double>> Repeat(
-      int iters,
-      const std::function<absl::StatusOr<double>()>& iteration) const;
-  // Opens a read-only session on `tensor` and counts the elements that
-  // differ from `factor` times the seeded init (CheckedRanges).
-  absl::StatusOr<int64_t> VerifyStored(const BenchTensor& tensor,
-                                       float factor) const;
-  absl::StatusOr<client::TensorData> ReadRange(const std::string& session,
-                                               const BenchTensor& tensor,
-                                               int64_t first,
-                                               int64_t count) const;
-  absl::Status Close(const std::string& session) const;
-
-  const SummonClient& client_;
-  const BenchConfig config_;
-};
-
-double MicrosecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now() - start)
-      .count();
-}
-
-absl::StatusOr<std::vector<double>> Bench::Repeat(
-    int iters, const std::function<absl::StatusOr<double>()>& iteration) const {
-  std::vector<double> timed;
-  for (int i = 0; i < config_.warmup + iters; ++i) {
-    absl::StatusOr<double> us = iteration();
-    if (!us.ok()) return us.status();
-    if (i >= config_.warmup) timed.push_back(*us);
-  }
-  return timed;
-}
-
-absl::StatusOr<client::TensorData> Bench::ReadRange(const std::string& session,
-                                                    const BenchTensor& tensor,
-                                                    int64_t first,
-                                                    int64_t count) const {
-  client::ReadTensorParams params;
-  params.tensor = {session, tensor.fqn, false};
-  params.element_offset = first;
-  params.element_count = count;
-  params.chunk_bytes = config_.read_chunk_bytes;
-  return client_.ReadTensor(params);
-}
-
-absl::Status Bench::Close(const std::string& session) const {
-  return client_.CloseSession(session).status();
-}
-
-absl::StatusOr<int64_t> Bench::VerifyStored(const BenchTensor& tensor,
-                                            float factor) const {
-  absl::StatusOr<v1::Session> session =
-      client_.OpenSession(kModel, UnitScope(tensor, /*writeback=*/false));
-  if (!session.ok()) return session.status();
-  int64_t wrong = 0;
-  for (const auto& [begin, end] :
-       CheckedRanges(tensor, config_.group_size, config_.full_check_bytes)) {
-    absl::StatusOr<client::TensorData> data =
-        ReadRange(session->id(), tensor, begin, end - begin);
-    if (!data.ok()) return data.status();
-    absl::StatusOr<int64_t> range_wrong =
-        CountWrong(tensor.fqn, begin, data->data, factor);
-    if (!range_wrong.ok()) return range_wrong.status();
-    wrong += *range_wrong;
-  }
-  if (absl::Status closed = Close(session->id()); !closed.ok()) return closed;
-  return wrong;
-}
-
-BandwidthRow RowOf(const BenchTensor& tensor, const std::vector<double>& us,
-                   double bus_factor, int64_t wrong) {
+BandwidthRow RowOf(const BenchTensor& tensor, const Measured& measured,
+                   double bus_factor) {
   BandwidthRow row;
   row.bytes = tensor.bytes;
   row.count = tensor.numel();
   row.type = "float";
-  row.time_us = Median(us);
+  row.time_us = Median(measured.us);
   row.bus_factor = bus_factor;
-  row.wrong = wrong;
-  return row;
-}
-
-absl::StatusOr<BandwidthRow> Bench::Open(const BenchTensor& tensor) const {
-  const v1::SessionOptions options = UnitScope(tensor, /*writeback=*/false);
-  absl::StatusOr<std::vector<double>> us =
-      Repeat(config_.ItersFor(tensor.bytes), [&]() -> absl::StatusOr<double> {
-        const auto start = std::chrono::steady_clock::now();
-        absl::StatusOr<v1::Session> session =
-            client_.OpenSession(kModel, options);
-        const double elapsed = MicrosecondsSince(start);
-        if (!session.ok()) return session.status();
-        if (absl::Status closed = Close(session->id()); !closed.ok()) {
-          return closed;
-        }
-        return elapsed;
-      });
-  if (!us.ok()) return us.status();
-  absl::StatusOr<int64_t> wrong = VerifyStored(tensor, 1);
-  if (!wrong.ok()) return wrong.status();
-  return RowOf(tensor, *us, GatherBusFactor(config_.group_size), *wrong);
-}
-
-absl::StatusOr<BandwidthRow> Bench::Read(const BenchTensor& tensor) const {
-  absl::StatusOr<v1::Session> session =
-      client_.OpenSession(kModel, UnitScope(tensor, /*writeback=*/false));
-  if (!session.ok()) return session.status();
-  client::TensorData last;
-  absl::StatusOr<std::vector<double>> us =
-      Repeat(config_.ItersFor(tensor.bytes), [&]() -> absl::StatusOr<double> {
-        const auto start = std::chrono::steady_clock::now();
-        absl::StatusOr<client::TensorData> data =
-            ReadRange(session->id(), tensor, 0, tensor.numel());
-        const double elapsed = MicrosecondsSince(start);
-        if (!data.ok()) return data.status();
-        last = *std::move(data);
-        return elapsed;
-      });
-  absl::Status closed = Close(session->id());
-  if (!us.ok()) return us.status();
-  if (!closed.ok()) return closed;
-  absl::StatusOr<int64_t> wrong = CountWrong(tensor.fqn, 0, last.data, 1);
-  if (!wrong.ok()) return wrong.status();
-  return RowOf(tensor, *us, 1, *wrong);
-}
-
-// Every iteration opens a writable session, writes twice the seeded values
-// (untimed) and times the close, which writes them into all shards. Doubling
-// is exact in float32, so the stored tensor must read back as exactly twice
-// the seeded init afterwards.
-absl::StatusOr<BandwidthRow> Bench::Writeback(const BenchTensor& tensor) const {
-  std::vector<float> doubled(tensor.numel());
-  if (absl::Status filled =
-          core::FillSeeded(tensor.fqn, kSeed, core::DType::kFloat32, 0,
-                           tensor.numel(), doubled.data());
-      !filled.ok()) {
-    return filled;
-  }
-  for (float& value : doubled) value *= 2;
-  const absl::string_view bytes(reinterpret_cast<const char*>(doubled.data()),
-                                tensor.bytes);
-  const v1::SessionOptions options = UnitScope(tensor, /*writeback=*/true);
-  absl::StatusOr<std::vector<double>> us =
-      Repeat(config_.ItersFor(tensor.bytes), [&]() -> absl::StatusOr<double> {
-        absl::StatusOr<v1::Session> session =
-            client_.OpenSession(kModel, options);
-        if (!session.ok()) return session.status();
-        client::WriteTensorParams params;
-        params.tensor = {session->id(), tensor.fqn, false};
-        params.dtype = v1::DTYPE_FLOAT32;
-        absl::Status written = client_.WriteTensor(params, bytes).status();
-        if (!written.ok()) {
-          client_.CloseSession(session->id(), /*abort=*/true).IgnoreError();
-          return written;
-        }
-        const auto start = std::chrono::steady_clock::now();
-        absl::StatusOr<v1::CloseSessionResponse> closed =
-            client_.CloseSession(session->id());
-        const double elapsed = MicrosecondsSince(start);
-        if (!closed.ok()) return closed.status();
-        if (!closed->written_back()) {
-          return absl::InternalError(
-              absl::StrCat("close of ", tensor.unit, " did not write back"));
-        }
-        return elapsed;
-      });
-  if (!us.ok()) return us.status();
-  absl::StatusOr<int64_t> wrong = VerifyStored(tensor, 2);
-  if (!wrong.ok()) return wrong.status();
-  return RowOf(tensor, *us, 1, *wrong);
-}
-
-absl::StatusOr<LatencyRow> Bench::OpenClose(const BenchTensor& tensor,
-                                            bool writeback) const {
-  const v1::SessionOptions options = UnitScope(tensor, writeback);
-  absl::StatusOr<std::vector<double>> us =
-      Repeat(config_.tiny_repeats, [&]() -> absl::StatusOr<double> {
-        const auto start = std::chrono::steady_clock::now();
-        absl::StatusOr<v1::Session> session =
-            client_.OpenSession(kModel, options);
-        if (!session.ok()) return session.status();
-        if (absl::Status closed = Close(session->id()); !closed.ok()) {
-          return closed;
-        }
-        return MicrosecondsSince(start);
-      });
-  if (!us.ok()) return us.status();
-  // A writeback of unmodified tensors must leave the seeded values.
-  absl::StatusOr<int64_t> wrong = VerifyStored(tensor, 1);
-  if (!wrong.ok()) return wrong.status();
-  LatencyRow row;
-  row.bytes = tensor.bytes;
-  row.count = tensor.numel();
-  row.type = "float";
-  row.mode = writeback ? "writable" : "readonly";
-  row.repeats = static_cast<int>(us->size());
-  row.p50_us = Percentile(*us, 50);
-  row.p99_us = Percentile(*us, 99);
-  row.wrong = *wrong;
+  row.wrong = measured.wrong;
   return row;
 }
 
@@ -389,6 +109,7 @@ struct SelectedOps {
   bool read = false;
   bool writeback = false;
   bool tiny = false;
+  bool params = false;
 };
 
 absl::StatusOr<SelectedOps> ParseOps(const std::vector<std::string>& names) {
@@ -402,9 +123,12 @@ absl::StatusOr<SelectedOps> ParseOps(const std::vector<std::string>& names) {
       ops.writeback = true;
     } else if (name == "tiny") {
       ops.tiny = true;
+    } else if (name == "params") {
+      ops.params = true;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown operation '", name, "' (open, read, writeback, tiny)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown operation '", name,
+                       "' (open, read, writeback, tiny, params)"));
     }
   }
   return ops;
@@ -419,6 +143,11 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   config.tiny_repeats = absl::GetFlag(FLAGS_tiny_repeats);
   config.full_check_bytes = absl::GetFlag(FLAGS_full_check_bytes);
   config.read_chunk_bytes = absl::GetFlag(FLAGS_read_chunk_bytes);
+  config.read_into_held_buffer = absl::GetFlag(FLAGS_read_into_held_buffer);
+  if (absl::GetFlag(FLAGS_compare)) {
+    config.iters = std::max(config.iters, kCompareIters);
+    config.large_iters = std::max(config.large_iters, kCompareIters);
+  }
   if (config.iters < 1 || config.large_iters < 1 || config.tiny_repeats < 1 ||
       config.warmup < 0) {
     return absl::InvalidArgumentError(
@@ -445,59 +174,163 @@ absl::StatusOr<std::vector<BenchTensor>> SizedTensors() {
   return tensors;
 }
 
-// One bandwidth table: an operation measured per size.
+// An anchor's timed microseconds for the bytes of one row.
+using AnchorFn =
+    std::function<absl::StatusOr<std::vector<double>>(const AnchorRuns&)>;
+
+// One bandwidth table: an operation measured per size, and under --compare
+// the anchor it is measured against.
 struct BandwidthTable {
   bool selected = false;
   absl::string_view title;
-  absl::StatusOr<BandwidthRow> (Bench::*measure)(const BenchTensor&) const;
+  absl::StatusOr<Measured> (Bench::*measure)(const BenchTensor&) const;
+  double bus_factor = 1;
+  std::string anchor_name;
+  AnchorFn anchor;
 };
+
+// Where the tables come from: the operations to run, the cluster's shape and
+// whether each row gets its anchor.
+struct TableSpec {
+  SelectedOps ops;
+  int nodes = 1;
+  bool compare = false;
+  std::string anchor_binary;
+};
+
+std::vector<BandwidthTable> Tables(const Bench& bench, const TableSpec& spec) {
+  const std::string anchor_binary = spec.anchor_binary;
+  const int nodes = spec.nodes;
+  // On one node a gather is one copy per byte; across nodes each node's
+  // part crosses the wire as in an allgather between the nodes.
+  BandwidthTable open = {
+      spec.ops.open,
+      "session open (gather), read-only, busbw = algbw * (G-1)/G",
+      &Bench::Open,
+      GatherBusFactor(bench.config().group_size),
+      "memcpy of the same bytes (warm pages)",
+      MemcpyMicros};
+  if (nodes > 1) {
+    open.anchor_name = absl::StrCat("raw Gloo allgather, ", nodes,
+                                    " processes, TCP over loopback");
+    open.anchor = [anchor_binary, nodes](const AnchorRuns& runs) {
+      return GlooAllgatherMicros(anchor_binary, nodes, runs);
+    };
+  }
+  return {
+      open,
+      {spec.ops.read,
+       "ReadTensor of a whole session tensor (streamed), "
+       "busbw = algbw",
+       &Bench::Read, 1, "loopback TCP, one socket, 1 MiB writes",
+       [](const AnchorRuns& runs) { return LoopbackTcpMicros(runs); }},
+      {spec.ops.writeback,
+       "close with writeback (time of CloseSession after one "
+       "WriteTensor), busbw = algbw",
+       &Bench::Writeback, 1, "memcpy of the same bytes (warm pages)",
+       MemcpyMicros},
+  };
+}
+
+// One row: the operation and, under --compare, its anchor right after it, so
+// both run under the same load.
+absl::Status RunRow(const Bench& bench, const BandwidthTable& table,
+                    bool compare, const BenchTensor& tensor, int64_t* wrong) {
+  absl::StatusOr<Measured> measured = (bench.*table.measure)(tensor);
+  if (!measured.ok()) return measured.status();
+  *wrong += measured->wrong;
+  if (!compare) {
+    std::printf(
+        "%s\n",
+        FormatBandwidthRow(RowOf(tensor, *measured, table.bus_factor)).c_str());
+    return absl::OkStatus();
+  }
+  AnchorRuns runs;
+  runs.bytes = tensor.bytes;
+  runs.warmup = bench.config().warmup;
+  runs.iters = bench.config().ItersFor(tensor.bytes);
+  absl::StatusOr<std::vector<double>> anchor_us = table.anchor(runs);
+  if (!anchor_us.ok()) return anchor_us.status();
+  CompareRow row;
+  row.bytes = tensor.bytes;
+  row.count = tensor.numel();
+  row.type = "float";
+  row.summon_us = measured->us;
+  row.anchor_us = *std::move(anchor_us);
+  row.wrong = measured->wrong;
+  std::printf("%s\n", FormatCompareRow(row).c_str());
+  return absl::OkStatus();
+}
 
 // Prints the selected tables, each row as soon as it is measured, and adds
 // the wrong elements of every row to `wrong`.
-absl::Status RunTables(const Bench& bench, const SelectedOps& ops,
-                       const std::vector<BenchTensor>& sized,
-                       const BenchTensor& tiny, int64_t* wrong) {
-  const BandwidthTable tables[] = {
-      {ops.open, "session open (gather), read-only, busbw = algbw * (G-1)/G",
-       &Bench::Open},
-      {ops.read,
-       "ReadTensor of a whole session tensor (streamed), "
-       "busbw = algbw",
-       &Bench::Read},
-      {ops.writeback,
-       "close with writeback (time of CloseSession after one "
-       "WriteTensor), busbw = algbw",
-       &Bench::Writeback},
-  };
-  for (const BandwidthTable& table : tables) {
+absl::Status RunTables(const Bench& bench, const TableSpec& spec,
+                       const std::vector<BenchTensor>& sized, int64_t* wrong) {
+  for (const BandwidthTable& table : Tables(bench, spec)) {
     if (!table.selected) continue;
-    std::printf("%s\n", BandwidthHeader(table.title).c_str());
+    const std::string header =
+        spec.compare ? CompareHeader(table.title, table.anchor_name)
+                     : BandwidthHeader(table.title);
+    std::printf("%s\n", header.c_str());
     for (const BenchTensor& tensor : sized) {
-      absl::StatusOr<BandwidthRow> row = (bench.*table.measure)(tensor);
-      if (!row.ok()) {
-        return absl::Status(row.status().code(),
+      if (absl::Status row = RunRow(bench, table, spec.compare, tensor, wrong);
+          !row.ok()) {
+        return absl::Status(row.code(),
                             absl::StrCat(table.title, ", ", tensor.bytes,
-                                         " bytes: ", row.status().message()));
+                                         " bytes: ", row.message()));
       }
-      *wrong += row->wrong;
-      std::printf("%s\n", FormatBandwidthRow(*row).c_str());
       std::fflush(stdout);
     }
     std::printf("\n");
   }
-  if (!ops.tiny) return absl::OkStatus();
-  std::printf(
-      "%s\n",
-      LatencyHeader("open+close of a tiny session (client-side round trips)")
-          .c_str());
-  for (const bool writeback : {false, true}) {
-    absl::StatusOr<LatencyRow> row = bench.OpenClose(tiny, writeback);
-    if (!row.ok()) return row.status();
-    *wrong += row->wrong;
-    std::printf("%s\n", FormatLatencyRow(*row).c_str());
-    std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+absl::Status PrintLatencyRow(const absl::StatusOr<LatencyRow>& row,
+                             int64_t* wrong) {
+  if (!row.ok()) return row.status();
+  *wrong += row->wrong;
+  std::printf("%s\n", FormatLatencyRow(*row).c_str());
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+// The latency tables: open+close of a tiny session (P4) and the open of one
+// parameter inside a large unit against the unit's (P5).
+absl::Status RunLatencyTables(const Bench& bench, const SelectedOps& ops,
+                              const BenchTensor& tiny, const SplitUnit& split,
+                              int64_t* wrong) {
+  if (ops.tiny) {
+    std::printf(
+        "%s\n",
+        LatencyHeader("open+close of a tiny session (client-side round trips)")
+            .c_str());
+    for (const bool writeback : {false, true}) {
+      if (absl::Status printed =
+              PrintLatencyRow(bench.OpenClose(tiny, writeback), wrong);
+          !printed.ok()) {
+        return printed;
+      }
+    }
+    std::printf("\n");
   }
-  std::printf("\n");
+  if (!ops.params) return absl::OkStatus();
+  std::printf("%s\n",
+              LatencyHeader("open of one parameter (params scope) inside a "
+                            "unit vs the whole unit, read-only; the close "
+                            "is not timed")
+                  .c_str());
+  absl::StatusOr<LatencyRow> param = bench.OpenSplit(split, false);
+  if (absl::Status printed = PrintLatencyRow(param, wrong); !printed.ok()) {
+    return printed;
+  }
+  absl::StatusOr<LatencyRow> unit = bench.OpenSplit(split, true);
+  if (absl::Status printed = PrintLatencyRow(unit, wrong); !printed.ok()) {
+    return printed;
+  }
+  std::printf(
+      "# the parameter's open is %.0fx cheaper than the unit's (p50)\n\n",
+      param->p50_us > 0 ? unit->p50_us / param->p50_us : 0.0);
   return absl::OkStatus();
 }
 
@@ -526,7 +359,17 @@ absl::Status Run() {
 
   client::CreateModelParams create;
   create.name = kModel;
-  create.layout_json = LayoutJson(all);
+  const int64_t params_unit_bytes = absl::GetFlag(FLAGS_params_unit_bytes);
+  const int64_t params_bytes = absl::GetFlag(FLAGS_params_bytes);
+  if (params_bytes < 4 || params_bytes % 4 != 0 || params_unit_bytes % 4 != 0 ||
+      params_unit_bytes <= params_bytes) {
+    return absl::InvalidArgumentError(
+        "--params_bytes must be a positive multiple of 4 below "
+        "--params_unit_bytes, also a multiple of 4");
+  }
+  const SplitUnit split =
+      SplitUnitOf("params_unit", params_unit_bytes, params_bytes);
+  create.layout_json = LayoutJson(all, ops->params ? &split : nullptr);
   create.init.mutable_seeded()->set_seed(kSeed);
   absl::StatusOr<v1::Model> model = client.CreateModel(create);
   if (!model.ok()) return model.status();
@@ -540,10 +383,23 @@ absl::Status Run() {
       model->group_size(), (*cluster)->target().c_str(),
       static_cast<int>(kSeed), config->iters, config->large_iters,
       static_cast<long>(config->large_bytes), config->warmup);
+  TableSpec spec;
+  spec.ops = *ops;
+  spec.nodes = model->nodes();
+  spec.compare = absl::GetFlag(FLAGS_compare);
+  spec.anchor_binary = AnchorBinaryPath(absl::GetFlag(FLAGS_anchor_binary));
+  if (spec.compare) {
+    std::printf(
+        "%s\n# ratio = summon's bandwidth / the anchor's (1.00: as fast as "
+        "the anchor); ratio compares medians, r.best the fastest "
+        "iterations; a.* columns are the anchor's\n\n",
+        LoadAverageLine().c_str());
+  }
 
   int64_t wrong = 0;
   const Bench bench(client, *config);
-  absl::Status tables = RunTables(bench, *ops, *sized, tiny, &wrong);
+  absl::Status tables = RunTables(bench, spec, *sized, &wrong);
+  if (tables.ok()) tables = RunLatencyTables(bench, *ops, tiny, split, &wrong);
   // After a failure sessions may still hold the model; the cluster's
   // destructor then unlinks its segments.
   absl::Status deleted = client.DeleteModel(kModel).status();

@@ -306,6 +306,12 @@ absl::StatusOr<TensorData> SummonClient::ReadTensor(
       params,
       [&](const v1::TensorInfo& info) {
         data.info = info;
+        // One allocation for the whole tensor: appending to a growing string
+        // would copy it again at every doubling and fault in every new page.
+        const int64_t elements =
+            params.element_count.value_or(info.numel() - params.element_offset);
+        data.data.reserve(static_cast<size_t>(std::max<int64_t>(elements, 0)) *
+                          ElementSize(info.dtype()));
         return absl::OkStatus();
       },
       [&](absl::string_view bytes) {

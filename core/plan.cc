@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -173,6 +174,28 @@ int64_t RangesBytes(const std::vector<ShardRange>& ranges) {
   int64_t bytes = 0;
   for (const ShardRange& range : ranges) bytes += std::get<3>(range);
   return bytes;
+}
+
+bool ExchangeLandsInCopy(const ModelSpec& model, const GatherPlan& plan,
+                         int copy) {
+  std::map<ShardRange, int64_t> offset_in_copy;
+  for (const Transfer& transfer : plan.transfers) {
+    if (transfer.copy != copy) continue;
+    offset_in_copy[ShardRange{transfer.rank, transfer.unit,
+                              transfer.shard_offset, transfer.bytes}] =
+        transfer.buffer_offset;
+  }
+  // Every range another node sends reaches this copy through RangesSentByNode,
+  // so checking that each sent range sits at its exchange offset suffices.
+  int64_t at = 0;
+  for (const std::vector<ShardRange>& ranges : RangesSentByNode(model, plan)) {
+    for (const ShardRange& range : ranges) {
+      auto it = offset_in_copy.find(range);
+      if (it == offset_in_copy.end() || it->second != at) return false;
+      at += std::get<3>(range);
+    }
+  }
+  return true;
 }
 
 int64_t GatherNetworkBytes(const ModelSpec& model, const GatherPlan& plan) {

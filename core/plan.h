@@ -100,6 +100,16 @@ std::vector<std::vector<ShardRange>> RangesSentByNode(const ModelSpec& model,
                                                       const GatherPlan& plan);
 int64_t RangesBytes(const std::vector<ShardRange>& ranges);
 
+// Whether the exchange buffer (every node's RangesSentByNode concatenated in
+// node order) is, byte for byte, where copy `copy` of the session buffer
+// wants those ranges: then a node receives its peers' ranges straight into
+// its copy and sends its own from it in place, with no packing or unpacking
+// pass. True for a single-parameter unit sharded over the nodes in order
+// with one copy per node (FULL_SHARD); false where alignment gaps, a
+// strategy's order or a home node that sends nothing break it.
+bool ExchangeLandsInCopy(const ModelSpec& model, const GatherPlan& plan,
+                         int copy);
+
 // Bytes a gather puts on the network: each node's ranges go to every other
 // node holding a copy (one allgatherv for per-node copies, a gather to the
 // home node for a single copy). 0 on one node and when every shard group

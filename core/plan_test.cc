@@ -196,7 +196,7 @@ Shards MakeShards(const ModelSpec& model, int generation) {
 
 void CheckPlanProperties(const ModelSpec& model, const Scope& scope,
                          Placement placement, int home_rank,
-                         const std::string& context) {
+                         const std::string& context, int* in_place_copies) {
   SessionBufferLayout buffer = LayoutSessionBuffer(model, scope);
   absl::StatusOr<GatherPlan> plan =
       PlanGather(model, buffer, placement, home_rank);
@@ -233,6 +233,43 @@ void CheckPlanProperties(const ModelSpec& model, const Scope& scope,
         ASSERT_EQ(copies[c][tensor.buffer_offset + b],
                   PatternByte(tensor.location.unit, tensor.location.param, b, 0))
             << context << " copy " << c << " " << tensor.fqn << " byte " << b;
+      }
+    }
+  }
+
+  // Where the exchange lands in a copy (ExchangeLandsInCopy), the copy's
+  // node writes its own slices and receives every peer's sent ranges at
+  // their exchange offsets, straight into the copy: the same bytes.
+  const std::vector<std::vector<ShardRange>> sent =
+      RangesSentByNode(model, *plan);
+  for (size_t c = 0; c < copies.size(); ++c) {
+    if (!ExchangeLandsInCopy(model, *plan, static_cast<int>(c))) continue;
+    ++*in_place_copies;
+    const int node = plan->copies[c].node;
+    std::vector<uint8_t> direct(buffer.total_bytes, 0);
+    for (const Transfer& t : plan->transfers) {
+      if (t.copy != static_cast<int>(c) ||
+          model.groups.topology.NodeOf(t.rank) != node) {
+        continue;
+      }
+      std::memcpy(direct.data() + t.buffer_offset,
+                  shard(t.rank, t.unit) + t.shard_offset, t.bytes);
+    }
+    int64_t at = 0;
+    for (size_t n = 0; n < sent.size(); ++n) {
+      for (const auto& [rank, unit, offset, bytes] : sent[n]) {
+        if (static_cast<int>(n) != node) {
+          std::memcpy(direct.data() + at, shard(rank, unit) + offset, bytes);
+        }
+        at += bytes;
+      }
+    }
+    for (const SessionTensor& tensor : buffer.tensors) {
+      for (int64_t b = 0; b < tensor.bytes(); ++b) {
+        ASSERT_EQ(direct[tensor.buffer_offset + b],
+                  copies[c][tensor.buffer_offset + b])
+            << context << " in-place copy " << c << " " << tensor.fqn
+            << " byte " << b;
       }
     }
   }
@@ -286,6 +323,7 @@ TEST(PlanPropertyTest, WritebackAfterGatherRestoresShardsAndCoversOnce) {
   const Placement placements[] = {Placement::kEveryRank, Placement::kPerNode,
                                   Placement::kHomeRank};
   int cases = 0;
+  int in_place_copies = 0;
   for (int trial = 0; trial < 60; ++trial) {
     const std::string json = RandomLayoutJson(rng);
     const int nodes = std::uniform_int_distribution<int>(1, 4)(rng);
@@ -311,7 +349,8 @@ TEST(PlanPropertyTest, WritebackAfterGatherRestoresShardsAndCoversOnce) {
               absl::StrCat(" [trial ", trial, " W=", nodes, "x", local,
                            " strategy ", StrategyName(strategy), " scope '",
                            request.module_fqn, "' placement ",
-                           static_cast<int>(placement), "]"));
+                           static_cast<int>(placement), "]"),
+              &in_place_copies);
           if (HasFatalFailure()) return;
           ++cases;
         }
@@ -319,6 +358,24 @@ TEST(PlanPropertyTest, WritebackAfterGatherRestoresShardsAndCoversOnce) {
     }
   }
   EXPECT_GT(cases, 1000);
+  EXPECT_GT(in_place_copies, 0);
+}
+
+TEST(PlanTest, ASingleParameterUnitAcrossNodesIsReceivedInPlace) {
+  ModelSpec model = ParseOrDie(R"({"units": [{"fqn": "w", "params": [
+    {"fqn": "w.weight", "shape": [1000], "dtype": "float32"}]}]})",
+                               Topology{2, 2});
+  Scope scope = ResolveScope(model, {"w", false, {}}).value();
+  SessionBufferLayout buffer = LayoutSessionBuffer(model, scope);
+  GatherPlan per_node =
+      PlanGather(model, buffer, Placement::kPerNode, 0).value();
+  ASSERT_EQ(per_node.copies.size(), 2u);
+  EXPECT_TRUE(ExchangeLandsInCopy(model, per_node, 0));
+  EXPECT_TRUE(ExchangeLandsInCopy(model, per_node, 1));
+  // A single copy on node 0: node 0 sends nothing, so node 1's ranges come
+  // first in the exchange but second in the copy.
+  GatherPlan home = PlanGather(model, buffer, Placement::kHomeRank, 0).value();
+  EXPECT_FALSE(ExchangeLandsInCopy(model, home, 0));
 }
 
 }  // namespace

@@ -76,14 +76,22 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
   int64_t done = 0;
   do {
     const int64_t n = std::min(per_chunk, count - done);
-    chunk.resize(static_cast<size_t>(n * out_size));
-    if (absl::Status status =
-            core::ConvertElements(info.dtype, data + (offset + done) * in_size,
-                                  dtype, chunk.data(), n);
-        !status.ok()) {
-      return status;
+    // Without a conversion the sink reads the copy itself (held under
+    // copy.mu until it returns), not a chunk copied from it.
+    absl::string_view bytes(
+        reinterpret_cast<const char*>(data + (offset + done) * in_size),
+        static_cast<size_t>(n * out_size));
+    if (dtype != info.dtype) {
+      chunk.resize(bytes.size());
+      if (absl::Status status = core::ConvertElements(
+              info.dtype, reinterpret_cast<const uint8_t*>(bytes.data()), dtype,
+              chunk.data(), n);
+          !status.ok()) {
+        return status;
+      }
+      bytes = chunk;
     }
-    if (!sink(offset + done, chunk)) {
+    if (!sink(offset + done, bytes)) {
       return absl::CancelledError("reader went away");
     }
     done += n;

@@ -15,7 +15,19 @@ namespace summon::server {
 
 namespace {
 
-// A range of one rank's shard of one unit.
+// The copy's bytes no transfer writes: the alignment gaps between tensors.
+// A pooled buffer holds whatever its last user left there, and reads of a
+// whole buffer must not see it.
+void ZeroGaps(const core::SessionBufferLayout& layout, uint8_t* data) {
+  if (layout.total_bytes == 0) return;  // No buffer at all (data is null).
+  int64_t end = 0;
+  for (const core::SessionTensor& tensor : layout.tensors) {
+    std::memset(data + end, 0, tensor.buffer_offset - end);
+    end = tensor.buffer_offset + tensor.bytes();
+  }
+  std::memset(data + end, 0, layout.total_bytes - end);
+}
+
 }  // namespace
 
 NodeRuntime::NodeRuntime(int node, ModelRegistry* registry,
@@ -24,7 +36,8 @@ NodeRuntime::NodeRuntime(int node, ModelRegistry* registry,
     : node_(node),
       registry_(registry),
       communicator_(communicator),
-      collective_timeout_(collective_timeout) {}
+      collective_timeout_(collective_timeout),
+      pool_(BufferPool::Create()) {}
 
 NodeRuntime::~NodeRuntime() = default;
 
@@ -95,6 +108,40 @@ int64_t NodeRuntime::CopyBytes() const {
   return bytes;
 }
 
+absl::Status NodeRuntime::AllocateCopy(Copy& copy) {
+  const int64_t total = copy.layout.total_bytes;
+  absl::StatusOr<PooledBuffer> params = pool_->Acquire(total);
+  if (!params.ok()) return params.status();
+  copy.params = *std::move(params);
+  ZeroGaps(copy.layout, copy.params.data());
+  if (!copy.grads) return absl::OkStatus();
+  absl::StatusOr<PooledBuffer> grads = pool_->Acquire(total);
+  if (!grads.ok()) return grads.status();
+  copy.grad_bytes = *std::move(grads);
+  ZeroGaps(copy.layout, copy.grad_bytes.data());
+  return absl::OkStatus();
+}
+
+void NodeRuntime::CopyLocalSlices(Copy& copy, ShardStore& store) {
+  const core::Topology& topology = copy.model->spec.groups.topology;
+  for (const core::Transfer& t : copy.plan.transfers) {
+    if (t.copy != copy.copy_index || topology.NodeOf(t.rank) != node_) {
+      continue;
+    }
+    std::memcpy(copy.params.data() + t.buffer_offset,
+                store.ParamShard(t.rank, t.unit) + t.shard_offset, t.bytes);
+    if (!copy.grads) continue;
+    uint8_t* grad = copy.grad_bytes.data() + t.buffer_offset;
+    if (store.HasGrads(t.rank)) {
+      std::memcpy(grad, store.GradShard(t.rank, t.unit) + t.shard_offset,
+                  t.bytes);
+    } else {
+      // Ranks without grads read as zeros.
+      std::memset(grad, 0, t.bytes);
+    }
+  }
+}
+
 absl::Status NodeRuntime::Gather(const GatherOp& op) {
   absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry_->Get(op.model);
   if (!model.ok()) return model.status();
@@ -129,41 +176,37 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     const int grads_factor = copy->grads ? 2 : 1;
     absl::MutexLock copy_lock(&copy->mu);
     if (copy->copy_index >= 0) {
-      copy->params.assign(copy->layout.total_bytes, 0);
-      if (copy->grads) copy->grad_bytes.assign(copy->layout.total_bytes, 0);
+      if (absl::Status allocated = AllocateCopy(*copy); !allocated.ok()) {
+        return allocated;
+      }
     }
+    // When the exchange's layout is the copy's (and no gradients ride
+    // along), peers' ranges are received straight into the copy and this
+    // node's part is sent from it in place: no packing, no receive buffer,
+    // no unpacking.
+    const bool in_place =
+        nodes > 1 && copy->copy_index >= 0 && !copy->grads &&
+        core::ExchangeLandsInCopy(spec, copy->plan, copy->copy_index);
     // Pack what this node sends and copy its local slices into its own copy
     // under one shard lock: the node's part of the snapshot is consistent.
-    std::vector<uint8_t> send(core::RangesBytes(sent[node_]) * grads_factor);
+    std::vector<uint8_t> send(
+        in_place ? 0 : core::RangesBytes(sent[node_]) * grads_factor);
     {
       absl::ReaderMutexLock shards_lock(&entry.shards_mu);
-      int64_t at = 0;
-      const int64_t grads_at = core::RangesBytes(sent[node_]);
-      for (const auto& [rank, unit, offset, bytes] : sent[node_]) {
-        std::memcpy(send.data() + at, store.ParamShard(rank, unit) + offset,
-                    bytes);
-        if (copy->grads && store.HasGrads(rank)) {
-          std::memcpy(send.data() + grads_at + at,
-                      store.GradShard(rank, unit) + offset, bytes);
-        }
-        at += bytes;
-      }
-      if (copy->copy_index >= 0) {
-        for (const core::Transfer& t : copy->plan.transfers) {
-          if (t.copy != copy->copy_index ||
-              spec.groups.topology.NodeOf(t.rank) != node_) {
-            continue;
+      if (!in_place) {
+        int64_t at = 0;
+        const int64_t grads_at = core::RangesBytes(sent[node_]);
+        for (const auto& [rank, unit, offset, bytes] : sent[node_]) {
+          std::memcpy(send.data() + at, store.ParamShard(rank, unit) + offset,
+                      bytes);
+          if (copy->grads && store.HasGrads(rank)) {
+            std::memcpy(send.data() + grads_at + at,
+                        store.GradShard(rank, unit) + offset, bytes);
           }
-          std::memcpy(copy->params.data() + t.buffer_offset,
-                      store.ParamShard(t.rank, t.unit) + t.shard_offset,
-                      t.bytes);
-          if (copy->grads && store.HasGrads(t.rank)) {
-            std::memcpy(copy->grad_bytes.data() + t.buffer_offset,
-                        store.GradShard(t.rank, t.unit) + t.shard_offset,
-                        t.bytes);
-          }
+          at += bytes;
         }
       }
+      if (copy->copy_index >= 0) CopyLocalSlices(*copy, store);
     }
     if (nodes == 1) return absl::OkStatus();
     FaultPoint("gather.before_exchange");
@@ -177,19 +220,20 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
       recv_offsets[n] = total;
       total += recv_sizes[n];
     }
-    std::vector<uint8_t> recv(copy->copy_index >= 0 ? total : 0);
+    std::vector<uint8_t> recv(copy->copy_index >= 0 && !in_place ? total : 0);
+    uint8_t* into = in_place ? copy->params.data() : recv.data();
+    const uint8_t* mine = in_place ? into + recv_offsets[node_] : send.data();
     Communicator* communicator = communicator_.load();
     if (communicator == nullptr) {
       return absl::UnavailableError("the cluster is not connected yet");
     }
     absl::Status exchanged =
         copy->rank0_only
-            ? communicator->Gather(send.data(), send.size(), recv.data(),
-                                   recv_sizes, copy->home_node,
-                                   Collective(op.sequence))
-            : communicator->AllGatherV(send.data(), send.size(), recv.data(),
+            ? communicator->Gather(mine, recv_sizes[node_], into, recv_sizes,
+                                   copy->home_node, Collective(op.sequence))
+            : communicator->AllGatherV(mine, recv_sizes[node_], into,
                                        recv_sizes, Collective(op.sequence));
-    if (!exchanged.ok() || copy->copy_index < 0) return exchanged;
+    if (!exchanged.ok() || copy->copy_index < 0 || in_place) return exchanged;
 
     // Unpack the remote slices this node's copy needs.
     for (int n = 0; n < nodes; ++n) {
@@ -322,12 +366,21 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
       }
     }
     // Stage parameters and gradients in shared memory: a node that dies
-    // after this point finishes a decided commit when it is back.
+    // after this point finishes a decided commit when it is back. The
+    // staging copy of each shard skips the ranges staged over it below (plan
+    // order is by rank, unit and offset, so each list is sorted).
+    std::map<std::pair<int, int>, ShardStore::ByteRanges> overwritten;
+    for (const core::Transfer& t : by_node[node_]) {
+      overwritten[{t.rank, t.unit}].emplace_back(t.shard_offset,
+                                                 t.shard_offset + t.bytes);
+    }
     const int64_t grads_at = sizes[node_] / grads_factor;
     int64_t at = 0;
     for (const core::Transfer& t : by_node[node_]) {
-      absl::StatusOr<uint8_t*> staging = model.store->StagingShard(
-          t.rank, t.unit, op.session_id, op.target_generations.at(t.unit));
+      const ShardStore::ByteRanges& written = overwritten[{t.rank, t.unit}];
+      absl::StatusOr<uint8_t*> staging =
+          model.store->StagingShard(t.rank, t.unit, op.session_id,
+                                    op.target_generations.at(t.unit), written);
       if (!staging.ok()) return staging.status();
       std::memcpy(
           *staging + t.shard_offset,
@@ -338,7 +391,8 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
                                   ? copy.grad_bytes.data() + t.buffer_offset
                                   : mine.data() + grads_at + at;
         absl::StatusOr<uint8_t*> grad_staging = model.store->StagingGradShard(
-            t.rank, t.unit, op.session_id, op.target_generations.at(t.unit));
+            t.rank, t.unit, op.session_id, op.target_generations.at(t.unit),
+            written);
         if (!grad_staging.ok()) return grad_staging.status();
         std::memcpy(*grad_staging + t.shard_offset, from, t.bytes);
         staged_bytes += t.bytes;

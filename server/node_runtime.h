@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "core/plan.h"
 #include "core/scope.h"
+#include "server/buffer_pool.h"
 #include "server/comm/communicator.h"
 #include "server/model_registry.h"
 #include "server/tensor_stats.h"
@@ -140,11 +141,21 @@ class NodeRuntime {
   uint8_t* TensorBytes(Copy& copy, const std::string& session_id, int tensor,
                        bool grad, bool for_write);
   CollectiveOptions Collective(uint64_t sequence) const;
+  // Takes the copy's buffers from the pool. Only the bytes no transfer
+  // writes (gaps between tensors) are zeroed: the gather overwrites the rest.
+  // The caller holds copy.mu.
+  absl::Status AllocateCopy(Copy& copy);
+  // Copies this node's ranks' slices into its copy; gradients of ranks
+  // without any read as zeros. The caller holds copy.mu and the model's
+  // shards lock.
+  void CopyLocalSlices(Copy& copy, ShardStore& store);
 
   const int node_;
   ModelRegistry* const registry_;
   std::atomic<Communicator*> communicator_;
   const absl::Duration collective_timeout_;
+  // Session copies' memory, kept warm between gathers.
+  const std::shared_ptr<BufferPool> pool_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Copy>> copies_ ABSL_GUARDED_BY(mu_);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "server/buffer_pool.h"
 #include "server/node_runtime.h"
 
 namespace summon::server {
@@ -27,8 +28,8 @@ struct NodeRuntime::Copy {
   bool grads = false;
 
   absl::Mutex mu;
-  std::vector<uint8_t> params ABSL_GUARDED_BY(mu);
-  std::vector<uint8_t> grad_bytes ABSL_GUARDED_BY(mu);
+  PooledBuffer params ABSL_GUARDED_BY(mu);
+  PooledBuffer grad_bytes ABSL_GUARDED_BY(mu);
   // (session, tensor, grad) -> that session's own copy of the tensor.
   std::map<std::tuple<std::string, int, bool>, std::vector<uint8_t>> privates
       ABSL_GUARDED_BY(mu);

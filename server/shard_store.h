@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -160,17 +161,23 @@ class ShardStore {
   // writeback of `session_id`, which will give the unit `target_generation`.
   // The staged segment is created on first use; the first call for a unit
   // copies the unit's current params into the buffer, so the caller writes
-  // only the slices it changes. FAILED_PRECONDITION while the rank's staging
-  // holds another session, or this unit with another target generation.
+  // only the slices it changes. Byte ranges the caller is about to write in
+  // full (`overwritten`: [begin, end) within the unit's shard, sorted and
+  // disjoint) are left out of that copy. FAILED_PRECONDITION while the
+  // rank's staging holds another session, or this unit with another target
+  // generation.
+  using ByteRanges = std::vector<std::pair<int64_t, int64_t>>;
   absl::StatusOr<uint8_t*> StagingShard(int rank, int unit,
                                         absl::string_view session_id,
-                                        uint64_t target_generation);
+                                        uint64_t target_generation,
+                                        const ByteRanges& overwritten = {});
   // The same for `rank`'s gradients (FAILED_PRECONDITION when it has none):
   // staged in shared memory too, so a COMMIT finished after a crash writes
   // parameters and gradients alike.
   absl::StatusOr<uint8_t*> StagingGradShard(int rank, int unit,
                                             absl::string_view session_id,
-                                            uint64_t target_generation);
+                                            uint64_t target_generation,
+                                            const ByteRanges& overwritten = {});
   // What `rank`'s staged segment records; nullopt when it has none.
   std::optional<StagedWriteback> Staged(int rank) const;
   // COMMIT: copies every unit staged for `session_id` (on any local rank)
@@ -216,7 +223,8 @@ class ShardStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint8_t*> Staging(RankSegments& rank, SegmentKind kind,
                                    int unit, absl::string_view session_id,
-                                   uint64_t target_generation)
+                                   uint64_t target_generation,
+                                   const ByteRanges& overwritten)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RemoveStaging(RankSegments& rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -13,10 +13,27 @@
 #include "server/shm_segment.h"
 
 namespace summon::server {
+namespace {
 
-absl::StatusOr<uint8_t*> ShardStore::StagingShard(int rank, int unit,
-                                                  absl::string_view session_id,
-                                                  uint64_t target_generation) {
+// Copies `bytes` from `from` to `to` except the sorted, disjoint ranges in
+// `skipped` (clamped to the buffer): a writeback stages its slices over
+// those, so copying them first would be a wasted pass.
+void CopyAllBut(const uint8_t* from, int64_t bytes,
+                const ShardStore::ByteRanges& skipped, uint8_t* to) {
+  int64_t at = 0;
+  for (const auto& [begin, end] : skipped) {
+    const int64_t stop = std::clamp<int64_t>(begin, at, bytes);
+    std::memcpy(to + at, from + at, stop - at);
+    at = std::clamp<int64_t>(end, stop, bytes);
+  }
+  std::memcpy(to + at, from + at, bytes - at);
+}
+
+}  // namespace
+
+absl::StatusOr<uint8_t*> ShardStore::StagingShard(
+    int rank, int unit, absl::string_view session_id,
+    uint64_t target_generation, const ByteRanges& overwritten) {
   absl::MutexLock lock(&mu_);
   RankSegments* segments = FindRank(rank);
   if (segments == nullptr || !ValidUnit(unit)) {
@@ -25,12 +42,12 @@ absl::StatusOr<uint8_t*> ShardStore::StagingShard(int rank, int unit,
                      " in this node's store of model '", model_name_, "'"));
   }
   return Staging(*segments, SegmentKind::kStaged, unit, session_id,
-                 target_generation);
+                 target_generation, overwritten);
 }
 
 absl::StatusOr<uint8_t*> ShardStore::StagingGradShard(
     int rank, int unit, absl::string_view session_id,
-    uint64_t target_generation) {
+    uint64_t target_generation, const ByteRanges& overwritten) {
   absl::MutexLock lock(&mu_);
   RankSegments* segments = FindRank(rank);
   if (segments == nullptr || !ValidUnit(unit) || segments->grads == nullptr) {
@@ -39,13 +56,14 @@ absl::StatusOr<uint8_t*> ShardStore::StagingGradShard(
                      " in this node's store of model '", model_name_, "'"));
   }
   return Staging(*segments, SegmentKind::kStagedGrads, unit, session_id,
-                 target_generation);
+                 target_generation, overwritten);
 }
 
 absl::StatusOr<uint8_t*> ShardStore::Staging(RankSegments& segments,
                                              SegmentKind kind, int unit,
                                              absl::string_view session_id,
-                                             uint64_t target_generation) {
+                                             uint64_t target_generation,
+                                             const ByteRanges& overwritten) {
   if (session_id.empty() || session_id.size() > kMaxSessionIdBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a staging session id has 1 to ", kMaxSessionIdBytes, " bytes"));
@@ -89,7 +107,8 @@ absl::StatusOr<uint8_t*> ShardStore::Staging(RankSegments& segments,
     return status;
   }
   const shm::Segment& current = grads ? *segments.grads : *segments.params;
-  std::memcpy(buffer, current.data() + unit_offsets_[unit], unit_bytes_[unit]);
+  CopyAllBut(current.data() + unit_offsets_[unit], unit_bytes_[unit],
+             overwritten, buffer);
   shm::StoreShared(&entry.generation, target_generation);
   // A writeback is an external write (R18); the target is recorded with the
   // staged data so that a COMMIT re-run after a crash sets it, not adds it.
