@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -20,7 +20,7 @@ LAYOUT = {"units": [{"fqn": "", "params": [
 
 
 @pytest.fixture
-def secure(tmp_path: Path, start_daemon: Callable[..., LocalDaemon]) -> dict:
+def secure(tmp_path: Path, start_daemon: Callable[..., LocalDaemon]) -> Iterator[dict]:
     pki = tmp_path / "pki"
     subprocess.run([str(REPO_ROOT / "tests/security/make_pki.sh"), str(pki)], check=True)
     tokens = {"admin": "admin-secret", "viewer": "viewer-secret"}
@@ -30,8 +30,14 @@ def secure(tmp_path: Path, start_daemon: Callable[..., LocalDaemon]) -> dict:
     daemon = start_daemon(local_ranks=1, insecure_local=False, extra_args=[
         "--tls-cert", str(pki / "server.crt"), "--tls-key", str(pki / "server.key"),
         "--tokens", str(tmp_path / "tokens")])
-    return {"address": daemon.tcp_address, "ca": str(pki / "ca.crt"), "tokens": tokens,
-            "tmp": tmp_path}
+    yield {"address": daemon.tcp_address, "ca": str(pki / "ca.crt"), "tokens": tokens,
+           "tmp": tmp_path}
+    # LocalDaemon's own cleanup speaks plaintext: delete the models (and so
+    # their shared-memory shards) as the admin.
+    with summon.Client(daemon.tcp_address, tls_ca=str(pki / "ca.crt"),
+                       token=tokens["admin"]) as admin:
+        for model in admin.list_models():
+            admin.delete_model(model.name)
 
 
 def test_tokens_decide_who_calls_and_what_they_may_do(secure: dict) -> None:

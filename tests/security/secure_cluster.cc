@@ -1,5 +1,7 @@
 #include "tests/security/secure_cluster.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,8 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/auth/tokens.h"
+#include "server/model_registry.h"
+#include "server/shard_store.h"
 #include "tests/cluster/daemon_testing.h"
 
 namespace summon::tests {
@@ -114,6 +118,14 @@ absl::StatusOr<std::unique_ptr<SecureCluster>> SecureCluster::Start(
 SecureCluster::~SecureCluster() {
   for (auto& server : servers_) server->Shutdown();
   servers_.clear();
+  // The nodes had data directories, so their models' shared-memory shards
+  // outlive them by design: unlink what the tests left.
+  for (const std::string& data_dir : data_dirs_) {
+    for (const std::string& segment : server::ShardStore::ListSegments(
+             server::InstanceForDataDir(data_dir))) {
+      shm_unlink(segment.c_str());
+    }
+  }
   std::error_code error;
   std::filesystem::remove_all(root_, error);
 }
