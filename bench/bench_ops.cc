@@ -160,20 +160,20 @@ absl::StatusOr<int64_t> Bench::VerifyStored(const BenchTensor& tensor,
   return wrong;
 }
 
+absl::StatusOr<double> Bench::TimedOpen(
+    const v1::SessionOptions& options) const {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::Session> session = client_.OpenSession(kModel, options);
+  const double elapsed = MicrosecondsSince(start);
+  if (!session.ok()) return session.status();
+  if (absl::Status closed = Close(session->id()); !closed.ok()) return closed;
+  return elapsed;
+}
+
 absl::StatusOr<Measured> Bench::Open(const BenchTensor& tensor) const {
   const v1::SessionOptions options = UnitScope(tensor, /*writeback=*/false);
-  absl::StatusOr<std::vector<double>> us =
-      Repeat(config_.ItersFor(tensor.bytes), [&]() -> absl::StatusOr<double> {
-        const auto start = std::chrono::steady_clock::now();
-        absl::StatusOr<v1::Session> session =
-            client_.OpenSession(kModel, options);
-        const double elapsed = MicrosecondsSince(start);
-        if (!session.ok()) return session.status();
-        if (absl::Status closed = Close(session->id()); !closed.ok()) {
-          return closed;
-        }
-        return elapsed;
-      });
+  absl::StatusOr<std::vector<double>> us = Repeat(
+      config_.ItersFor(tensor.bytes), [&]() { return TimedOpen(options); });
   if (!us.ok()) return us.status();
   absl::StatusOr<int64_t> wrong = VerifyStored(tensor, 1);
   if (!wrong.ok()) return wrong.status();
@@ -315,17 +315,7 @@ absl::StatusOr<LatencyRow> Bench::OpenSplit(const SplitUnit& split,
   }
   absl::StatusOr<std::vector<double>> us =
       Repeat(config_.ItersFor(whole_unit ? split.bytes() : split.small.bytes),
-             [&]() -> absl::StatusOr<double> {
-               const auto start = std::chrono::steady_clock::now();
-               absl::StatusOr<v1::Session> session =
-                   client_.OpenSession(kModel, options);
-               const double elapsed = MicrosecondsSince(start);
-               if (!session.ok()) return session.status();
-               if (absl::Status closed = Close(session->id()); !closed.ok()) {
-                 return closed;
-               }
-               return elapsed;
-             });
+             [&]() { return TimedOpen(options); });
   if (!us.ok()) return us.status();
   absl::StatusOr<int64_t> wrong = VerifyStored(split.small, 1);
   if (!wrong.ok()) return wrong.status();

@@ -94,6 +94,9 @@ class Bench {
                                        bool whole_unit) const;
 
  private:
+  // Opens a session with `options` (timed, microseconds) and closes it (not
+  // timed).
+  absl::StatusOr<double> TimedOpen(const v1::SessionOptions& options) const;
   // Runs `iteration` warmup + `iters` times; returns the timed microseconds
   // each reported, warmup left out.
   absl::StatusOr<std::vector<double>> Repeat(

@@ -36,10 +36,7 @@ absl::Status ForEachElement(core::DType dtype, const void* data, int64_t numel,
 
 }  // namespace
 
-absl::StatusOr<TensorStatistics> ComputeTensorStatistics(core::DType dtype,
-                                                         const void* data,
-                                                         int64_t numel,
-                                                         int bins) {
+absl::Status CheckStatisticsArguments(core::DType dtype, int bins) {
   if (!core::IsFloatingPoint(dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("statistics need a floating-point tensor, not ",
@@ -48,6 +45,16 @@ absl::StatusOr<TensorStatistics> ComputeTensorStatistics(core::DType dtype,
   if (bins < 0 || bins > kMaxBins) {
     return absl::InvalidArgumentError(absl::StrCat(
         "histogram bins must be in [0, ", kMaxBins, "], got ", bins));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorStatistics> ComputeTensorStatistics(core::DType dtype,
+                                                         const void* data,
+                                                         int64_t numel,
+                                                         int bins) {
+  if (absl::Status valid = CheckStatisticsArguments(dtype, bins); !valid.ok()) {
+    return valid;
   }
   TensorStatistics stats;
   stats.numel = numel;

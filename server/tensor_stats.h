@@ -27,6 +27,10 @@ struct TensorStatistics {
   std::vector<int64_t> histogram;
 };
 
+// INVALID_ARGUMENT for a non-floating dtype or bins outside [0, 4096]: what
+// every statistics computation (host or device) refuses.
+absl::Status CheckStatisticsArguments(core::DType dtype, int bins);
+
 // With no finite element, min, max, mean and the L2 norm are NaN. `bins` 0
 // gives no histogram. INVALID_ARGUMENT for a non-floating dtype or bins
 // outside [0, 4096].

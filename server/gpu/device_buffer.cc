@@ -6,24 +6,10 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
+#include "server/gpu/cuda_status.h"
 
 namespace summon::server::gpu {
 namespace {
-
-absl::Status FromCuda(cudaError_t error, absl::string_view what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  const std::string message =
-      absl::StrCat(what, ": ", cudaGetErrorString(error));
-  switch (error) {
-    case cudaErrorMemoryAllocation:
-      return absl::ResourceExhaustedError(message);
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidDevice:
-      return absl::InvalidArgumentError(message);
-    default:
-      return absl::UnavailableError(message);
-  }
-}
 
 absl::Status CheckRange(int64_t offset, int64_t bytes, int64_t size) {
   if (offset < 0 || bytes < 0 || offset > size || bytes > size - offset) {
@@ -38,24 +24,24 @@ absl::Status CheckRange(int64_t offset, int64_t bytes, int64_t size) {
 
 absl::Status CopyToDevice(int device, void* device_ptr, const void* host,
                           int64_t bytes) {
-  if (absl::Status set = FromCuda(cudaSetDevice(device), "cudaSetDevice");
+  if (absl::Status set = FromCudaError(cudaSetDevice(device), "cudaSetDevice");
       !set.ok()) {
     return set;
   }
-  return FromCuda(cudaMemcpy(device_ptr, host, static_cast<size_t>(bytes),
-                             cudaMemcpyHostToDevice),
-                  "copy to the device");
+  return FromCudaError(cudaMemcpy(device_ptr, host, static_cast<size_t>(bytes),
+                                  cudaMemcpyHostToDevice),
+                       "copy to the device");
 }
 
 absl::Status CopyFromDevice(int device, const void* device_ptr, void* host,
                             int64_t bytes) {
-  if (absl::Status set = FromCuda(cudaSetDevice(device), "cudaSetDevice");
+  if (absl::Status set = FromCudaError(cudaSetDevice(device), "cudaSetDevice");
       !set.ok()) {
     return set;
   }
-  return FromCuda(cudaMemcpy(host, device_ptr, static_cast<size_t>(bytes),
-                             cudaMemcpyDeviceToHost),
-                  "copy from the device");
+  return FromCudaError(cudaMemcpy(host, device_ptr, static_cast<size_t>(bytes),
+                                  cudaMemcpyDeviceToHost),
+                       "copy from the device");
 }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
@@ -64,20 +50,20 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
     return absl::InvalidArgumentError(
         absl::StrCat("a device buffer needs a positive size, got ", bytes));
   }
-  if (absl::Status set =
-          FromCuda(cudaSetDevice(device), absl::StrCat("CUDA device ", device));
+  if (absl::Status set = FromCudaError(cudaSetDevice(device),
+                                       absl::StrCat("CUDA device ", device));
       !set.ok()) {
     return set;
   }
   void* data = nullptr;
   if (absl::Status allocated =
-          FromCuda(cudaMalloc(&data, static_cast<size_t>(bytes)),
-                   absl::StrCat("cudaMalloc of ", bytes, " bytes"));
+          FromCudaError(cudaMalloc(&data, static_cast<size_t>(bytes)),
+                        absl::StrCat("cudaMalloc of ", bytes, " bytes"));
       !allocated.ok()) {
     return allocated;
   }
   // Shards start as zeros, as shared-memory segments do.
-  if (absl::Status zeroed = FromCuda(
+  if (absl::Status zeroed = FromCudaError(
           cudaMemset(data, 0, static_cast<size_t>(bytes)), "cudaMemset");
       !zeroed.ok()) {
     cudaFree(data);
@@ -111,12 +97,12 @@ absl::Status DeviceBuffer::CopyToHost(int64_t offset, void* host,
 absl::StatusOr<std::string> DeviceBuffer::IpcHandle() const {
   static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes);
   cudaIpcMemHandle_t handle;
-  if (absl::Status set = FromCuda(cudaSetDevice(device_), "cudaSetDevice");
+  if (absl::Status set = FromCudaError(cudaSetDevice(device_), "cudaSetDevice");
       !set.ok()) {
     return set;
   }
-  if (absl::Status got =
-          FromCuda(cudaIpcGetMemHandle(&handle, data_), "cudaIpcGetMemHandle");
+  if (absl::Status got = FromCudaError(cudaIpcGetMemHandle(&handle, data_),
+                                       "cudaIpcGetMemHandle");
       !got.ok()) {
     return got;
   }
@@ -132,12 +118,12 @@ absl::StatusOr<std::unique_ptr<IpcMappedBuffer>> IpcMappedBuffer::Open(
   }
   cudaIpcMemHandle_t handle;
   std::memcpy(&handle, handle_bytes.data(), sizeof(handle));
-  if (absl::Status set = FromCuda(cudaSetDevice(device), "cudaSetDevice");
+  if (absl::Status set = FromCudaError(cudaSetDevice(device), "cudaSetDevice");
       !set.ok()) {
     return set;
   }
   void* data = nullptr;
-  if (absl::Status opened = FromCuda(
+  if (absl::Status opened = FromCudaError(
           cudaIpcOpenMemHandle(&data, handle, cudaIpcMemLazyEnablePeerAccess),
           "cudaIpcOpenMemHandle");
       !opened.ok()) {

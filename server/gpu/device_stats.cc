@@ -10,8 +10,6 @@
 namespace summon::server::gpu {
 namespace {
 
-constexpr int kMaxBins = 4096;
-
 absl::Status CudaError(const char* what, int error) {
   return absl::InternalError(absl::StrCat(what, ": CUDA error ", error, " (",
                                           CudaErrorText(error), ")"));
@@ -29,11 +27,11 @@ absl::Status CudaDeviceAvailable() {
 
 absl::StatusOr<TensorStatistics> ComputeDeviceTensorStatistics(
     core::DType dtype, const void* device_data, int64_t numel, int bins) {
-  StatsElement element;
+  if (absl::Status valid = CheckStatisticsArguments(dtype, bins); !valid.ok()) {
+    return valid;
+  }
+  StatsElement element = StatsElement::kFloat32;
   switch (dtype) {
-    case core::DType::kFloat32:
-      element = StatsElement::kFloat32;
-      break;
     case core::DType::kFloat64:
       element = StatsElement::kFloat64;
       break;
@@ -43,14 +41,8 @@ absl::StatusOr<TensorStatistics> ComputeDeviceTensorStatistics(
     case core::DType::kBFloat16:
       element = StatsElement::kBFloat16;
       break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("statistics need a floating-point tensor, not ",
-                       core::DTypeName(dtype)));
-  }
-  if (bins < 0 || bins > kMaxBins) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "histogram bins must be in [0, ", kMaxBins, "], got ", bins));
+    default:  // float32: the other floating dtypes are refused above
+      break;
   }
   TensorStatistics stats;
   stats.numel = numel;

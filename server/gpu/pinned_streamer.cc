@@ -6,20 +6,9 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
+#include "server/gpu/cuda_status.h"
 
 namespace summon::server::gpu {
-namespace {
-
-absl::Status FromCuda(cudaError_t error, absl::string_view what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  const std::string message =
-      absl::StrCat(what, ": ", cudaGetErrorString(error));
-  return error == cudaErrorMemoryAllocation
-             ? absl::ResourceExhaustedError(message)
-             : absl::UnavailableError(message);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<PinnedStreamer>> PinnedStreamer::Create(
     int device, int64_t chunk_bytes) {
@@ -27,33 +16,33 @@ absl::StatusOr<std::unique_ptr<PinnedStreamer>> PinnedStreamer::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("chunk bytes must be positive, got ", chunk_bytes));
   }
-  if (absl::Status set =
-          FromCuda(cudaSetDevice(device), absl::StrCat("CUDA device ", device));
+  if (absl::Status set = FromCudaError(cudaSetDevice(device),
+                                       absl::StrCat("CUDA device ", device));
       !set.ok()) {
     return set;
   }
   auto streamer = absl::WrapUnique(new PinnedStreamer(device, chunk_bytes));
   for (char*& chunk : streamer->chunks_) {
     if (absl::Status pinned =
-            FromCuda(cudaHostAlloc(reinterpret_cast<void**>(&chunk),
-                                   static_cast<size_t>(chunk_bytes),
-                                   cudaHostAllocDefault),
-                     "cudaHostAlloc");
+            FromCudaError(cudaHostAlloc(reinterpret_cast<void**>(&chunk),
+                                        static_cast<size_t>(chunk_bytes),
+                                        cudaHostAllocDefault),
+                          "cudaHostAlloc");
         !pinned.ok()) {
       return pinned;
     }
   }
   cudaStream_t stream = nullptr;
-  if (absl::Status created =
-          FromCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                   "cudaStreamCreate");
+  if (absl::Status created = FromCudaError(
+          cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+          "cudaStreamCreate");
       !created.ok()) {
     return created;
   }
   streamer->stream_ = stream;
   for (CUevent_st*& event : streamer->copied_) {
     cudaEvent_t created_event = nullptr;
-    if (absl::Status created = FromCuda(
+    if (absl::Status created = FromCudaError(
             cudaEventCreateWithFlags(&created_event, cudaEventDisableTiming),
             "cudaEventCreate");
         !created.ok()) {
@@ -80,17 +69,17 @@ PinnedStreamer::~PinnedStreamer() {
 
 absl::Status PinnedStreamer::Read(const void* device_source, int64_t bytes,
                                   const Sink& sink) {
-  if (absl::Status set = FromCuda(cudaSetDevice(device_), "cudaSetDevice");
+  if (absl::Status set = FromCudaError(cudaSetDevice(device_), "cudaSetDevice");
       !set.ok()) {
     return set;
   }
   const char* source = static_cast<const char*>(device_source);
   auto copy = [&](int slot, int64_t offset) {
-    return FromCuda(cudaMemcpyAsync(chunks_[slot], source + offset,
-                                    static_cast<size_t>(
-                                        std::min(chunk_bytes_, bytes - offset)),
-                                    cudaMemcpyDeviceToHost, stream_),
-                    "copy from the device");
+    return FromCudaError(cudaMemcpyAsync(chunks_[slot], source + offset,
+                                         static_cast<size_t>(std::min(
+                                             chunk_bytes_, bytes - offset)),
+                                         cudaMemcpyDeviceToHost, stream_),
+                         "copy from the device");
   };
   if (bytes <= 0) return absl::OkStatus();
   if (absl::Status started = copy(0, 0); !started.ok()) return started;
@@ -98,8 +87,8 @@ absl::Status PinnedStreamer::Read(const void* device_source, int64_t bytes,
        offset += chunk_bytes_, slot ^= 1) {
     // Chunk `slot` was queued last: wait for it, queue the next one into the
     // other slot, then hand this one over while that copies.
-    if (absl::Status done =
-            FromCuda(cudaStreamSynchronize(stream_), "copy from the device");
+    if (absl::Status done = FromCudaError(cudaStreamSynchronize(stream_),
+                                          "copy from the device");
         !done.ok()) {
       return done;
     }
@@ -122,7 +111,7 @@ absl::Status PinnedStreamer::Read(const void* device_source, int64_t bytes,
 
 absl::Status PinnedStreamer::Write(void* device_target, int64_t bytes,
                                    const Source& source) {
-  if (absl::Status set = FromCuda(cudaSetDevice(device_), "cudaSetDevice");
+  if (absl::Status set = FromCudaError(cudaSetDevice(device_), "cudaSetDevice");
       !set.ok()) {
     return set;
   }
@@ -133,8 +122,8 @@ absl::Status PinnedStreamer::Write(void* device_target, int64_t bytes,
     // The copy queued two chunks ago read this slot: it must be done before
     // the slot is filled again. The previous chunk's copy goes on meanwhile.
     if (chunk >= 2) {
-      if (absl::Status done = FromCuda(cudaEventSynchronize(copied_[slot]),
-                                       "copy to the device");
+      if (absl::Status done = FromCudaError(cudaEventSynchronize(copied_[slot]),
+                                            "copy to the device");
           !done.ok()) {
         return done;
       }
@@ -145,20 +134,20 @@ absl::Status PinnedStreamer::Write(void* device_target, int64_t bytes,
       return filled;
     }
     if (absl::Status queued =
-            FromCuda(cudaMemcpyAsync(target + offset, chunks_[slot],
-                                     static_cast<size_t>(length),
-                                     cudaMemcpyHostToDevice, stream_),
-                     "copy to the device");
+            FromCudaError(cudaMemcpyAsync(target + offset, chunks_[slot],
+                                          static_cast<size_t>(length),
+                                          cudaMemcpyHostToDevice, stream_),
+                          "copy to the device");
         !queued.ok()) {
       return queued;
     }
-    if (absl::Status recorded = FromCuda(
+    if (absl::Status recorded = FromCudaError(
             cudaEventRecord(copied_[slot], stream_), "cudaEventRecord");
         !recorded.ok()) {
       return recorded;
     }
   }
-  return FromCuda(cudaStreamSynchronize(stream_), "copy to the device");
+  return FromCudaError(cudaStreamSynchronize(stream_), "copy to the device");
 }
 
 }  // namespace summon::server::gpu
