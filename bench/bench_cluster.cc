@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(
     spec.data_dir = node.data_dir;
     spec.nodes = addresses;
     spec.node_rank = n;
+    spec.device = options.device;
     absl::StatusOr<std::unique_ptr<server::SummonServer>> server =
         server::SummonServer::Start(std::move(spec));
     if (!server.ok()) return server.status();

@@ -25,6 +25,8 @@ class BenchCluster {
     int nodes = 1;
     // L: virtual ranks per node.
     int local_ranks = 4;
+    // Shard placement (SummonServer::Spec::device); null: shared memory.
+    std::shared_ptr<const server::ShardMemoryProvider> device;
   };
 
   // INVALID_ARGUMENT for local_ranks < 1; UNAVAILABLE when a data directory

@@ -28,6 +28,7 @@
 #include "bench/compare_table.h"
 #include "bench/nccl_table.h"
 #include "client/summon_client.h"
+#include "server/gpu/cuda_shard_memory.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(int64_t, min_bytes, int64_t{1} << 20,
@@ -72,6 +73,10 @@ ABSL_FLAG(bool, read_into_held_buffer, false,
           "(its pages mapped, as the loopback TCP anchor's receiver's are) "
           "through ReadTensorChunks, instead of ReadTensor's fresh result "
           "per iteration.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Shard placement of the in-process summond: cpu (shared memory) or "
+          "cuda (device memory; bench/gpu_bench.sh runs the NCCL anchor "
+          "beside it).");
 ABSL_FLAG(bool, compare, false,
           "Measure each operation's physical anchor in the same run (open: "
           "memcpy on one node, a raw Gloo allgather between --nodes "
@@ -348,6 +353,16 @@ absl::Status Run() {
   BenchCluster::Options cluster_options;
   cluster_options.local_ranks = absl::GetFlag(FLAGS_local_ranks);
   cluster_options.nodes = absl::GetFlag(FLAGS_nodes);
+  if (const std::string device = absl::GetFlag(FLAGS_device);
+      device == "cuda") {
+    absl::StatusOr<std::unique_ptr<server::gpu::CudaShardMemoryProvider>>
+        provider = server::gpu::CudaShardMemoryProvider::Create();
+    if (!provider.ok()) return provider.status();
+    cluster_options.device = *std::move(provider);
+  } else if (device != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device is cpu or cuda, not '", device, "'"));
+  }
   absl::StatusOr<std::unique_ptr<BenchCluster>> cluster =
       BenchCluster::Start(cluster_options);
   if (!cluster.ok()) return cluster.status();

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/gpu/cuda_shard_memory.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -88,6 +89,10 @@ ABSL_FLAG(std::string, peer_token_file, "",
 ABSL_FLAG(std::string, audit_log, "",
           "JSON-lines audit log. Empty: <data-dir>/audit.log (none without "
           "--data-dir; spdlog always).");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where the node's parameter shards live: cpu (POSIX shared memory) "
+          "or cuda (device memory, local rank i on GPU i modulo the visible "
+          "GPUs; trainers map them through CUDA IPC).");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off.");
 
@@ -215,8 +220,24 @@ int Run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  SummonServer::Spec spec_from_flags = SpecFromFlags();
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cuda") {
+    absl::StatusOr<std::unique_ptr<gpu::CudaShardMemoryProvider>> provider =
+        gpu::CudaShardMemoryProvider::Create();
+    if (!provider.ok()) {
+      spdlog::error("summond --device cuda: {}", provider.status().ToString());
+      return ExitCode(provider.status());
+    }
+    spdlog::info("shards in device memory of {} CUDA device(s)",
+                 (*provider)->device_count());
+    spec_from_flags.device = *std::move(provider);
+  } else if (device != "cpu") {
+    spdlog::error("--device must be cpu or cuda, not '{}'", device);
+    return ExitCode(absl::InvalidArgumentError("bad --device"));
+  }
   absl::StatusOr<std::unique_ptr<SummonServer>> server =
-      SummonServer::Start(SpecFromFlags());
+      SummonServer::Start(std::move(spec_from_flags));
   if (!server.ok()) {
     spdlog::error("summond failed to start: {}", server.status().ToString());
     return ExitCode(server.status());

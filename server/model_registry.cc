@@ -40,12 +40,14 @@ std::vector<int> LocalRanks(const core::Topology& topology, int node) {
 absl::Status FillSeededShards(const ModelEntry& model,
                               const std::vector<int>& ranks, uint64_t seed,
                               bool grads) {
+  absl::StatusOr<ShardStore::HostShards> shards =
+      model.store->OnHost(grads, /*read=*/true);
+  if (!shards.ok()) return shards.status();
   for (int rank : ranks) {
     const int position = model.spec.groups.PositionOf(rank);
     for (size_t u = 0; u < model.spec.units.size(); ++u) {
       const core::FlatParamLayout& layout = model.spec.units[u].layout;
-      uint8_t* shard = grads ? model.store->GradShard(rank, static_cast<int>(u))
-                             : model.ParamShard(rank, static_cast<int>(u));
+      uint8_t* shard = shards->Shard(rank, static_cast<int>(u));
       const int64_t size =
           static_cast<int64_t>(core::ElementSize(layout.dtype()));
       for (size_t p = 0; p < layout.params().size(); ++p) {
@@ -63,7 +65,7 @@ absl::Status FillSeededShards(const ModelEntry& model,
       }
     }
   }
-  return absl::OkStatus();
+  return shards->Flush();
 }
 
 // Shards live in /dev/shm, which is RAM: a model whose local shards (with
@@ -211,7 +213,7 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Build(
   }
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
       ShardStore::CreateOrAttach(options_.instance, name, (*model)->spec,
-                                 (*model)->local_ranks, mode);
+                                 (*model)->local_ranks, mode, options_.device);
   if (!store.ok()) return store.status();
   (*model)->store = *std::move(store);
   InitRuntime(**model, options_.topology.world_size());
@@ -533,11 +535,14 @@ absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
                      " open sessions; close them before loading a checkpoint"));
   }
   absl::MutexLock shards_lock(&model.shards_mu);
+  absl::StatusOr<ShardStore::HostShards> shards =
+      model.store->OnHost(/*grads=*/false, /*read=*/true);
+  if (!shards.ok()) return shards.status();
   absl::StatusOr<int64_t> bytes = server::LoadCheckpoint(
       path, model.spec, model.local_ranks,
-      [&](int rank, int unit) { return model.ParamShard(rank, unit); },
-      convert);
+      [&](int rank, int unit) { return shards->Shard(rank, unit); }, convert);
   if (!bytes.ok()) return bytes.status();
+  if (absl::Status flushed = shards->Flush(); !flushed.ok()) return flushed;
   for (size_t u = 0; u < model.runtime.units.size(); ++u) {
     model.runtime.units[u].generation =
         model.store->BumpGeneration(static_cast<int>(u));
@@ -552,9 +557,12 @@ absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
 absl::StatusOr<std::vector<std::string>> ModelRegistry::SaveCheckpoint(
     ModelEntry& model, const std::string& path, int64_t max_file_bytes) {
   absl::ReaderMutexLock shards_lock(&model.shards_mu);
+  absl::StatusOr<ShardStore::HostShards> shards =
+      model.store->OnHost(/*grads=*/false, /*read=*/true);
+  if (!shards.ok()) return shards.status();
   absl::StatusOr<SavedCheckpoint> saved = server::SaveCheckpoint(
       path, model.spec, model.local_ranks,
-      [&](int rank, int unit) { return model.ParamShard(rank, unit); },
+      [&](int rank, int unit) { return shards->Shard(rank, unit); },
       {{"summon.model", model.name}},
       max_file_bytes > 0 ? max_file_bytes : kDefaultMaxCheckpointFileBytes);
   if (!saved.ok()) return saved.status();
@@ -574,14 +582,24 @@ absl::StatusOr<CheckpointFiles> ModelRegistry::PlanSave(
 absl::StatusOr<int64_t> ModelRegistry::WriteSaveRanges(
     ModelEntry& model, const CheckpointFiles& plan) {
   absl::ReaderMutexLock shards_lock(&model.shards_mu);
+  absl::StatusOr<ShardStore::HostShards> shards =
+      model.store->OnHost(/*grads=*/false, /*read=*/true);
+  if (!shards.ok()) return shards.status();
   return WriteCheckpointRanges(
       plan, model.spec, model.local_ranks,
-      [&](int rank, int unit) { return model.ParamShard(rank, unit); });
+      [&](int rank, int unit) { return shards->Shard(rank, unit); });
 }
 
-std::vector<ShardChecksums> ModelRegistry::Checksums(ModelEntry& model) {
+absl::StatusOr<std::vector<ShardChecksums>> ModelRegistry::Checksums(
+    ModelEntry& model) {
   absl::ReaderMutexLock shards_lock(&model.shards_mu);
   std::vector<ShardChecksums> result;
+  absl::StatusOr<ShardStore::HostShards> params =
+      model.store->OnHost(/*grads=*/false, /*read=*/true);
+  if (!params.ok()) return params.status();
+  absl::StatusOr<ShardStore::HostShards> grads =
+      model.store->OnHost(/*grads=*/true, /*read=*/true);
+  if (!grads.ok()) return grads.status();
   for (int rank : model.local_ranks) {
     for (size_t u = 0; u < model.spec.units.size(); ++u) {
       const int unit = static_cast<int>(u);
@@ -589,9 +607,9 @@ std::vector<ShardChecksums> ModelRegistry::Checksums(ModelEntry& model) {
       ShardChecksums sums;
       sums.rank = rank;
       sums.unit = unit;
-      sums.params = Fnv1a(model.ParamShard(rank, unit), bytes);
+      sums.params = Fnv1a(params->Shard(rank, unit), bytes);
       if (model.store->HasGrads(rank)) {
-        sums.grads = Fnv1a(model.store->GradShard(rank, unit), bytes);
+        sums.grads = Fnv1a(grads->Shard(rank, unit), bytes);
       }
       sums.generation = model.store->Generation(unit);
       result.push_back(sums);

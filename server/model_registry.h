@@ -94,6 +94,9 @@ class ModelRegistry {
     std::string instance;  // Shared-memory name prefix (see ShardStore).
     core::Topology topology;
     int node = 0;
+    // Device placement of every model's shards (summond --device); null:
+    // host shared memory. Not owned; outlives the registry.
+    const ShardMemoryProvider* device = nullptr;
   };
 
   explicit ModelRegistry(Options options);
@@ -155,7 +158,8 @@ class ModelRegistry {
   absl::StatusOr<int64_t> WriteSaveRanges(ModelEntry& model,
                                           const CheckpointFiles& plan);
 
-  std::vector<ShardChecksums> Checksums(ModelEntry& model);
+  // FAILED_PRECONDITION/UNAVAILABLE when device shards cannot be read.
+  absl::StatusOr<std::vector<ShardChecksums>> Checksums(ModelEntry& model);
 
   // Forgets a model and unlinks its shared memory. Refused while sessions
   // are open on it.

@@ -122,24 +122,32 @@ absl::Status NodeRuntime::AllocateCopy(Copy& copy) {
   return absl::OkStatus();
 }
 
-void NodeRuntime::CopyLocalSlices(Copy& copy, ShardStore& store) {
+absl::Status NodeRuntime::CopyLocalSlices(Copy& copy, ShardStore& store) {
   const core::Topology& topology = copy.model->spec.groups.topology;
   for (const core::Transfer& t : copy.plan.transfers) {
     if (t.copy != copy.copy_index || topology.NodeOf(t.rank) != node_) {
       continue;
     }
-    std::memcpy(copy.params.data() + t.buffer_offset,
-                store.ParamShard(t.rank, t.unit) + t.shard_offset, t.bytes);
+    if (absl::Status status = store.ReadShard(
+            t.rank, t.unit, /*grads=*/false, t.shard_offset,
+            copy.params.data() + t.buffer_offset, t.bytes);
+        !status.ok()) {
+      return status;
+    }
     if (!copy.grads) continue;
     uint8_t* grad = copy.grad_bytes.data() + t.buffer_offset;
     if (store.HasGrads(t.rank)) {
-      std::memcpy(grad, store.GradShard(t.rank, t.unit) + t.shard_offset,
-                  t.bytes);
+      if (absl::Status status = store.ReadShard(
+              t.rank, t.unit, /*grads=*/true, t.shard_offset, grad, t.bytes);
+          !status.ok()) {
+        return status;
+      }
     } else {
       // Ranks without grads read as zeros.
       std::memset(grad, 0, t.bytes);
     }
   }
+  return absl::OkStatus();
 }
 
 absl::Status NodeRuntime::Gather(const GatherOp& op) {
@@ -197,16 +205,22 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
         int64_t at = 0;
         const int64_t grads_at = core::RangesBytes(sent[node_]);
         for (const auto& [rank, unit, offset, bytes] : sent[node_]) {
-          std::memcpy(send.data() + at, store.ParamShard(rank, unit) + offset,
-                      bytes);
-          if (copy->grads && store.HasGrads(rank)) {
-            std::memcpy(send.data() + grads_at + at,
-                        store.GradShard(rank, unit) + offset, bytes);
+          absl::Status read = store.ReadShard(rank, unit, /*grads=*/false,
+                                              offset, send.data() + at, bytes);
+          if (read.ok() && copy->grads && store.HasGrads(rank)) {
+            read = store.ReadShard(rank, unit, /*grads=*/true, offset,
+                                   send.data() + grads_at + at, bytes);
           }
+          if (!read.ok()) return read;
           at += bytes;
         }
       }
-      if (copy->copy_index >= 0) CopyLocalSlices(*copy, store);
+      if (copy->copy_index >= 0) {
+        if (absl::Status copied = CopyLocalSlices(*copy, store);
+            !copied.ok()) {
+          return copied;
+        }
+      }
     }
     if (nodes == 1) return absl::OkStatus();
     FaultPoint("gather.before_exchange");
@@ -378,23 +392,26 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
     int64_t at = 0;
     for (const core::Transfer& t : by_node[node_]) {
       const ShardStore::ByteRanges& written = overwritten[{t.rank, t.unit}];
-      absl::StatusOr<uint8_t*> staging =
-          model.store->StagingShard(t.rank, t.unit, op.session_id,
-                                    op.target_generations.at(t.unit), written);
-      if (!staging.ok()) return staging.status();
-      std::memcpy(
-          *staging + t.shard_offset,
-          from_copy ? copy.params.data() + t.buffer_offset : mine.data() + at,
-          t.bytes);
+      const uint64_t target = op.target_generations.at(t.unit);
+      if (absl::Status staged = model.store->StageBytes(
+              t.rank, t.unit, /*grads=*/false, op.session_id, target, written,
+              t.shard_offset,
+              from_copy ? copy.params.data() + t.buffer_offset
+                        : mine.data() + at,
+              t.bytes);
+          !staged.ok()) {
+        return staged;
+      }
       if (copy.grads && model.store->HasGrads(t.rank)) {
         const uint8_t* from = from_copy
                                   ? copy.grad_bytes.data() + t.buffer_offset
                                   : mine.data() + grads_at + at;
-        absl::StatusOr<uint8_t*> grad_staging = model.store->StagingGradShard(
-            t.rank, t.unit, op.session_id, op.target_generations.at(t.unit),
-            written);
-        if (!grad_staging.ok()) return grad_staging.status();
-        std::memcpy(*grad_staging + t.shard_offset, from, t.bytes);
+        if (absl::Status staged = model.store->StageBytes(
+                t.rank, t.unit, /*grads=*/true, op.session_id, target, written,
+                t.shard_offset, from, t.bytes);
+            !staged.ok()) {
+          return staged;
+        }
         staged_bytes += t.bytes;
       }
       staged_bytes += t.bytes;

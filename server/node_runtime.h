@@ -148,7 +148,7 @@ class NodeRuntime {
   // Copies this node's ranks' slices into its copy; gradients of ranks
   // without any read as zeros. The caller holds copy.mu and the model's
   // shards lock.
-  void CopyLocalSlices(Copy& copy, ShardStore& store);
+  absl::Status CopyLocalSlices(Copy& copy, ShardStore& store);
 
   const int node_;
   ModelRegistry* const registry_;

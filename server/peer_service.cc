@@ -48,9 +48,12 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> CreateModelFromRequest(
                          InitFromProto(request.grads().init()));
 }
 
-void AppendChecksums(ModelRegistry& registry, ModelEntry& model,
-                     v1::ModelChecksumResponse* response) {
-  for (const ShardChecksums& sums : registry.Checksums(model)) {
+absl::Status AppendChecksums(ModelRegistry& registry, ModelEntry& model,
+                             v1::ModelChecksumResponse* response) {
+  absl::StatusOr<std::vector<ShardChecksums>> checksums =
+      registry.Checksums(model);
+  if (!checksums.ok()) return checksums.status();
+  for (const ShardChecksums& sums : *checksums) {
     v1::ShardChecksum* out = response->add_shards();
     out->set_rank(sums.rank);
     out->set_unit(model.spec.units[sums.unit].fqn);
@@ -58,6 +61,7 @@ void AppendChecksums(ModelRegistry& registry, ModelEntry& model,
     if (sums.grads.has_value()) out->set_grads(*sums.grads);
     out->set_generation(sums.generation);
   }
+  return absl::OkStatus();
 }
 
 PeerServiceImpl::PeerServiceImpl(LocalKvStore& store, Membership* membership,
@@ -339,8 +343,7 @@ grpc::Status PeerServiceImpl::NodeChecksum(
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
-  AppendChecksums(*registry_, **model, response);
-  return grpc::Status::OK;
+  return ToGrpcStatus(AppendChecksums(*registry_, **model, response));
 }
 
 grpc::Status PeerServiceImpl::NodeDeleteModel(

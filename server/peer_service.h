@@ -96,8 +96,8 @@ class PeerServiceImpl final : public KvStoreService {
 absl::StatusOr<std::shared_ptr<ModelEntry>> CreateModelFromRequest(
     ModelRegistry& registry, const v1::CreateModelRequest& request);
 // Appends this node's per-rank checksums of `model` to `response`.
-void AppendChecksums(ModelRegistry& registry, ModelEntry& model,
-                     v1::ModelChecksumResponse* response);
+absl::Status AppendChecksums(ModelRegistry& registry, ModelEntry& model,
+                             v1::ModelChecksumResponse* response);
 
 }  // namespace summon::server
 

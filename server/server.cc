@@ -88,7 +88,7 @@ SummonServer::SummonServer(Spec spec,
   core::Topology topology{nodes, spec_.local_ranks};
   registry_ = std::make_unique<ModelRegistry>(
       ModelRegistry::Options{spec_.data_dir, InstanceForDataDir(spec_.data_dir),
-                             topology, spec_.node_rank});
+                             topology, spec_.node_rank, spec_.device.get()});
   SessionManager::Options session_options;
   session_options.memory_budget_bytes = spec_.memory_budget_bytes;
   // R12: --admins and principals the tokens file makes admin.

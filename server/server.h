@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/auth/server_security.h"
+#include "server/shard_memory.h"
 
 namespace summon::server {
 
@@ -78,6 +79,10 @@ class SummonServer {
     std::string health_listen;
     // TLS, tokens, insecure-local mode, the audit log (server/auth).
     auth::SecuritySpec security;
+    // Where the shards live: null keeps them in host shared memory; a
+    // provider places them in its (device) memory (summond --device cuda,
+    // or a fake device in tests). See ShardStore.
+    std::shared_ptr<const ShardMemoryProvider> device;
   };
 
   // Validates `spec`, binds the listeners and starts serving.

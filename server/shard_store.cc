@@ -147,10 +147,12 @@ absl::Status ValidateModelName(absl::string_view name) {
 }
 
 ShardStore::ShardStore(std::string instance, std::string model_name,
-                       std::vector<int> local_ranks)
+                       std::vector<int> local_ranks,
+                       const ShardMemoryProvider* device)
     : instance_(std::move(instance)),
       model_name_(std::move(model_name)),
-      local_ranks_(std::move(local_ranks)) {}
+      local_ranks_(std::move(local_ranks)),
+      device_(device) {}
 
 ShardStore::~ShardStore() = default;
 
@@ -164,7 +166,7 @@ std::string ShardStore::SegmentName(absl::string_view instance,
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::CreateOrAttach(
     const std::string& instance, const std::string& model_name,
     const core::ModelSpec& model, const std::vector<int>& local_ranks,
-    AttachMode mode) {
+    AttachMode mode, const ShardMemoryProvider* device) {
   if (absl::Status status = ValidateInstance(instance); !status.ok()) {
     return status;
   }
@@ -182,7 +184,7 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::CreateOrAttach(
   }
 
   std::unique_ptr<ShardStore> store(
-      new ShardStore(instance, model_name, ranks));
+      new ShardStore(instance, model_name, ranks, device));
   const int64_t num_units = static_cast<int64_t>(model.units.size());
   store->header_bytes_ =
       RoundUp(sizeof(shm::SegmentHeader) + num_units * sizeof(shm::UnitEntry),
@@ -206,8 +208,11 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::CreateOrAttach(
   std::vector<std::string> present;
   std::vector<std::string> missing;
   for (int rank : ranks) {
-    store->ranks_.push_back(RankSegments{rank, LayoutFingerprint(model, rank),
-                                         nullptr, nullptr, nullptr, nullptr});
+    RankSegments segments;
+    segments.rank = rank;
+    segments.local_index = static_cast<int>(store->ranks_.size());
+    segments.fingerprint = LayoutFingerprint(model, rank);
+    store->ranks_.push_back(std::move(segments));
     const std::string name =
         SegmentName(instance, model_name, rank, SegmentKind::kParams);
     absl::StatusOr<std::unique_ptr<shm::Segment>> segment =
@@ -273,16 +278,21 @@ absl::Status ShardStore::CreateAll() {
   for (RankSegments& rank : ranks_) {
     absl::StatusOr<std::unique_ptr<shm::Segment>> segment =
         CreateSegment(rank.rank, SegmentKind::kParams, rank.fingerprint, "");
-    if (!segment.ok()) {
+    absl::StatusOr<std::unique_ptr<ShardMemory>> bytes =
+        segment.ok() ? BytesOf(rank, **segment) : segment.status();
+    if (!bytes.ok()) {
+      if (segment.ok()) shm::Unlink((*segment)->name()).IgnoreError();
       for (RankSegments& created : ranks_) {
         if (created.params == nullptr) break;
         const std::string name = created.params->name();
+        created.params_bytes.reset();
         created.params.reset();
         shm::Unlink(name).IgnoreError();  // The create failure is the news.
       }
-      return segment.status();
+      return bytes.status();
     }
     rank.params = *std::move(segment);
+    rank.params_bytes = *std::move(bytes);
   }
   return absl::OkStatus();
 }
@@ -299,7 +309,11 @@ absl::Status ShardStore::AttachAll(
         !status.ok()) {
       return status;
     }
+    absl::StatusOr<std::unique_ptr<ShardMemory>> bytes =
+        BytesOf(rank, *params[i]);
+    if (!bytes.ok()) return bytes.status();
     rank.params = std::move(params[i]);
+    rank.params_bytes = *std::move(bytes);
   }
   for (size_t i = 0; i < ranks_.size(); ++i) {
     for (SegmentKind kind : {SegmentKind::kGrads, SegmentKind::kStaged,
@@ -330,11 +344,16 @@ absl::Status ShardStore::AttachOptional(size_t index, SegmentKind kind) {
       !status.ok()) {
     return status;
   }
-  std::unique_ptr<shm::Segment>& slot = kind == SegmentKind::kGrads ? rank.grads
-                                        : kind == SegmentKind::kStaged
-                                            ? rank.staged
-                                            : rank.staged_grads;
-  slot = *std::move(segment);
+  absl::StatusOr<std::unique_ptr<ShardMemory>> bytes =
+      BytesOf(rank, **segment);
+  if (!bytes.ok()) return bytes.status();
+  const bool grads = kind == SegmentKind::kGrads;
+  const bool staged = kind == SegmentKind::kStaged;
+  (grads ? rank.grads : staged ? rank.staged : rank.staged_grads) =
+      *std::move(segment);
+  (grads ? rank.grads_bytes : staged ? rank.staged_bytes
+                                     : rank.staged_grads_bytes) =
+      *std::move(bytes);
   return absl::OkStatus();
 }
 
@@ -342,13 +361,15 @@ absl::StatusOr<std::unique_ptr<shm::Segment>> ShardStore::CreateSegment(
     int rank, SegmentKind kind, uint64_t fingerprint,
     absl::string_view session_id) const {
   // Staged data is reserved unit by unit as it is staged (StagingShard).
+  // Device placement keeps only the header in shared memory.
   const int64_t reserve_bytes =
-      kind == SegmentKind::kStaged || kind == SegmentKind::kStagedGrads
+      kind == SegmentKind::kStaged || kind == SegmentKind::kStagedGrads ||
+              on_device()
           ? header_bytes_
           : segment_bytes_;
-  absl::StatusOr<std::unique_ptr<shm::Segment>> segment =
-      shm::Segment::Create(SegmentName(instance_, model_name_, rank, kind),
-                           segment_bytes_, reserve_bytes);
+  absl::StatusOr<std::unique_ptr<shm::Segment>> segment = shm::Segment::Create(
+      SegmentName(instance_, model_name_, rank, kind),
+      on_device() ? header_bytes_ : segment_bytes_, reserve_bytes);
   if (!segment.ok()) return segment.status();
   shm::SegmentHeader* header = (*segment)->header();
   header->format_version = shm::kFormatVersion;
@@ -359,6 +380,8 @@ absl::StatusOr<std::unique_ptr<shm::Segment>> ShardStore::CreateSegment(
   header->incarnation = incarnation_;
   header->header_bytes = header_bytes_;
   header->segment_bytes = segment_bytes_;
+  header->placement =
+      on_device() ? shm::kPlacementDevice : shm::kPlacementHost;
   header->session_id_bytes = static_cast<uint32_t>(session_id.size());
   std::memcpy(header->session_id, session_id.data(), session_id.size());
   shm::UnitEntry* units = (*segment)->units();
@@ -399,6 +422,16 @@ absl::Status ShardStore::VerifySegment(const shm::Segment& segment, int rank,
         " units, fingerprint ", Hex(header.fingerprint), "; the model has ",
         num_units(), " units, fingerprint ", Hex(fingerprint),
         "): the model's layout or topology changed"));
+  }
+  if (header.placement == shm::kPlacementDevice) {
+    return refuse(
+        "held its shards in GPU memory of a daemon that has exited (device "
+        "memory does not outlive its process)");
+  }
+  if (on_device()) {
+    return refuse(
+        "holds host-placed shards and this daemon places shards on the "
+        "device (--device)");
   }
   if (header.header_bytes != header_bytes_ ||
       header.segment_bytes != segment_bytes_ ||
@@ -444,7 +477,8 @@ uint8_t* ShardStore::ParamShard(int rank, int unit) const {
   absl::MutexLock lock(&mu_);
   const RankSegments* segments = FindRank(rank);
   if (segments == nullptr || !ValidUnit(unit)) return nullptr;
-  return segments->params->data() + unit_offsets_[unit];
+  uint8_t* base = segments->params_bytes->host();
+  return base == nullptr ? nullptr : base + unit_offsets_[unit];
 }
 
 uint8_t* ShardStore::GradShard(int rank, int unit) const {
@@ -453,7 +487,8 @@ uint8_t* ShardStore::GradShard(int rank, int unit) const {
   if (segments == nullptr || segments->grads == nullptr || !ValidUnit(unit)) {
     return nullptr;
   }
-  return segments->grads->data() + unit_offsets_[unit];
+  uint8_t* base = segments->grads_bytes->host();
+  return base == nullptr ? nullptr : base + unit_offsets_[unit];
 }
 
 bool ShardStore::HasGrads(int rank) const {
@@ -472,7 +507,14 @@ absl::Status ShardStore::EnsureGrads(int rank) {
   absl::StatusOr<std::unique_ptr<shm::Segment>> grads =
       CreateSegment(rank, SegmentKind::kGrads, segments->fingerprint, "");
   if (!grads.ok()) return grads.status();
+  absl::StatusOr<std::unique_ptr<ShardMemory>> bytes =
+      BytesOf(*segments, **grads);
+  if (!bytes.ok()) {
+    shm::Unlink((*grads)->name()).IgnoreError();  // The failure is the news.
+    return bytes.status();
+  }
   segments->grads = *std::move(grads);
+  segments->grads_bytes = *std::move(bytes);
   return absl::OkStatus();
 }
 
@@ -500,9 +542,24 @@ std::vector<ShardStore::SegmentDescription> ShardStore::Describe(
   for (const shm::Segment* segment :
        {segments->params.get(), segments->grads.get()}) {
     if (segment == nullptr) continue;
-    descriptions.push_back(SegmentDescription{
-        segment->name(), segment->size(), unit_offsets_, unit_bytes_,
-        segment == segments->grads.get(), rank});
+    const bool grads = segment == segments->grads.get();
+    SegmentDescription description;
+    description.name = segment->name();
+    description.size = segment->size();
+    description.unit_offsets = unit_offsets_;
+    description.unit_bytes = unit_bytes_;
+    description.grads = grads;
+    description.rank = rank;
+    const ShardMemory& bytes =
+        *(grads ? segments->grads_bytes : segments->params_bytes);
+    description.device = bytes.device();
+    if (on_device()) {
+      // A handle that cannot be made leaves the description without one;
+      // the trainer's open then fails and says so.
+      description.ipc_handle = bytes.IpcHandle().value_or("");
+      description.device_bytes = bytes.size();
+    }
+    descriptions.push_back(std::move(description));
   }
   return descriptions;
 }
@@ -525,6 +582,11 @@ absl::Status ShardStore::Destroy() {
   ++changes_;  // Wakes watchers, who find the model gone.
   absl::Status first_failure;
   for (RankSegments& rank : ranks_) {
+    for (std::unique_ptr<ShardMemory>* bytes :
+         {&rank.params_bytes, &rank.grads_bytes, &rank.staged_bytes,
+          &rank.staged_grads_bytes}) {
+      bytes->reset();
+    }
     for (std::unique_ptr<shm::Segment>* segment :
          {&rank.params, &rank.grads, &rank.staged, &rank.staged_grads}) {
       if (*segment == nullptr) continue;

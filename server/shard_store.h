@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/model_spec.h"
+#include "server/shard_memory.h"
 
 namespace summon::server {
 namespace shm {
@@ -53,6 +54,14 @@ enum class SegmentKind : uint32_t {
 // (FlatParamLayout::shard_bytes()) at a 64-byte aligned offset. Offsets are
 // the same in all three kinds, so one SegmentDescription serves each.
 //
+// Device placement (a ShardMemoryProvider given at creation, `summond
+// --device cuda`): the same segments hold only their headers (generations,
+// counters, staging records), and each segment's bytes live in one device
+// allocation at the same offsets. Device memory dies with the daemon, so
+// device-placed segments found at attach are refused (the model comes back
+// MISSING_SHARDS). Callers reach shard bytes through ReadShard/WriteShard/
+// StageBytes/OnHost, which copy as the placement needs.
+//
 // Thread-safe. Pointers into params stay valid for the store's lifetime;
 // grads pointers until Destroy(); staging pointers until the rank's staging
 // is committed or cleared.
@@ -60,11 +69,48 @@ class ShardStore {
  public:
   struct SegmentDescription {
     std::string name;  // For shm_open.
-    int64_t size = 0;  // Bytes to map.
+    int64_t size = 0;  // Bytes to map (the header alone for device placement).
     std::vector<int64_t> unit_offsets;
     std::vector<int64_t> unit_bytes;
     bool grads = false;
     int rank = -1;
+    // Device placement: the CUDA device and the allocation's IPC handle
+    // (unit_offsets apply to the allocation); -1 and empty on the host.
+    int device = -1;
+    std::string ipc_handle;
+    int64_t device_bytes = 0;
+  };
+
+  // Host-addressable shard bytes for bulk work (seeded init, checkpoint
+  // load and save, checksums). Host placement hands out the shards
+  // themselves; device placement copies every local rank's bytes to host
+  // memory (when asked to read) and writes them back on Flush(). Holds no
+  // lock: callers hold the model's shard lock around it.
+  class HostShards {
+   public:
+    HostShards() = default;
+    HostShards(HostShards&&) = default;
+    HostShards& operator=(HostShards&&) = default;
+    // Rank::base points into Rank::copy: moving keeps it valid, copying not.
+    HostShards(const HostShards&) = delete;
+    HostShards& operator=(const HostShards&) = delete;
+
+    // Start of `rank`'s shard of `unit`; nullptr for a rank not hosted, a
+    // unit out of range or (grads) a rank without gradients.
+    uint8_t* Shard(int rank, int unit) const;
+    // Device placement: copies the bytes back to the device. No-op on host.
+    absl::Status Flush();
+
+   private:
+    friend class ShardStore;
+    struct Rank {
+      int rank = -1;
+      uint8_t* base = nullptr;
+      ShardMemory* memory = nullptr;  // Device placement: where to flush.
+      std::vector<uint8_t> copy;      // Device placement: the host copy.
+    };
+    std::vector<Rank> ranks_;
+    std::vector<int64_t> unit_offsets_;
   };
 
   // A rank's staged writeback as recorded in its staged segment's header.
@@ -85,10 +131,12 @@ class ShardStore {
   // some of the ranks is FAILED_PRECONDITION too (see RemoveSegments).
   // INVALID_ARGUMENT for a bad instance ([A-Za-z0-9]{1,64}), model name or
   // rank list; RESOURCE_EXHAUSTED when shared memory runs out.
+  // With `device` (not owned; outlives the store) the shard bytes are
+  // placed in its memory (see the class comment).
   static absl::StatusOr<std::unique_ptr<ShardStore>> CreateOrAttach(
       const std::string& instance, const std::string& model_name,
       const core::ModelSpec& model, const std::vector<int>& local_ranks,
-      AttachMode mode);
+      AttachMode mode, const ShardMemoryProvider* device = nullptr);
 
   static std::string SegmentName(absl::string_view instance,
                                  absl::string_view model_name, int rank,
@@ -113,14 +161,30 @@ class ShardStore {
   const std::vector<int>& local_ranks() const { return local_ranks_; }
   int num_units() const { return static_cast<int>(unit_offsets_.size()); }
 
+  // True for device placement.
+  bool on_device() const { return device_ != nullptr; }
+
   // Start of `rank`'s shard of `unit`; nullptr for a rank not hosted here or
-  // a unit out of range (and after Destroy()).
+  // a unit out of range (and after Destroy()), and always for device
+  // placement (use ReadShard/WriteShard/OnHost).
   uint8_t* ParamShard(int rank, int unit) const;
   // Like ParamShard; also nullptr while the rank has no grads.
   uint8_t* GradShard(int rank, int unit) const;
   bool HasGrads(int rank) const;
   // Creates `rank`'s zero-filled grads segment unless it has one.
   absl::Status EnsureGrads(int rank);
+
+  // Copies [offset, offset + bytes) of `rank`'s params (or grads) shard of
+  // `unit` to or from host memory, whatever the placement. INVALID_ARGUMENT
+  // for a rank, unit or range not held here (grads: FAILED_PRECONDITION
+  // when the rank has none).
+  absl::Status ReadShard(int rank, int unit, bool grads, int64_t offset,
+                         void* to, int64_t bytes) const;
+  absl::Status WriteShard(int rank, int unit, bool grads, int64_t offset,
+                          const void* from, int64_t bytes);
+  // See HostShards. `read`: fill the host copy with the current bytes (not
+  // needed when every byte will be overwritten before Flush()).
+  absl::StatusOr<HostShards> OnHost(bool grads, bool read) const;
 
   // A unit's generation (DESIGN.md section 1), kept in every local rank's
   // params header. On attach, ranks that disagree (a daemon killed between
@@ -178,6 +242,15 @@ class ShardStore {
                                             absl::string_view session_id,
                                             uint64_t target_generation,
                                             const ByteRanges& overwritten = {});
+  // Any placement: prepares the staging buffer as StagingShard (or
+  // StagingGradShard) does and copies `bytes` host bytes from `from` to
+  // [offset, offset + bytes) of it. (StagingShard and StagingGradShard are
+  // FAILED_PRECONDITION for device placement: no host pointer exists.)
+  absl::Status StageBytes(int rank, int unit, bool grads,
+                          absl::string_view session_id,
+                          uint64_t target_generation,
+                          const ByteRanges& overwritten, int64_t offset,
+                          const void* from, int64_t bytes);
   // What `rank`'s staged segment records; nullopt when it has none.
   std::optional<StagedWriteback> Staged(int rank) const;
   // COMMIT: copies every unit staged for `session_id` (on any local rank)
@@ -193,15 +266,32 @@ class ShardStore {
  private:
   struct RankSegments {
     int rank = -1;
+    int local_index = -1;  // Position in local_ranks_.
     uint64_t fingerprint = 0;
     std::unique_ptr<shm::Segment> params;
     std::unique_ptr<shm::Segment> grads;         // Null: no grads.
     std::unique_ptr<shm::Segment> staged;        // Null: nothing staged.
     std::unique_ptr<shm::Segment> staged_grads;  // Null: no grads staged.
+    // The bytes of each segment above (its own mapping on the host, a
+    // device allocation otherwise); null exactly when the segment is.
+    std::unique_ptr<ShardMemory> params_bytes;
+    std::unique_ptr<ShardMemory> grads_bytes;
+    std::unique_ptr<ShardMemory> staged_bytes;
+    std::unique_ptr<ShardMemory> staged_grads_bytes;
   };
 
   ShardStore(std::string instance, std::string model_name,
-             std::vector<int> local_ranks);
+             std::vector<int> local_ranks, const ShardMemoryProvider* device);
+
+  // The memory holding `segment`'s shard bytes for `rank` (see RankSegments).
+  absl::StatusOr<std::unique_ptr<ShardMemory>> BytesOf(
+      const RankSegments& rank, const shm::Segment& segment) const;
+  // The shard memory of `kind` for a rank, or nullptr.
+  static ShardMemory* Bytes(const RankSegments& rank, SegmentKind kind);
+  // Checks a rank, unit and range within one unit's shard.
+  absl::StatusOr<ShardMemory*> ShardBytes(int rank, int unit, bool grads,
+                                          int64_t offset, int64_t bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status CreateAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `params` in ranks_ order.
@@ -221,10 +311,14 @@ class ShardStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetExternalWritesLocked(int unit, uint64_t count)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<uint8_t*> Staging(RankSegments& rank, SegmentKind kind,
-                                   int unit, absl::string_view session_id,
-                                   uint64_t target_generation,
-                                   const ByteRanges& overwritten)
+  // The rank's staging memory with `unit` prepared; the unit's bytes start
+  // at unit_offsets_[unit] in it.
+  absl::StatusOr<ShardMemory*> Staging(RankSegments& rank, SegmentKind kind,
+                                       int unit, absl::string_view session_id,
+                                       uint64_t target_generation,
+                                       const ByteRanges& overwritten)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<RankSegments*> StagingRank(int rank, int unit, bool grads)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RemoveStaging(RankSegments& rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -237,6 +331,7 @@ class ShardStore {
   const std::string instance_;
   const std::string model_name_;
   const std::vector<int> local_ranks_;
+  const ShardMemoryProvider* const device_;  // Null: host placement.
   // Identical in every segment of the store.
   int64_t header_bytes_ = 0;
   int64_t segment_bytes_ = 0;

@@ -15,55 +15,104 @@
 namespace summon::server {
 namespace {
 
-// Copies `bytes` from `from` to `to` except the sorted, disjoint ranges in
-// `skipped` (clamped to the buffer): a writeback stages its slices over
-// those, so copying them first would be a wasted pass.
-void CopyAllBut(const uint8_t* from, int64_t bytes,
-                const ShardStore::ByteRanges& skipped, uint8_t* to) {
+// Copies the unit's `bytes` at `base` from `from` to `to` except the
+// sorted, disjoint ranges in `skipped` (relative to `base`, clamped to the
+// unit): a writeback stages its slices over those, so copying them first
+// would be a wasted pass.
+absl::Status CopyAllBut(const ShardMemory& from, int64_t base, int64_t bytes,
+                        const ShardStore::ByteRanges& skipped,
+                        ShardMemory& to) {
   int64_t at = 0;
   for (const auto& [begin, end] : skipped) {
     const int64_t stop = std::clamp<int64_t>(begin, at, bytes);
-    std::memcpy(to + at, from + at, stop - at);
+    if (stop > at) {
+      if (absl::Status status = to.CopyFrom(from, base + at, stop - at);
+          !status.ok()) {
+        return status;
+      }
+    }
     at = std::clamp<int64_t>(end, stop, bytes);
   }
-  std::memcpy(to + at, from + at, bytes - at);
+  if (at == bytes) return absl::OkStatus();
+  return to.CopyFrom(from, base + at, bytes - at);
+}
+
+absl::StatusOr<uint8_t*> HostAddress(absl::StatusOr<ShardMemory*> memory,
+                                     int64_t offset) {
+  if (!memory.ok()) return memory.status();
+  if ((*memory)->host() == nullptr) {
+    return absl::FailedPreconditionError(
+        "device-placed shards have no host address; stage with StageBytes");
+  }
+  return (*memory)->host() + offset;
 }
 
 }  // namespace
 
-absl::StatusOr<uint8_t*> ShardStore::StagingShard(
-    int rank, int unit, absl::string_view session_id,
-    uint64_t target_generation, const ByteRanges& overwritten) {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<ShardStore::RankSegments*> ShardStore::StagingRank(
+    int rank, int unit, bool grads) {
   RankSegments* segments = FindRank(rank);
   if (segments == nullptr || !ValidUnit(unit)) {
     return absl::InvalidArgumentError(
         absl::StrCat("no shard of unit ", unit, " of rank ", rank,
                      " in this node's store of model '", model_name_, "'"));
   }
-  return Staging(*segments, SegmentKind::kStaged, unit, session_id,
-                 target_generation, overwritten);
+  if (grads && segments->grads == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank, " holds no gradients of unit ", unit,
+                     " in this node's store of model '", model_name_, "'"));
+  }
+  return segments;
+}
+
+absl::StatusOr<uint8_t*> ShardStore::StagingShard(
+    int rank, int unit, absl::string_view session_id,
+    uint64_t target_generation, const ByteRanges& overwritten) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<RankSegments*> segments = StagingRank(rank, unit, false);
+  if (!segments.ok()) return segments.status();
+  return HostAddress(Staging(**segments, SegmentKind::kStaged, unit,
+                             session_id, target_generation, overwritten),
+                     unit_offsets_[unit]);
 }
 
 absl::StatusOr<uint8_t*> ShardStore::StagingGradShard(
     int rank, int unit, absl::string_view session_id,
     uint64_t target_generation, const ByteRanges& overwritten) {
   absl::MutexLock lock(&mu_);
-  RankSegments* segments = FindRank(rank);
-  if (segments == nullptr || !ValidUnit(unit) || segments->grads == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("rank ", rank, " holds no gradients of unit ", unit,
-                     " in this node's store of model '", model_name_, "'"));
-  }
-  return Staging(*segments, SegmentKind::kStagedGrads, unit, session_id,
-                 target_generation, overwritten);
+  absl::StatusOr<RankSegments*> segments = StagingRank(rank, unit, true);
+  if (!segments.ok()) return segments.status();
+  return HostAddress(Staging(**segments, SegmentKind::kStagedGrads, unit,
+                             session_id, target_generation, overwritten),
+                     unit_offsets_[unit]);
 }
 
-absl::StatusOr<uint8_t*> ShardStore::Staging(RankSegments& segments,
-                                             SegmentKind kind, int unit,
-                                             absl::string_view session_id,
-                                             uint64_t target_generation,
-                                             const ByteRanges& overwritten) {
+absl::Status ShardStore::StageBytes(int rank, int unit, bool grads,
+                                    absl::string_view session_id,
+                                    uint64_t target_generation,
+                                    const ByteRanges& overwritten,
+                                    int64_t offset, const void* from,
+                                    int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<RankSegments*> segments = StagingRank(rank, unit, grads);
+  if (!segments.ok()) return segments.status();
+  if (offset < 0 || bytes < 0 || offset > unit_bytes_[unit] ||
+      bytes > unit_bytes_[unit] - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bytes [", offset, ", ", offset + bytes, ") are outside unit ", unit,
+        "'s shard of ", unit_bytes_[unit], " bytes"));
+  }
+  absl::StatusOr<ShardMemory*> staging =
+      Staging(**segments, grads ? SegmentKind::kStagedGrads : SegmentKind::kStaged,
+              unit, session_id, target_generation, overwritten);
+  if (!staging.ok()) return staging.status();
+  return (*staging)->Write(unit_offsets_[unit] + offset, from, bytes);
+}
+
+absl::StatusOr<ShardMemory*> ShardStore::Staging(
+    RankSegments& segments, SegmentKind kind, int unit,
+    absl::string_view session_id, uint64_t target_generation,
+    const ByteRanges& overwritten) {
   if (session_id.empty() || session_id.size() > kMaxSessionIdBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a staging session id has 1 to ", kMaxSessionIdBytes, " bytes"));
@@ -71,11 +120,20 @@ absl::StatusOr<uint8_t*> ShardStore::Staging(RankSegments& segments,
   const bool grads = kind == SegmentKind::kStagedGrads;
   std::unique_ptr<shm::Segment>& slot =
       grads ? segments.staged_grads : segments.staged;
+  std::unique_ptr<ShardMemory>& slot_bytes =
+      grads ? segments.staged_grads_bytes : segments.staged_bytes;
   if (slot == nullptr) {
     absl::StatusOr<std::unique_ptr<shm::Segment>> created =
         CreateSegment(segments.rank, kind, segments.fingerprint, session_id);
     if (!created.ok()) return created.status();
+    absl::StatusOr<std::unique_ptr<ShardMemory>> bytes =
+        BytesOf(segments, **created);
+    if (!bytes.ok()) {
+      shm::Unlink((*created)->name()).IgnoreError();  // The failure is news.
+      return bytes.status();
+    }
     slot = *std::move(created);
+    slot_bytes = *std::move(bytes);
   }
   shm::Segment& staged = *slot;
   const absl::string_view staged_session(staged.header()->session_id,
@@ -89,7 +147,6 @@ absl::StatusOr<uint8_t*> ShardStore::Staging(RankSegments& segments,
                      session_id, "'"));
   }
   shm::UnitEntry& entry = staged.units()[unit];
-  uint8_t* buffer = staged.data() + unit_offsets_[unit];
   if (shm::LoadShared(&entry.flags) & shm::kUnitStaged) {
     const uint64_t staged_generation = shm::LoadShared(&entry.generation);
     if (staged_generation != target_generation) {
@@ -99,16 +156,23 @@ absl::StatusOr<uint8_t*> ShardStore::Staging(RankSegments& segments,
                        "generation ",
                        staged_generation, ", not ", target_generation));
     }
-    return buffer;
+    return slot_bytes.get();
   }
-  if (absl::Status status =
-          staged.Reserve(unit_offsets_[unit], unit_bytes_[unit]);
+  if (!on_device()) {
+    if (absl::Status status =
+            staged.Reserve(unit_offsets_[unit], unit_bytes_[unit]);
+        !status.ok()) {
+      return status;
+    }
+  }
+  const ShardMemory& current =
+      grads ? *segments.grads_bytes : *segments.params_bytes;
+  if (absl::Status status = CopyAllBut(current, unit_offsets_[unit],
+                                       unit_bytes_[unit], overwritten,
+                                       *slot_bytes);
       !status.ok()) {
     return status;
   }
-  const shm::Segment& current = grads ? *segments.grads : *segments.params;
-  CopyAllBut(current.data() + unit_offsets_[unit], unit_bytes_[unit],
-             overwritten, buffer);
   shm::StoreShared(&entry.generation, target_generation);
   // A writeback is an external write (R18); the target is recorded with the
   // staged data so that a COMMIT re-run after a crash sets it, not adds it.
@@ -116,7 +180,7 @@ absl::StatusOr<uint8_t*> ShardStore::Staging(RankSegments& segments,
       &entry.external_writes,
       shm::LoadShared(&segments.params->units()[unit].external_writes) + 1);
   shm::StoreShared(&entry.flags, shm::kUnitStaged);
-  return buffer;
+  return slot_bytes.get();
 }
 
 std::optional<ShardStore::StagedWriteback> ShardStore::Staged(int rank) const {
@@ -173,16 +237,21 @@ absl::Status ShardStore::CommitStaging(absl::string_view session_id) {
     for (const auto& [unit, target] : targets) {
       if (shm::LoadShared(&rank->staged->units()[unit].flags) &
           shm::kUnitStaged) {
-        std::memcpy(rank->params->data() + unit_offsets_[unit],
-                    rank->staged->data() + unit_offsets_[unit],
-                    unit_bytes_[unit]);
+        if (absl::Status status = rank->params_bytes->CopyFrom(
+                *rank->staged_bytes, unit_offsets_[unit], unit_bytes_[unit]);
+            !status.ok()) {
+          return status;
+        }
       }
       if (rank->staged_grads != nullptr && rank->grads != nullptr &&
           (shm::LoadShared(&rank->staged_grads->units()[unit].flags) &
            shm::kUnitStaged)) {
-        std::memcpy(rank->grads->data() + unit_offsets_[unit],
-                    rank->staged_grads->data() + unit_offsets_[unit],
-                    unit_bytes_[unit]);
+        if (absl::Status status = rank->grads_bytes->CopyFrom(
+                *rank->staged_grads_bytes, unit_offsets_[unit],
+                unit_bytes_[unit]);
+            !status.ok()) {
+          return status;
+        }
       }
     }
   }
@@ -208,6 +277,8 @@ absl::Status ShardStore::ClearStaging(int rank) {
 
 absl::Status ShardStore::RemoveStaging(RankSegments& rank) {
   absl::Status first_failure;
+  rank.staged_bytes.reset();
+  rank.staged_grads_bytes.reset();
   for (std::unique_ptr<shm::Segment>* segment :
        {&rank.staged, &rank.staged_grads}) {
     if (*segment == nullptr) continue;

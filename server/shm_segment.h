@@ -31,7 +31,10 @@ struct SegmentHeader {
   int64_t header_bytes;
   int64_t segment_bytes;
   uint32_t session_id_bytes;  // Staged segments only.
-  uint32_t reserved;
+  // kPlacementHost: the shard bytes follow the header in this segment.
+  // kPlacementDevice: the segment is the header alone and the bytes live in
+  // GPU memory of the daemon that wrote it (they die with that process).
+  uint32_t placement;
   char session_id[kSessionIdBytes];
   uint8_t padding[64];
 };
@@ -50,6 +53,8 @@ struct UnitEntry {
 static_assert(sizeof(UnitEntry) == 32, "the unit table layout is shared");
 
 inline constexpr uint64_t kUnitStaged = 1;
+inline constexpr uint32_t kPlacementHost = 0;  // Format 1's reserved zero.
+inline constexpr uint32_t kPlacementDevice = 1;
 
 // Generations and staged flags may be read by other processes while this one
 // writes them; atomics keep every read untorn.

@@ -289,7 +289,10 @@ grpc::Status SummonServiceImpl::ModelChecksum(
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
-  AppendChecksums(*registry_, **model, response);
+  if (absl::Status appended = AppendChecksums(*registry_, **model, response);
+      !appended.ok()) {
+    return ToGrpcStatus(appended);
+  }
   if (cluster_ == nullptr) return grpc::Status::OK;
   std::vector<v1::ModelChecksumResponse> parts(cluster_->size());
   const std::vector<absl::Status> results = OnFollowers(

@@ -287,6 +287,12 @@ grpc::Status TrainerServiceImpl::MapShards(grpc::ServerContext* context,
     response->set_grads_segment_name(grads->name);
     response->set_grads_segment_bytes(grads->size);
   }
+  if (params->device >= 0) {
+    response->set_device_ordinal(params->device);
+    response->set_device_bytes(params->device_bytes);
+    response->set_params_ipc_handle(params->ipc_handle);
+    if (grads != nullptr) response->set_grads_ipc_handle(grads->ipc_handle);
+  }
   const int position = model.spec.groups.PositionOf(rank);
   for (size_t u = 0; u < model.spec.units.size(); ++u) {
     const int unit_index = static_cast<int>(u);

@@ -44,6 +44,17 @@ absl::Status CopyFromDevice(int device, const void* device_ptr, void* host,
                        "copy from the device");
 }
 
+absl::Status CopyOnDevice(int device, void* to, const void* from,
+                          int64_t bytes) {
+  if (absl::Status set = FromCudaError(cudaSetDevice(device), "cudaSetDevice");
+      !set.ok()) {
+    return set;
+  }
+  return FromCudaError(cudaMemcpy(to, from, static_cast<size_t>(bytes),
+                                  cudaMemcpyDeviceToDevice),
+                       "copy on the device");
+}
+
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
     int device, int64_t bytes) {
   if (bytes <= 0) {

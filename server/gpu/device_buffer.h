@@ -76,6 +76,9 @@ absl::Status CopyToDevice(int device, void* device_ptr, const void* host,
                           int64_t bytes);
 absl::Status CopyFromDevice(int device, const void* device_ptr, void* host,
                             int64_t bytes);
+// Device to device on one GPU (staging and commits of a device shard store).
+absl::Status CopyOnDevice(int device, void* to, const void* from,
+                          int64_t bytes);
 
 }  // namespace summon::server::gpu
 

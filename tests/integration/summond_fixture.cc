@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "core/seeded_init.h"
+#include "server/fake_device_memory.h"
+#include "server/gpu/cuda_shard_memory.h"
 #include "server/model_registry.h"
 #include "server/shard_store.h"
 
@@ -160,11 +162,30 @@ void SummondTest::StartServer(int local_ranks, int64_t memory_budget_bytes,
   spec_.memory_budget_bytes = memory_budget_bytes;
   spec_.reaper_interval = reaper_interval;
   spec_.admins = {"admin"};
+  ASSERT_NO_FATAL_FAILURE(PlaceShards());
   absl::StatusOr<std::unique_ptr<SummonServer>> server =
       SummonServer::Start(spec_);
   ASSERT_TRUE(server.ok()) << server.status();
   server_ = *std::move(server);
   Connect();
+}
+
+void SummondTest::PlaceShards() {
+  const char* device = std::getenv("SUMMON_TEST_DEVICE");
+  const std::string placement = device == nullptr ? "" : device;
+  if (placement.empty() || placement == "cpu") return;
+  if (placement == "fake") {
+    spec_.device = std::make_shared<server::FakeDeviceMemoryProvider>();
+    return;
+  }
+  ASSERT_EQ(placement, "cuda") << "SUMMON_TEST_DEVICE is cpu, fake or cuda";
+  absl::StatusOr<std::unique_ptr<server::gpu::CudaShardMemoryProvider>>
+      provider = server::gpu::CudaShardMemoryProvider::Create();
+  if (!provider.ok()) {
+    GTEST_SKIP() << "SUMMON_TEST_DEVICE=cuda needs a CUDA device: "
+                 << provider.status();
+  }
+  spec_.device = *std::move(provider);
 }
 
 void SummondTest::RestartServer() {

@@ -93,12 +93,17 @@ pb::SessionOptions ReadOnly(pb::SessionOptions options = {});
 
 class SummondTest : public ::testing::Test {
  protected:
-  // Starts summond with `local_ranks` ranks on a fresh data directory.
+  // Starts summond with `local_ranks` ranks on a fresh data directory. Its
+  // shards are placed per $SUMMON_TEST_DEVICE: cpu (default, shared
+  // memory), fake (server::FakeDeviceMemoryProvider: the device code paths
+  // on a CPU) or cuda (device memory; the test skips without a GPU).
   void StartServer(int local_ranks = 4, int64_t memory_budget_bytes = 0,
                    absl::Duration reaper_interval = absl::Milliseconds(50));
   // Shuts the daemon down and starts a new one on the same data directory
   // (shards stay in shared memory), reconnecting the stubs.
   void RestartServer();
+  // Sets spec_.device per $SUMMON_TEST_DEVICE (see StartServer).
+  void PlaceShards();
   // Shuts down, unlinks every shared-memory segment of the data directory's
   // instance and removes the directory.
   void TearDown() override;

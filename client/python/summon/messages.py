@@ -382,10 +382,18 @@ class ShardMap:
     grads_segment_bytes: int
     state: str
     incarnation: int
+    # Device placement (summond --device cuda): the shards are in this GPU's
+    # memory, opened through these CUDA IPC handles; None / empty on the host.
+    device_ordinal: Optional[int] = None
+    params_ipc_handle: bytes = b""
+    grads_ipc_handle: bytes = b""
+    device_bytes: int = 0
 
     @classmethod
     def from_proto(cls, m: trainer_pb2.MapShardsResponse) -> "ShardMap":
         return cls(m.model, m.rank, m.world_size, m.segment_name, m.segment_bytes,
                    tuple(UnitShard.from_proto(u) for u in m.units),
                    m.grads_segment_name, m.grads_segment_bytes, state_name(m.state),
-                   m.incarnation)
+                   m.incarnation,
+                   m.device_ordinal if m.HasField("device_ordinal") else None,
+                   m.params_ipc_handle, m.grads_ipc_handle, m.device_bytes)

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
+from summon import cuda_ipc
 from summon.client import Client, SummonError
 from summon.messages import (Attachment, Model, PhaseReport, ShardMap, UnitGeneration,
                              UnitShard)
@@ -198,20 +199,31 @@ class UnitView:
 
 
 class ShardViews:
-    """Every unit of one rank, mapped from its params (and grads) segment."""
+    """Every unit of one rank, mapped from its params (and grads) segment, or,
+    for device-placed shards (summond --device cuda), opened through CUDA IPC:
+    the tensors are then CUDA tensors over the daemon's device memory."""
 
     def __init__(self, shard_map: ShardMap):
         self.map = shard_map
-        self._params_segment = _map_segment(shard_map.segment_name, shard_map.segment_bytes)
-        self._grads_segment = _map_segment(shard_map.grads_segment_name,
-                                           shard_map.grads_segment_bytes)
+        on_device = shard_map.device_ordinal is not None
+        if on_device:
+            self._params_segment = cuda_ipc.open_allocation(
+                shard_map.device_ordinal, shard_map.params_ipc_handle, shard_map.device_bytes)
+            self._grads_segment = cuda_ipc.open_allocation(
+                shard_map.device_ordinal, shard_map.grads_ipc_handle, shard_map.device_bytes)
+        else:
+            self._params_segment = _map_segment(shard_map.segment_name,
+                                                shard_map.segment_bytes)
+            self._grads_segment = _map_segment(shard_map.grads_segment_name,
+                                               shard_map.grads_segment_bytes)
+        view_of = cuda_ipc.flat_view if on_device else _view
         self.units: dict[str, UnitView] = {}
         for shard in shard_map.units:
             dtype = torch_dtype(shard.dtype)
-            params = _view(self._params_segment, dtype, shard.params_offset,
-                           shard.chunk_numel)
+            params = view_of(self._params_segment, dtype, shard.params_offset,
+                             shard.chunk_numel)
             assert params is not None
-            grads = _view(self._grads_segment, dtype, shard.grads_offset, shard.chunk_numel)
+            grads = view_of(self._grads_segment, dtype, shard.grads_offset, shard.chunk_numel)
             view = UnitView(shard, params, grads)
             for part in shard.params:
                 window = slice(part.offset_in_shard, part.offset_in_shard + part.numel)
