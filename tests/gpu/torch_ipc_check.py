@@ -49,7 +49,7 @@ def check(what: str, ok: bool, detail: str = "") -> None:
 def read_all(client: summon.Client) -> dict[str, np.ndarray]:
     session = client.open_session("m", writeback=False)
     try:
-        return {fqn: np.array(client.read_tensor(session.id, fqn), dtype=np.float32)
+        return {fqn: client.read_tensor(session.id, fqn).reshape(-1)
                 for fqn in PARAMS}
     finally:
         client.close_session(session.id)

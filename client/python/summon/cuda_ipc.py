@@ -72,12 +72,16 @@ class Allocation:
             raise ValueError(f"a CUDA IPC handle has {_IPC_HANDLE_BYTES} bytes, "
                              f"got {len(handle)}")
         runtime = _runtime()
+        runtime.cudaIpcOpenMemHandle.argtypes = [
+            ctypes.POINTER(ctypes.c_void_p), _IpcMemHandle, ctypes.c_uint]
+        runtime.cudaIpcOpenMemHandle.restype = ctypes.c_int
         self.device = device
         self._pointer = ctypes.c_void_p()
         with torch.cuda.device(device):
+            torch.cuda.current_stream(device).synchronize()  # A live context.
             error = runtime.cudaIpcOpenMemHandle(
-                ctypes.byref(self._pointer), _IpcMemHandle(handle),
-                ctypes.c_uint(_LAZY_ENABLE_PEER_ACCESS))
+                ctypes.byref(self._pointer), _IpcMemHandle.from_buffer_copy(handle),
+                _LAZY_ENABLE_PEER_ACCESS)
         if error != 0:
             raise RuntimeError(f"cudaIpcOpenMemHandle failed with CUDA error {error}")
         self.tensor = torch.as_tensor(_CudaArray(self._pointer.value, size),
