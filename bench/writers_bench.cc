@@ -105,8 +105,11 @@ int Run() {
   }
   const int max_writers = *std::max_element(counts.begin(), counts.end());
   const int64_t numel = absl::GetFlag(FLAGS_unit_bytes) / 4;
-  absl::StatusOr<std::unique_ptr<BenchCluster>> cluster = BenchCluster::Start(
-      {absl::GetFlag(FLAGS_nodes), absl::GetFlag(FLAGS_local_ranks)});
+  BenchCluster::Options options;
+  options.nodes = absl::GetFlag(FLAGS_nodes);
+  options.local_ranks = absl::GetFlag(FLAGS_local_ranks);
+  absl::StatusOr<std::unique_ptr<BenchCluster>> cluster =
+      BenchCluster::Start(options);
   if (!cluster.ok()) {
     std::fprintf(stderr, "%s\n", cluster.status().ToString().c_str());
     return 1;
