@@ -295,8 +295,11 @@ TEST(SoakTest, ConcurrentClientsLoseNoWriteAndLeaveNothingBehind) {
 
   absl::StatusOr<std::string> tmp_dir = UsePrivateTmpDir();
   ASSERT_TRUE(tmp_dir.ok()) << tmp_dir.status();
+  bench::BenchCluster::Options cluster_options;
+  cluster_options.nodes = kNodes;
+  cluster_options.local_ranks = kLocalRanks;
   absl::StatusOr<std::unique_ptr<bench::BenchCluster>> cluster =
-      bench::BenchCluster::Start({kNodes, kLocalRanks});
+      bench::BenchCluster::Start(cluster_options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::vector<std::string> instances = NodeInstances(*tmp_dir);
   ASSERT_EQ(instances.size(), kNodes);
