@@ -154,7 +154,16 @@ ShardStore::ShardStore(std::string instance, std::string model_name,
       local_ranks_(std::move(local_ranks)),
       device_(device) {}
 
-ShardStore::~ShardStore() = default;
+ShardStore::~ShardStore() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  // The reaper clears spare_reaper_running_ and lets go of mu_ as it ends.
+  if (spare_reaper_.joinable()) {
+    mu_.Await(absl::Condition(
+        +[](bool* running) { return !*running; }, &spare_reaper_running_));
+    spare_reaper_.join();
+  }
+}
 
 std::string ShardStore::SegmentName(absl::string_view instance,
                                     absl::string_view model_name, int rank,
@@ -335,7 +344,10 @@ absl::Status ShardStore::AttachOptional(size_t index, SegmentKind kind) {
       shm::Segment::Open(name);
   if (absl::IsNotFound(segment.status())) return absl::OkStatus();
   if (!segment.ok()) return segment.status();
-  if ((*segment)->Unfinished()) {
+  // A spare staged segment (its session committed) holds nothing a restart
+  // needs; neither does one whose creation never finished.
+  if ((*segment)->Unfinished() ||
+      (kind != SegmentKind::kGrads && IsSpare(**segment))) {
     segment->reset();
     return shm::Unlink(name);
   }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -256,10 +257,15 @@ class ShardStore {
   // COMMIT: copies every unit staged for `session_id` (on any local rank)
   // into its params shard, sets those units' generations to their targets
   // and moves their external-write counters (a writeback is external),
-  // then removes the staged segments. Idempotent until its end, so a daemon
-  // killed midway re-runs it after re-attaching. NOT_FOUND when nothing here
-  // is staged for `session_id`.
+  // then marks the staged segments spare (kSpareStagingGrace below).
+  // Idempotent until its end, so a daemon killed midway re-runs it after
+  // re-attaching. NOT_FOUND when nothing here is staged for `session_id`.
   absl::Status CommitStaging(absl::string_view session_id);
+  // How long a committed rank's staged segments stay mapped, their pages
+  // allocated, for the next writeback to reuse (no fresh zeroed shared
+  // memory, no page faults: the P7 lever) before they are unlinked, so an
+  // idle daemon's /dev/shm returns to its shards alone.
+  static constexpr absl::Duration kSpareStagingGrace = absl::Seconds(2);
   // Drops `rank`'s staged data (abort, or after a commit elsewhere).
   absl::Status ClearStaging(int rank);
 
@@ -278,6 +284,8 @@ class ShardStore {
     std::unique_ptr<ShardMemory> grads_bytes;
     std::unique_ptr<ShardMemory> staged_bytes;
     std::unique_ptr<ShardMemory> staged_grads_bytes;
+    // When the staged segments became spare (their session committed).
+    absl::Time spare_since = absl::InfinitePast();
   };
 
   ShardStore(std::string instance, std::string model_name,
@@ -322,6 +330,15 @@ class ShardStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RemoveStaging(RankSegments& rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the rank's staged segments for reuse: no session id, no unit
+  // staged. Starts the spare reaper.
+  void MakeStagingSpare(RankSegments& rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool IsSpare(const shm::Segment& staged);
+  // The rank has staged segments and every one of them is spare.
+  static bool OnlySpares(const RankSegments& rank);
+  // Unlinks spare staged segments past kSpareStagingGrace; returns when none
+  // is left or the store is being destroyed.
+  void ReapSpareStaging();
   absl::Status NotHosted(int rank) const;
   const RankSegments* FindRank(int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -346,6 +363,9 @@ class ShardStore {
   // One per local rank, in local_ranks_ order; empty after Destroy().
   std::vector<RankSegments> ranks_ ABSL_GUARDED_BY(mu_);
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool spare_reaper_running_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread spare_reaper_;  // Started and joined with mu_ held.
 };
 
 }  // namespace summon::server

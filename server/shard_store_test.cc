@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
@@ -582,6 +583,14 @@ TEST_F(ShardStoreTest, StagedWritebackSurvivesRestartAndCommits) {
   }
   EXPECT_EQ(store->Generation(1), 5u);
   EXPECT_EQ(store->Generation(0), 0u);
+  // The staged segments stay, spare, for the next writeback, then go.
+  EXPECT_EQ(ShardStore::ListSegments(instance_).size(), 4u);
+  const absl::Time deadline =
+      absl::Now() + ShardStore::kSpareStagingGrace + absl::Seconds(5);
+  while (ShardStore::ListSegments(instance_).size() > 2 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
   EXPECT_EQ(ShardStore::ListSegments(instance_).size(), 2u);
   EXPECT_TRUE(store->Destroy().ok());
 }

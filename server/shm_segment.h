@@ -64,6 +64,12 @@ inline uint64_t LoadShared(const uint64_t* value) {
 inline void StoreShared(uint64_t* value, uint64_t new_value) {
   __atomic_store_n(value, new_value, __ATOMIC_RELEASE);
 }
+inline uint32_t LoadShared(const uint32_t* value) {
+  return __atomic_load_n(value, __ATOMIC_ACQUIRE);
+}
+inline void StoreShared(uint32_t* value, uint32_t new_value) {
+  __atomic_store_n(value, new_value, __ATOMIC_RELEASE);
+}
 
 // shm_unlink; a name already gone is fine.
 absl::Status Unlink(const std::string& name);
