@@ -163,6 +163,11 @@ ShardStore::~ShardStore() {
         +[](bool* running) { return !*running; }, &spare_reaper_running_));
     spare_reaper_.join();
   }
+  // A stopped daemon leaves its shards, and staged data a restart must
+  // finish, but no spares: they hold nothing.
+  for (RankSegments& rank : ranks_) {
+    if (OnlySpares(rank)) RemoveStaging(rank).IgnoreError();
+  }
 }
 
 std::string ShardStore::SegmentName(absl::string_view instance,

@@ -264,7 +264,9 @@ class ShardStore {
   // How long a committed rank's staged segments stay mapped, their pages
   // allocated, for the next writeback to reuse (no fresh zeroed shared
   // memory, no page faults: the P7 lever) before they are unlinked, so an
-  // idle daemon's /dev/shm returns to its shards alone.
+  // idle daemon's /dev/shm returns to its shards alone. The store's
+  // destructor unlinks spares at once; a restart drops any a killed daemon
+  // left.
   static constexpr absl::Duration kSpareStagingGrace = absl::Seconds(2);
   // Drops `rank`'s staged data (abort, or after a commit elsewhere).
   absl::Status ClearStaging(int rank);

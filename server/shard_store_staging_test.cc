@@ -136,9 +136,11 @@ TEST_F(StagingTest, ASpareIsUnlinkedOnceTheGracePeriodPasses) {
   EXPECT_EQ(store_->ParamShard(0, 0)[kShardBytes - 1], 0xCC);
 }
 
-TEST_F(StagingTest, ARestartDropsASpareAndCommitsNothingAgain) {
+TEST_F(StagingTest, AStopUnlinksSparesAndARestartCommitsNothingAgain) {
   WriteBack("s", 1, 0xAA);
   ASSERT_TRUE(StagedSegmentExists());
+  store_.reset();
+  EXPECT_FALSE(StagedSegmentExists());
   Open(AttachMode::kAttach);
   EXPECT_FALSE(StagedSegmentExists());
   EXPECT_FALSE(store_->Staged(0).has_value());
@@ -153,6 +155,8 @@ TEST_F(StagingTest, ACrashWhileMakingASpareNeverLooksLikeAStagedWriteback) {
   absl::StatusOr<uint8_t*> staged = store_->StagingShard(0, 0, "s", 1);
   ASSERT_TRUE(staged.ok()) << staged.status();
   std::memset(*staged, 0xEE, kShardBytes);
+  store_.reset();  // Killed: the staged segment stays.
+  ASSERT_TRUE(StagedSegmentExists());
   {
     absl::StatusOr<std::unique_ptr<shm::Segment>> segment =
         shm::Segment::Open(StagedName());
