@@ -28,6 +28,7 @@ class MappedSession {
   // Redeems `grant`'s token and maps `copy_bytes` of the descriptor.
   static absl::StatusOr<MappedSession> Map(v1::MapSessionResponse grant);
 
+  MappedSession() = default;  // Nothing mapped.
   MappedSession(MappedSession&& other) noexcept;
   MappedSession& operator=(MappedSession&& other) noexcept;
   MappedSession(const MappedSession&) = delete;
@@ -43,7 +44,6 @@ class MappedSession {
       absl::string_view fqn) const;
 
  private:
-  MappedSession() = default;
   void Reset();
 
   v1::MapSessionResponse grant_;
