@@ -228,6 +228,35 @@ absl::StatusOr<Measured> Bench::Read(const BenchTensor& tensor) const {
   return Measured{*std::move(us), *wrong};
 }
 
+absl::StatusOr<Measured> Bench::LocalRead(const BenchTensor& tensor) const {
+  absl::StatusOr<v1::Session> session =
+      client_.OpenSession(kModel, UnitScope(tensor, /*writeback=*/false));
+  if (!session.ok()) return session.status();
+  std::string held(tensor.bytes, '\0');
+  absl::StatusOr<std::vector<double>> us =
+      Repeat(config_.ItersFor(tensor.bytes), [&]() -> absl::StatusOr<double> {
+        const auto start = std::chrono::steady_clock::now();
+        absl::StatusOr<client::MappedSession> mapped =
+            client_.MapSession(session->id());
+        if (!mapped.ok()) return mapped.status();
+        absl::StatusOr<absl::Span<const uint8_t>> bytes =
+            mapped->Tensor(tensor.fqn);
+        if (!bytes.ok()) return bytes.status();
+        if (bytes->size() != held.size()) {
+          return absl::InternalError("the mapped tensor has the wrong size");
+        }
+        std::memcpy(held.data(), bytes->data(), bytes->size());
+        *mapped = client::MappedSession();  // The unmap is part of a read.
+        return MicrosecondsSince(start);
+      });
+  absl::Status closed = Close(session->id());
+  if (!us.ok()) return us.status();
+  if (!closed.ok()) return closed;
+  absl::StatusOr<int64_t> wrong = CountWrong(tensor.fqn, 0, held, 1);
+  if (!wrong.ok()) return wrong.status();
+  return Measured{*std::move(us), *wrong};
+}
+
 // Every iteration opens a writable session, writes twice the seeded values
 // (untimed) and times the close, which writes them into all shards. Doubling
 // is exact in float32, so the stored tensor must read back as exactly twice

@@ -85,6 +85,10 @@ class Bench {
 
   absl::StatusOr<Measured> Open(const BenchTensor& tensor) const;
   absl::StatusOr<Measured> Read(const BenchTensor& tensor) const;
+  // The same-node read path: MapSession (grant, redeem, map) and a copy of
+  // the tensor out of the mapping into a buffer the client holds (warm
+  // pages, as the memcpy anchor's), then the unmap.
+  absl::StatusOr<Measured> LocalRead(const BenchTensor& tensor) const;
   absl::StatusOr<Measured> Writeback(const BenchTensor& tensor) const;
   absl::StatusOr<LatencyRow> OpenClose(const BenchTensor& tensor,
                                        bool writeback) const;

@@ -49,10 +49,11 @@ ABSL_FLAG(int32_t, nodes, 1,
           "summond nodes started in-process as one cluster (loopback TCP).");
 ABSL_FLAG(int32_t, local_ranks, 4, "Virtual ranks of each in-process summond.");
 ABSL_FLAG(std::vector<std::string>, ops,
-          std::vector<std::string>({"open", "read", "writeback", "tiny",
-                                    "params"}),
-          "Operations to measure, comma-separated: open, read, writeback, "
-          "tiny, params. They run in that order whatever the order given.");
+          std::vector<std::string>({"open", "read", "local_read", "writeback",
+                                    "tiny", "params"}),
+          "Operations to measure, comma-separated: open, read, local_read "
+          "(MapSession, the same-node path), writeback, tiny, params. They "
+          "run in that order whatever the order given.");
 ABSL_FLAG(int64_t, params_unit_bytes, int64_t{256} << 20,
           "params: bytes of the unit holding the small parameter.");
 ABSL_FLAG(int64_t, params_bytes, int64_t{1} << 20,
@@ -112,6 +113,7 @@ BandwidthRow RowOf(const BenchTensor& tensor, const Measured& measured,
 struct SelectedOps {
   bool open = false;
   bool read = false;
+  bool local_read = false;
   bool writeback = false;
   bool tiny = false;
   bool params = false;
@@ -124,6 +126,8 @@ absl::StatusOr<SelectedOps> ParseOps(const std::vector<std::string>& names) {
       ops.open = true;
     } else if (name == "read") {
       ops.read = true;
+    } else if (name == "local_read") {
+      ops.local_read = true;
     } else if (name == "writeback") {
       ops.writeback = true;
     } else if (name == "tiny") {
@@ -133,7 +137,7 @@ absl::StatusOr<SelectedOps> ParseOps(const std::vector<std::string>& names) {
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown operation '", name,
-                       "' (open, read, writeback, tiny, params)"));
+                       "' (open, read, local_read, writeback, tiny, params)"));
     }
   }
   return ops;
@@ -229,6 +233,11 @@ std::vector<BandwidthTable> Tables(const Bench& bench, const TableSpec& spec) {
        "busbw = algbw",
        &Bench::Read, 1, "loopback TCP, one socket, 1 MiB writes",
        [](const AnchorRuns& runs) { return LoopbackTcpMicros(runs); }},
+      {spec.ops.local_read && nodes == 1,
+       "same-node read: MapSession, the tensor copied out of the mapping "
+       "into a held buffer, unmap, busbw = algbw",
+       &Bench::LocalRead, 1, "memcpy of the same bytes (warm pages)",
+       MemcpyMicros},
       {spec.ops.writeback,
        "close with writeback (time of CloseSession after one "
        "WriteTensor), busbw = algbw",

@@ -450,6 +450,17 @@ absl::StatusOr<v1::TensorStatsResponse> SummonClient::TensorStats(
   return Unary(*summon_, &v1::Summon::Stub::TensorStats, NewContext(), request);
 }
 
+absl::StatusOr<MappedSession> SummonClient::MapSession(
+    const std::string& session_id, bool grad) const {
+  v1::MapSessionRequest request;
+  request.set_session_id(session_id);
+  request.set_grad(grad);
+  absl::StatusOr<v1::MapSessionResponse> grant =
+      Unary(*summon_, &v1::Summon::Stub::MapSession, NewContext(), request);
+  if (!grant.ok()) return grant.status();
+  return MappedSession::Map(*std::move(grant));
+}
+
 absl::StatusOr<v1::ReportPhaseResponse> SummonClient::ReportPhase(
     const std::string& model, int32_t rank, v1::TrainingPhase phase,
     std::optional<int64_t> step, std::optional<uint32_t> deadline_ms) const {

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
+#include "client/local_map.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
@@ -189,6 +190,12 @@ class SummonClient {
       const std::string& session_id, const std::vector<std::string>& fqns,
       bool grad = false,
       std::optional<uint32_t> histogram_bins = std::nullopt) const;
+
+  // The same-node read path: maps a read-only session's copy (params, or
+  // gradients with `grad`) read-only into this process. Only on the
+  // daemon's host; FAILED_PRECONDITION otherwise and for writable sessions.
+  absl::StatusOr<MappedSession> MapSession(const std::string& session_id,
+                                           bool grad = false) const;
 
   // Trainer. With `deadline_ms` the call's own deadline is extended by it,
   // since the daemon may wait that long for writable sessions (R3).

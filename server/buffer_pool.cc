@@ -1,5 +1,6 @@
 #include "server/buffer_pool.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -19,8 +20,44 @@ int64_t PageBytes() {
   return page;
 }
 
-void Unmap(uint8_t* data, int64_t capacity) {
+void Unmap(uint8_t* data, int64_t capacity, int fd) {
   munmap(data, static_cast<size_t>(capacity));
+  close(fd);
+}
+
+absl::Status MapError(const char* what, int64_t bytes) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("cannot ", what, " ", bytes,
+                   " bytes for a session copy: ", std::strerror(errno)));
+}
+
+// A sealed memfd of `capacity` bytes, mapped read-write and pre-faulted in
+// one go (cheaper than a fault per page on first touch).
+absl::Status MapSealed(int64_t capacity, uint8_t** data, int* fd) {
+  *fd = memfd_create("summon-session-copy", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (*fd < 0) return MapError("create", capacity);
+  void* mapped = MAP_FAILED;
+  if (ftruncate(*fd, capacity) == 0) {
+    mapped = mmap(nullptr, static_cast<size_t>(capacity),
+                  PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, *fd, 0);
+  }
+  if (mapped == MAP_FAILED) {
+    absl::Status error = MapError("map", capacity);
+    close(*fd);
+    return error;
+  }
+  // After the mapping: F_SEAL_FUTURE_WRITE leaves this writable mapping
+  // working and refuses every later writable one.
+  if (fcntl(*fd, F_ADD_SEALS,
+            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) !=
+      0) {
+    absl::Status error = absl::InternalError(absl::StrCat(
+        "cannot seal a session copy's memfd: ", std::strerror(errno)));
+    Unmap(static_cast<uint8_t*>(mapped), capacity, *fd);
+    return error;
+  }
+  *data = static_cast<uint8_t*>(mapped);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -29,7 +66,9 @@ PooledBuffer::PooledBuffer(PooledBuffer&& other) noexcept
     : pool_(std::move(other.pool_)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      capacity_(std::exchange(other.capacity_, 0)) {}
+      capacity_(std::exchange(other.capacity_, 0)),
+      fd_(std::exchange(other.fd_, -1)),
+      shared_(std::exchange(other.shared_, false)) {}
 
 PooledBuffer& PooledBuffer::operator=(PooledBuffer&& other) noexcept {
   if (this != &other) {
@@ -38,6 +77,8 @@ PooledBuffer& PooledBuffer::operator=(PooledBuffer&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     capacity_ = std::exchange(other.capacity_, 0);
+    fd_ = std::exchange(other.fd_, -1);
+    shared_ = std::exchange(other.shared_, false);
   }
   return *this;
 }
@@ -45,11 +86,39 @@ PooledBuffer& PooledBuffer::operator=(PooledBuffer&& other) noexcept {
 PooledBuffer::~PooledBuffer() { Reset(); }
 
 void PooledBuffer::Reset() {
-  if (data_ != nullptr) pool_->Release(data_, capacity_);
+  if (data_ != nullptr) {
+    if (shared_) {
+      Unmap(data_, capacity_, fd_);
+    } else {
+      pool_->Release(data_, capacity_, fd_);
+    }
+  }
   pool_.reset();
   data_ = nullptr;
   size_ = 0;
   capacity_ = 0;
+  fd_ = -1;
+  shared_ = false;
+}
+
+absl::StatusOr<int> PooledBuffer::ShareReadOnly() {
+  if (data_ == nullptr) {
+    return absl::FailedPreconditionError("an empty session copy");
+  }
+  // A new open file description, read-only: the memfd's own is read-write.
+  const int fd = open(absl::StrCat("/proc/self/fd/", fd_).c_str(),
+                      O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat(
+        "cannot reopen a session copy read-only: ", std::strerror(errno)));
+  }
+  if (!shared_) {
+    // A pooled mapping may be larger than asked, and its tail may hold an
+    // earlier session's bytes: the client may map the whole descriptor.
+    std::memset(data_ + size_, 0, static_cast<size_t>(capacity_ - size_));
+    shared_ = true;
+  }
+  return fd;
 }
 
 std::shared_ptr<BufferPool> BufferPool::Create(const Options& options) {
@@ -65,7 +134,7 @@ BufferPool::~BufferPool() {
     stop_ = true;
   }
   trimmer_.join();
-  for (const Idle& idle : idle_) Unmap(idle.data, idle.capacity);
+  for (const Idle& idle : idle_) Unmap(idle.data, idle.capacity, idle.fd);
 }
 
 int64_t BufferPool::retained_bytes() const {
@@ -92,6 +161,7 @@ absl::StatusOr<PooledBuffer> BufferPool::Acquire(int64_t bytes) {
     if (best != idle_.end()) {
       buffer.data_ = best->data;
       buffer.capacity_ = best->capacity;
+      buffer.fd_ = best->fd;
       idle_bytes_ -= best->capacity;
       idle_.erase(best);
     } else {
@@ -100,18 +170,12 @@ absl::StatusOr<PooledBuffer> BufferPool::Acquire(int64_t bytes) {
       evicted = TakeOldest(0);
     }
   }
-  for (const Idle& idle : evicted) Unmap(idle.data, idle.capacity);
+  for (const Idle& idle : evicted) Unmap(idle.data, idle.capacity, idle.fd);
   if (buffer.data_ == nullptr) {
-    // Pre-faulted in one go: cheaper than a fault per page on first touch.
-    void* data =
-        mmap(nullptr, static_cast<size_t>(capacity), PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (data == MAP_FAILED) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot map ", bytes,
-                       " bytes for a session copy: ", std::strerror(errno)));
+    if (absl::Status mapped = MapSealed(capacity, &buffer.data_, &buffer.fd_);
+        !mapped.ok()) {
+      return mapped;
     }
-    buffer.data_ = static_cast<uint8_t*>(data);
     buffer.capacity_ = capacity;
   }
   buffer.size_ = bytes;
@@ -119,16 +183,16 @@ absl::StatusOr<PooledBuffer> BufferPool::Acquire(int64_t bytes) {
   return buffer;
 }
 
-void BufferPool::Release(uint8_t* data, int64_t capacity) {
+void BufferPool::Release(uint8_t* data, int64_t capacity, int fd) {
   std::deque<Idle> evicted;
   {
     absl::MutexLock lock(&mu_);
-    idle_.push_back({data, capacity, absl::Now()});
+    idle_.push_back({data, capacity, fd, absl::Now()});
     idle_bytes_ += capacity;
     ++releases_;
     evicted = TakeOldest(options_.max_retained_bytes);
   }
-  for (const Idle& idle : evicted) Unmap(idle.data, idle.capacity);
+  for (const Idle& idle : evicted) Unmap(idle.data, idle.capacity, idle.fd);
 }
 
 std::deque<BufferPool::Idle> BufferPool::TakeOldest(int64_t keep) {
@@ -167,7 +231,7 @@ void BufferPool::TrimLoop() {
     // munmap of a large mapping takes a while; nobody waits on the pool's
     // lock for it.
     mu_.Unlock();
-    for (const Idle& idle : expired) Unmap(idle.data, idle.capacity);
+    for (const Idle& idle : expired) Unmap(idle.data, idle.capacity, idle.fd);
     mu_.Lock();
   }
 }

@@ -15,10 +15,16 @@ namespace summon::server {
 
 class BufferPool;
 
-// Memory for a session copy: page-aligned anonymous memory whose contents
-// are undefined until written. A gather overwrites every byte of its tensors,
+// Memory for a session copy: page-aligned memory whose contents are
+// undefined until written. A gather overwrites every byte of its tensors,
 // so zero-filling first would only add a pass over the data. Destroying it
-// gives the memory back to its pool.
+// gives the memory back to its pool, unless it was shared.
+//
+// The memory is a memfd mapped MAP_SHARED, so that a client on this host can
+// be handed a read-only descriptor of it (MapSession). The memfd is sealed
+// against shrinking, growing and any future write (F_SEAL_FUTURE_WRITE): the
+// daemon writes through the mapping it made before sealing; a descriptor
+// given away can neither map it writable, write(2) it nor truncate it.
 class PooledBuffer {
  public:
   PooledBuffer() = default;
@@ -32,6 +38,14 @@ class PooledBuffer {
   const uint8_t* data() const { return data_; }
   int64_t size() const { return size_; }
 
+  // A new read-only descriptor of the memory (O_RDONLY, close-on-exec), to
+  // hand to a client; the caller owns it. Once shared, the memory is never
+  // pooled again (unmapped and closed when the buffer is destroyed): a
+  // client still holding a mapping then sees only this buffer's data, never
+  // a later session's. The bytes past size() are zeroed on the first share
+  // (a reused mapping's tail may hold an earlier session's data).
+  absl::StatusOr<int> ShareReadOnly();
+
  private:
   friend class BufferPool;
   void Reset();
@@ -40,6 +54,8 @@ class PooledBuffer {
   uint8_t* data_ = nullptr;
   int64_t size_ = 0;
   int64_t capacity_ = 0;  // Of the mapping, a whole number of pages.
+  int fd_ = -1;           // The memfd behind the mapping.
+  bool shared_ = false;
 };
 
 // Keeps the memory of released session copies for a while, so the next
@@ -76,11 +92,12 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   struct Idle {
     uint8_t* data = nullptr;
     int64_t capacity = 0;
+    int fd = -1;
     absl::Time since;
   };
 
   explicit BufferPool(const Options& options);
-  void Release(uint8_t* data, int64_t capacity);
+  void Release(uint8_t* data, int64_t capacity, int fd);
   // Unmaps idle mappings past max_idle until the pool is destroyed.
   void TrimLoop();
   // Moves the oldest idle mappings out until at most `keep` bytes remain.

@@ -1,5 +1,10 @@
 #include "server/buffer_pool.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <memory>
 
@@ -100,6 +105,57 @@ TEST(BufferPoolTest, ABufferOutlivesThePoolsLastHandle) {
   std::memset(buffer.data(), 1, buffer.size());
   PooledBuffer moved = std::move(buffer);
   EXPECT_EQ(moved.data()[0], 1);
+}
+
+// The same-node read path (MapSession): a client gets the copy's bytes
+// through the descriptor, and no way to change them.
+TEST(BufferPoolTest, ASharedDescriptorReadsTheBytesAndCannotWriteThem) {
+  std::shared_ptr<BufferPool> pool = BufferPool::Create(KeepLong());
+  PooledBuffer buffer = AcquireOrDie(*pool, 2 * kMiB);
+  for (int64_t i = 0; i < buffer.size(); ++i) buffer.data()[i] = i % 251;
+  absl::StatusOr<int> fd = buffer.ShareReadOnly();
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  void* view = mmap(nullptr, 2 * kMiB, PROT_READ, MAP_SHARED, *fd, 0);
+  ASSERT_NE(view, MAP_FAILED);
+  const auto* bytes = static_cast<const uint8_t*>(view);
+  for (int64_t i = 0; i < 2 * kMiB; i += 4093) ASSERT_EQ(bytes[i], i % 251);
+  // The daemon's own mapping still writes, and the client sees it.
+  buffer.data()[5] = 99;
+  EXPECT_EQ(bytes[5], 99);
+  EXPECT_NE(mprotect(view, 2 * kMiB, PROT_READ | PROT_WRITE), 0);
+  EXPECT_EQ(mmap(nullptr, kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0),
+            MAP_FAILED);
+  EXPECT_NE(ftruncate(*fd, 0), 0);
+  // Not even through a read-write reopen of the same memfd: it is sealed.
+  const int rw = open(("/proc/self/fd/" + std::to_string(*fd)).c_str(),
+                      O_RDWR | O_CLOEXEC);
+  ASSERT_GE(rw, 0) << std::strerror(errno);
+  EXPECT_EQ(mmap(nullptr, kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0),
+            MAP_FAILED);
+  EXPECT_EQ(errno, EPERM);
+  const uint8_t zero = 0;
+  EXPECT_LT(pwrite(rw, &zero, 1, 0), 0);
+  EXPECT_NE(ftruncate(rw, 0), 0);
+  EXPECT_NE(fallocate(rw, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096),
+            0);
+  EXPECT_EQ(bytes[0], 0);
+  EXPECT_EQ(bytes[5], 99);
+  close(rw);
+  close(*fd);
+  munmap(view, 2 * kMiB);
+}
+
+// A shared copy's memory never serves another session: a client that kept
+// its mapping would see that session's data.
+TEST(BufferPoolTest, ASharedBufferIsNotPooledAgain) {
+  std::shared_ptr<BufferPool> pool = BufferPool::Create(KeepLong());
+  {
+    PooledBuffer buffer = AcquireOrDie(*pool, 4 * kMiB);
+    absl::StatusOr<int> fd = buffer.ShareReadOnly();
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    close(*fd);
+  }
+  EXPECT_EQ(pool->retained_bytes(), 0);
 }
 
 }  // namespace

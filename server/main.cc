@@ -53,6 +53,9 @@ ABSL_FLAG(int32_t, max_sessions_per_principal, 64,
           "Most sessions one principal may hold at once; 0: no limit.");
 ABSL_FLAG(int32_t, max_open_streams, 256,
           "Most tensor read/write streams in flight; 0: no limit.");
+ABSL_FLAG(bool, map_sessions, true,
+          "Serve MapSession: clients on this host may map read-only "
+          "sessions' copies (read-only, through an abstract Unix socket).");
 ABSL_FLAG(int64_t, memory_budget, 0,
           "Most bytes this node's session copies may take; 0: no limit.");
 ABSL_FLAG(int32_t, heartbeat_ms, 1000,
@@ -161,6 +164,7 @@ SummonServer::Spec SpecFromFlags() {
   spec.max_sessions_per_principal =
       absl::GetFlag(FLAGS_max_sessions_per_principal);
   spec.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
+  spec.map_sessions = absl::GetFlag(FLAGS_map_sessions);
   spec.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget);
   spec.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));

@@ -99,6 +99,24 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> NodeRuntime::ShareCopy(const std::string& gather_id,
+                                           bool grad) {
+  absl::StatusOr<std::shared_ptr<Copy>> found = FindCopy(gather_id);
+  if (!found.ok()) return found.status();
+  Copy& copy = **found;
+  if (copy.copy_index < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node_, " holds no copy of gather ", gather_id,
+        " to map; read it with ReadTensor"));
+  }
+  if (grad && !copy.grads) {
+    return absl::NotFoundError(
+        absl::StrCat("gather ", gather_id, " has no gradients"));
+  }
+  absl::MutexLock copy_lock(&copy.mu);
+  return (grad ? copy.grad_bytes : copy.params).ShareReadOnly();
+}
+
 absl::StatusOr<std::vector<TensorStatistics>> NodeRuntime::Stats(
     const std::string& gather_id, const std::string& session_id,
     const std::vector<int>& tensors, bool grad, int bins) {

@@ -110,6 +110,11 @@ class NodeRuntime {
   absl::StatusOr<std::vector<TensorStatistics>> Stats(
       const std::string& gather_id, const std::string& session_id,
       const std::vector<int>& tensors, bool grad, int bins);
+  // A read-only descriptor of the copy held here (its params or grads
+  // buffer), owned by the caller; the memory is freed, not pooled, when the
+  // gather is released (PooledBuffer::ShareReadOnly).
+  // FAILED_PRECONDITION when this node holds no copy of the gather.
+  absl::StatusOr<int> ShareCopy(const std::string& gather_id, bool grad);
 
   // Two-phase writeback. Prepare stages (nothing in the shards changes) and
   // returns the bytes staged here; Commit copies staged data into the shards

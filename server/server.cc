@@ -21,6 +21,7 @@
 #include "server/cluster_node_ops.h"
 #include "server/metrics/summon_metrics.h"
 #include "server/model_registry.h"
+#include "server/local_fd_broker.h"
 #include "server/node_runtime.h"
 #include "server/peer_service.h"
 #include "server/reflection_v1.h"
@@ -134,9 +135,16 @@ SummonServer::SummonServer(Spec spec,
     std::filesystem::create_directories(root, error);
     checkpoint_roots.push_back(root.string());
   }
+  if (spec_.map_sessions) {
+    // Without the broker (no Unix sockets here) clients read through
+    // ReadTensor; MapSession says so.
+    absl::StatusOr<std::unique_ptr<LocalFdBroker>> broker =
+        LocalFdBroker::Start();
+    if (broker.ok()) fd_broker_ = *std::move(broker);
+  }
   summon_service_ = std::make_unique<SummonServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), checkpoint_roots,
-      authorizer, membership_.get(), spec_.max_open_streams);
+      authorizer, membership_.get(), spec_.max_open_streams, fd_broker_.get());
   trainer_service_ = std::make_unique<TrainerServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), authorizer,
       membership_.get());

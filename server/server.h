@@ -28,6 +28,7 @@ class SessionManager;
 class SummonServiceImpl;
 class TrainerLeases;
 class TrainerServiceImpl;
+class LocalFdBroker;
 
 // summond's gRPC server: the Summon and Trainer services, grpc.health.v1 and
 // server reflection (so grpcurl list/describe work).
@@ -83,6 +84,10 @@ class SummonServer {
     // provider places them in its (device) memory (summond --device cuda,
     // or a fake device in tests). See ShardStore.
     std::shared_ptr<const ShardMemoryProvider> device;
+    // Serve MapSession (read-only session copies mapped by clients on this
+    // host through an abstract Unix socket). False: MapSession answers
+    // FAILED_PRECONDITION and clients read through ReadTensor.
+    bool map_sessions = true;
   };
 
   // Validates `spec`, binds the listeners and starts serving.
@@ -137,6 +142,9 @@ class SummonServer {
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TrainerLeases> trainers_;
+  // Outlives the service that grants and dies before the sessions its
+  // grants ask about.
+  std::unique_ptr<LocalFdBroker> fd_broker_;
   std::unique_ptr<SummonServiceImpl> summon_service_;
   std::unique_ptr<TrainerServiceImpl> trainer_service_;
   std::unique_ptr<ReflectionV1Service> reflection_v1_;

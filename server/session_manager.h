@@ -151,6 +151,20 @@ class SessionManager {
       const std::string& id, const std::string& fqn, bool grad,
       core::DType dtype, int64_t offset, int64_t count,
       const std::string& principal);
+  // The same-node read path (MapSession): a read-only descriptor of a
+  // read-only session's copy held on this node, with its size and tensors.
+  // FAILED_PRECONDITION for a writable session (its copy changes and is
+  // written back), one with edits of its own (the copy would not show
+  // them), a session not OPEN, or no copy on this node.
+  struct SharedCopy {
+    int fd = -1;  // Owned by the caller.
+    int64_t bytes = 0;
+    std::vector<core::SessionTensor> tensors;
+  };
+  absl::StatusOr<SharedCopy> ShareCopy(const std::string& id, bool grad,
+                                       const std::string& principal);
+  // Whether `id` is OPEN and `principal` may use it (a grant's validity).
+  bool IsOpen(const std::string& id, const std::string& principal);
   // Statistics of the named tensors (all of the session's when empty).
   absl::StatusOr<std::vector<std::pair<core::SessionTensor, TensorStatistics>>>
   Stats(const std::string& id, const std::vector<std::string>& fqns, bool grad,

@@ -176,6 +176,50 @@ absl::StatusOr<core::SessionTensor> SessionManager::Write(
   return info;
 }
 
+absl::StatusOr<SessionManager::SharedCopy> SessionManager::ShareCopy(
+    const std::string& id, bool grad, const std::string& principal) {
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+    if (!found.ok()) return found.status();
+    session = *std::move(found);
+    if (session->state != core::SessionState::kOpen) {
+      return NotOpen(id, session->state);
+    }
+    if (session->writable()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session ", id,
+          " is writable: only a read-only session's copy can be mapped; "
+          "read it with ReadTensor"));
+    }
+    if (!session->private_tensors.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session ", id,
+          " has edits of its own, which a mapping of the gathered copy "
+          "would not show; read it with ReadTensor"));
+    }
+    if (grad && !session->gather->has_grads) {
+      return absl::NotFoundError(
+          absl::StrCat("session ", id, " has no gradients"));
+    }
+  }
+  absl::StatusOr<int> fd = ops_->ShareLocalCopy(session->gather->id, grad);
+  if (!fd.ok()) return fd.status();
+  SharedCopy shared;
+  shared.fd = *fd;
+  shared.bytes = session->gather->layout.total_bytes;
+  shared.tensors = session->gather->layout.tensors;
+  return shared;
+}
+
+bool SessionManager::IsOpen(const std::string& id,
+                            const std::string& principal) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+  return found.ok() && (*found)->state == core::SessionState::kOpen;
+}
+
 absl::StatusOr<std::vector<std::pair<core::SessionTensor, TensorStatistics>>>
 SessionManager::Stats(const std::string& id,
                       const std::vector<std::string>& fqns, bool grad, int bins,

@@ -24,7 +24,7 @@ SummonServiceImpl::SummonServiceImpl(
     ModelRegistry* registry, SessionManager* sessions, TrainerLeases* trainers,
     const std::vector<std::string>& checkpoint_roots,
     const auth::Authorizer* authorizer, Membership* cluster,
-    int max_open_streams)
+    int max_open_streams, LocalFdBroker* fd_broker)
     : registry_(registry),
       sessions_(sessions),
       trainers_(trainers),
@@ -32,7 +32,8 @@ SummonServiceImpl::SummonServiceImpl(
       authorizer_(authorizer),
       cluster_(cluster),
       forwarder_(cluster, authorizer),
-      max_open_streams_(max_open_streams) {}
+      max_open_streams_(max_open_streams),
+      fd_broker_(fd_broker) {}
 
 grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
                                            const v1::ListModelsRequest* request,

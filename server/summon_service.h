@@ -9,6 +9,7 @@
 #include "server/checkpoint_roots.h"
 #include "server/cluster/membership.h"
 #include "server/forwarding.h"
+#include "server/local_fd_broker.h"
 #include "server/model_registry.h"
 #include "server/session_manager.h"
 #include "server/trainer_leases.h"
@@ -35,7 +36,8 @@ class SummonServiceImpl final : public v1::Summon::Service {
                     TrainerLeases* trainers,
                     const std::vector<std::string>& checkpoint_roots,
                     const auth::Authorizer* authorizer,
-                    Membership* cluster = nullptr, int max_open_streams = 0);
+                    Membership* cluster = nullptr, int max_open_streams = 0,
+                    LocalFdBroker* fd_broker = nullptr);
 
   grpc::Status ListModels(grpc::ServerContext* context,
                           const v1::ListModelsRequest* request,
@@ -82,6 +84,9 @@ class SummonServiceImpl final : public v1::Summon::Service {
   grpc::Status TensorStats(grpc::ServerContext* context,
                            const v1::TensorStatsRequest* request,
                            v1::TensorStatsResponse* response) override;
+  grpc::Status MapSession(grpc::ServerContext* context,
+                          const v1::MapSessionRequest* request,
+                          v1::MapSessionResponse* response) override;
 
  private:
   // OK when the caller's roles allow `method` for `request` (the role
@@ -137,6 +142,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
   Membership* const cluster_;
   LeaderForwarder forwarder_;
   const int max_open_streams_;
+  LocalFdBroker* const fd_broker_;  // Null: no same-node mappings.
   std::atomic<int> open_streams_{0};
   absl::Mutex checksum_mu_;  // Followers' answers arrive concurrently.
   absl::Mutex save_mu_;      // Saves use deterministic temporary names.

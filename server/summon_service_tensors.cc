@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/metrics/summon_metrics.h"
 #include "server/proto_conversion.h"
@@ -14,6 +15,19 @@ namespace summon::server {
 namespace {
 
 constexpr int kDefaultHistogramBins = 16;
+
+// gRPC's peer of a call from this host: loopback, a Unix socket or an
+// in-process channel. A
+// descriptor is only of use on this host, and the broker's abstract socket
+// is only reachable from it anyway; this refuses early with a clear reason.
+bool IsLocalPeer(absl::string_view peer) {
+  for (absl::string_view prefix :
+       {"unix:", "unix-abstract:", "ipv4:127.", "ipv6:[::1]", "ipv6:%5B::1%5D",
+        "ipv6:[::ffff:127.", "ipv6:%5B::ffff:127.", "inproc"}) {
+    if (absl::StartsWith(peer, prefix)) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -181,6 +195,60 @@ grpc::Status SummonServiceImpl::WriteTensor(
   metrics::Summon().written_bytes->Add({}, static_cast<double>(staged.size()));
   TensorInfoToProto(*written, response->mutable_info());
   response->set_elements_written(count);
+  return grpc::Status::OK;
+}
+
+grpc::Status SummonServiceImpl::MapSession(
+    grpc::ServerContext* context, const v1::MapSessionRequest* request,
+    v1::MapSessionResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/MapSession", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (fd_broker_ == nullptr) {
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        "this daemon maps no sessions (started without it); read with "
+        "ReadTensor"));
+  }
+  if (!IsLocalPeer(context->peer())) {
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "MapSession is for clients on the daemon's host, over loopback or its "
+        "Unix socket (this call came from ",
+        context->peer(), "); read with ReadTensor")));
+  }
+  if (cluster_ != nullptr) {
+    if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
+      return ToGrpcStatus(ready);
+    }
+    // Sessions live on the leader: a follower cannot vouch for one.
+    if (!cluster_->is_leader()) {
+      return ToGrpcStatus(absl::FailedPreconditionError(
+          "sessions are mapped on the leader's host only (node 0); read "
+          "with ReadTensor"));
+    }
+  }
+  const std::string principal = PrincipalOf(*context);
+  const std::string& id = request->session_id();
+  absl::StatusOr<SessionManager::SharedCopy> shared =
+      sessions_->ShareCopy(id, request->grad(), principal);
+  if (!shared.ok()) return ToGrpcStatus(shared.status());
+  SessionManager* sessions = sessions_;
+  absl::StatusOr<std::string> token =
+      fd_broker_->Grant(shared->fd, [sessions, id, principal] {
+        return sessions->IsOpen(id, principal);
+      });
+  if (!token.ok()) return ToGrpcStatus(token.status());
+  response->set_socket(fd_broker_->address());
+  response->set_token(*token);
+  response->set_token_ttl_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(fd_broker_->ttl())));
+  response->set_copy_bytes(static_cast<uint64_t>(shared->bytes));
+  for (const core::SessionTensor& tensor : shared->tensors) {
+    v1::MappedTensor* mapped = response->add_tensors();
+    TensorInfoToProto(tensor, mapped->mutable_info());
+    mapped->set_byte_offset(static_cast<uint64_t>(tensor.buffer_offset));
+  }
   return grpc::Status::OK;
 }
 

@@ -102,6 +102,9 @@ const std::vector<RpcRule>& RpcTable() {
       {"/summon.v1.Summon/ReadTensor", Role::kViewer},
       {"/summon.v1.Summon/WriteTensor", Role::kEditor},
       {"/summon.v1.Summon/TensorStats", Role::kViewer},
+      // Read-only sessions only (the handler refuses writable ones): a
+      // viewer may read what the mapping shows through ReadTensor anyway.
+      {"/summon.v1.Summon/MapSession", Role::kViewer},
       {"/summon.v1.Trainer/Attach", Role::kTrainer},
       {"/summon.v1.Trainer/Heartbeat", Role::kTrainer},
       {"/summon.v1.Trainer/Detach", Role::kTrainer},

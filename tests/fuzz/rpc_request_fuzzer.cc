@@ -45,6 +45,7 @@
 #include "core/model_spec.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/grpcpp.h"
+#include "server/local_fd_broker.h"
 #include "server/model_registry.h"
 #include "server/session_manager.h"
 #include "server/shard_store.h"
@@ -80,8 +81,9 @@ enum class Rpc : uint8_t {
   kTrainerHeartbeat,
   kDetach,
   kMarkInitialized,
+  kMapSession,  // Last: earlier seeds keep their meaning.
 };
-constexpr int kRpcCount = static_cast<int>(Rpc::kMarkInitialized) + 1;
+constexpr int kRpcCount = static_cast<int>(Rpc::kMapSession) + 1;
 
 constexpr int kMaxFrames = 32;
 constexpr int64_t kMaxModelBytes = 256 << 10;
@@ -214,9 +216,14 @@ class Daemon {
     trainer_options.reap_interval = absl::ZeroDuration();
     trainers_ = std::make_unique<summon::server::TrainerLeases>(
         registry_.get(), trainer_options);
+    // Grants expire at once: nothing granted piles up over a run.
+    auto broker = summon::server::LocalFdBroker::Start(absl::Milliseconds(1));
+    if (!broker.ok()) Fail("the map broker did not start");
+    fd_broker_ = *std::move(broker);
     summon_ = std::make_unique<summon::server::SummonServiceImpl>(
         registry_.get(), sessions_.get(), trainers_.get(),
-        std::vector<std::string>{checkpoints_.string()}, &authorizer_);
+        std::vector<std::string>{checkpoints_.string()}, &authorizer_,
+        /*cluster=*/nullptr, /*max_open_streams=*/0, fd_broker_.get());
     trainer_ = std::make_unique<summon::server::TrainerServiceImpl>(
         registry_.get(), sessions_.get(), trainers_.get(), &authorizer_);
     grpc::ServerBuilder builder;
@@ -353,6 +360,9 @@ class Daemon {
       case Rpc::kTensorStats:
         return Call(summon, &v1::Summon::Stub::TensorStats, frame.payload,
                     "TensorStats", session);
+      case Rpc::kMapSession:
+        return Call(summon, &v1::Summon::Stub::MapSession, frame.payload,
+                    "MapSession", session);
       case Rpc::kReportPhase:
         return Call(trainer, &v1::Trainer::Stub::ReportPhase, frame.payload,
                     "ReportPhase", [](v1::ReportPhaseRequest& request) {
@@ -467,6 +477,8 @@ class Daemon {
   std::unique_ptr<summon::server::ModelRegistry> registry_;
   std::unique_ptr<summon::server::SessionManager> sessions_;
   std::unique_ptr<summon::server::TrainerLeases> trainers_;
+  // Asks sessions_ about its grants: goes before them.
+  std::unique_ptr<summon::server::LocalFdBroker> fd_broker_;
   // Insecure-local: every caller has every role, as on a loopback summond.
   summon::server::auth::Authorizer authorizer_{
       summon::server::auth::SecuritySpec(), nullptr, nullptr};

@@ -4,6 +4,7 @@ summon_full_params context manager."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 
 import summon
 from summon import dtypes
+from summon.v1 import summon_pb2
 from seeded import seeded_float32
 
 SEED = 7
@@ -321,3 +323,49 @@ def test_lease_is_renewed_in_the_background(client: summon.Client, model: str) -
         time.sleep(2.2)  # twice the lease: only the renewals keep it alive
         assert client.get_session(s.id).state == "OPEN"
         assert s.renew_error is None
+
+
+def test_map_session_reads_the_seeded_copy_read_only(client: summon.Client, model: str) -> None:
+    """MapSession (issue 11 P3): every tensor of the mapping, element for element."""
+    session = client.open_session(model, writeback=False)
+    with client.map_session(session.id) as mapping:
+        assert set(mapping.tensors) == {"embed.w", *TENSORS}  # Aliases go by their primary.
+        for info in session.params:
+            expected = stored_seeded(info.fqn, info.dtype, info.numel).reshape(info.shape)
+            view = mapping[info.fqn]
+            assert view.dtype == dtypes.wire_numpy(info.dtype) and view.shape == info.shape
+            np.testing.assert_array_equal(view, expected)
+            assert not view.flags["WRITEABLE"]
+            with pytest.raises(ValueError):
+                view[(0,) * view.ndim] = 1  # The mapping is read-only.
+            out = np.empty(info.shape, view.dtype)
+            assert mapping.read(info.fqn, out=out) is out
+            np.testing.assert_array_equal(out, expected)
+        del view
+    with pytest.raises(summon.SummonError) as error:
+        client.map_session(session.id, grad=True)
+    assert error.value.code == "NOT_FOUND"
+    client.close_session(session.id)
+    with pytest.raises(summon.SummonError) as error:
+        client.map_session(session.id)
+    assert error.value.code == "NOT_FOUND"
+
+
+def test_map_session_refuses_writable_sessions(client: summon.Client, model: str) -> None:
+    session = client.open_session(model, scope="f16")
+    with pytest.raises(summon.SummonError) as error:
+        client.map_session(session.id)
+    assert error.value.code == "FAILED_PRECONDITION" and "writable" in str(error.value)
+    client.close_session(session.id, abort=True)
+
+
+def test_a_map_token_is_good_once(client: summon.Client, model: str) -> None:
+    from summon.mapping import redeem
+    session = client.open_session(model, scope="f16", writeback=False)
+    grant = client._call(client._summon.MapSession,
+                         summon_pb2.MapSessionRequest(session_id=session.id))
+    os.close(redeem(grant.socket, grant.token))
+    with pytest.raises(summon.SummonError) as error:
+        redeem(grant.socket, grant.token)
+    assert error.value.code == "FAILED_PRECONDITION" and "used or expired" in str(error.value)
+    client.close_session(session.id)

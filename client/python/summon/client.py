@@ -26,6 +26,7 @@ from summon.messages import (Attachment, CloseResult, LoadResult, Model, ModelSu
 from summon.v1 import summon_pb2, summon_pb2_grpc, trainer_pb2, trainer_pb2_grpc, types_pb2
 
 if TYPE_CHECKING:
+    from summon.mapping import SessionMapping
     from summon.session import FullParams
 
 DEFAULT_ADDRESS = "127.0.0.1:7070"
@@ -398,6 +399,18 @@ class Client:
         if count is None and offset == 0:
             return out.reshape(info.shape)
         return out
+
+    def map_session(self, session_id: str, grad: bool = False) -> "SessionMapping":
+        """Maps a read-only session's copy (or its gradients) read-only into this process.
+
+        Only on the daemon's host (connect over loopback or its Unix socket);
+        the values are the stored dtype's, without read_dtype conversion.
+        FAILED_PRECONDITION for a writable session or one with its own edits.
+        """
+        from summon.mapping import SessionMapping
+        grant = self._call(self._summon.MapSession,
+                           summon_pb2.MapSessionRequest(session_id=session_id, grad=grad))
+        return SessionMapping(grant)
 
     def write_tensor(self, session_id: str, fqn: str, data: np.ndarray, grad: bool = False,
                      dtype: Optional[str] = None, offset: int = 0,
