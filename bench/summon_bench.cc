@@ -40,6 +40,9 @@ ABSL_FLAG(int32_t, iters, 5,
           "Timed iterations per size; the table shows their median. Sizes "
           "above --large_bytes run --large_iters instead.");
 ABSL_FLAG(int32_t, warmup, 1, "Untimed iterations before the timed ones.");
+ABSL_FLAG(bool, tune_allocator, true,
+          "Call client::TuneAllocatorForTensorStreams first, as summonctl "
+          "does (false: glibc's defaults, to see what that is worth).");
 ABSL_FLAG(int64_t, large_bytes, int64_t{64} << 20,
           "Sizes above this run --large_iters timed iterations, which keeps "
           "a default run under a minute on a 2-core machine.");
@@ -448,6 +451,9 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   // The daemon's per-session info logs would interleave with the tables.
   spdlog::set_level(spdlog::level::warn);
+  if (absl::GetFlag(FLAGS_tune_allocator)) {
+    summon::client::TuneAllocatorForTensorStreams();
+  }
   const absl::Status status = summon::bench::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "summon_bench: %s\n", status.ToString().c_str());

@@ -1,11 +1,14 @@
 #include "client/summon_client.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/read_chunk_wire.h"
 #include "client/stream_watchdog.h"
 #include "client/wire_dtype.h"
 #include "grpcpp/client_context.h"
@@ -76,25 +79,25 @@ class ChunkChecker {
   explicit ChunkChecker(const ReadTensorParams& params) : params_(params) {}
 
   // OK when `chunk` continues the stream; sets *first for the first chunk.
-  absl::Status Add(const v1::ReadTensorResponse& chunk, bool* first) {
+  absl::Status Add(const ReadChunkView& chunk, bool* first) {
     *first = element_size_ == 0;
     if (*first) {
-      if (!chunk.has_info()) return ReadStreamError("first chunk has no info");
-      element_size_ = ElementSize(chunk.info().dtype());
+      if (!chunk.has_info) return ReadStreamError("first chunk has no info");
+      element_size_ = ElementSize(chunk.info.dtype());
       if (element_size_ == 0) {
         return ReadStreamError(
-            absl::StrCat("unknown dtype ", chunk.info().dtype()));
+            absl::StrCat("unknown dtype ", chunk.info.dtype()));
       }
       expected_elements_ = params_.element_count.value_or(
-          chunk.info().numel() - params_.element_offset);
+          chunk.info.numel() - params_.element_offset);
       next_element_ = params_.element_offset;
     }
-    if (chunk.element_offset() != next_element_) {
+    if (chunk.element_offset != next_element_) {
       return ReadStreamError(absl::StrCat("chunk at element ",
-                                          chunk.element_offset(), ", expected ",
+                                          chunk.element_offset, ", expected ",
                                           next_element_));
     }
-    const size_t size = chunk.data().size();
+    const size_t size = static_cast<size_t>(chunk.data_bytes);
     if (size % element_size_ != 0) {
       return ReadStreamError(absl::StrCat(size, " bytes is not whole ",
                                           element_size_, "-byte elements"));
@@ -138,6 +141,11 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
+void TuneAllocatorForTensorStreams() {
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 16 << 20);
+}
+
 SummonClient::SummonClient(const std::string& target, ClientOptions options)
     // `options` is copied, not moved: the order in which the two arguments
     // are built is unspecified, and the channel needs its TLS settings.
@@ -146,6 +154,7 @@ SummonClient::SummonClient(const std::string& target, ClientOptions options)
 SummonClient::SummonClient(std::shared_ptr<grpc::ChannelInterface> channel,
                            ClientOptions options)
     : options_(std::move(options)),
+      channel_(channel),
       summon_(v1::Summon::NewStub(channel)),
       trainer_(v1::Trainer::NewStub(channel)) {}
 
@@ -167,6 +176,7 @@ absl::StatusOr<std::unique_ptr<grpc::ClientContext>> SummonClient::NewContext(
     context->set_deadline(
         absl::ToChronoTime(absl::Now() + options_.timeout + extra));
   }
+  context->set_wait_for_ready(options_.wait_for_ready);
   return context;
 }
 
@@ -339,22 +349,29 @@ absl::Status SummonClient::ReadTensorChunks(
       NewStreamContext();
   if (!context.ok()) return context.status();
   StreamWatchdog watchdog(context->get(), options_.timeout);
-  std::unique_ptr<grpc::ClientReader<v1::ReadTensorResponse>> reader =
-      summon_->ReadTensor(context->get(), request);
+  // Replies are read as raw byte buffers and the data handed on from gRPC's
+  // own slices: no protobuf copy of the bytes (client/read_chunk_wire.h).
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader =
+      StartRawReadTensor(channel_.get(), context->get(), request);
   ChunkChecker checker(params);
   absl::Status handled;
-  v1::ReadTensorResponse chunk;
-  while (reader->Read(&chunk)) {
+  grpc::ByteBuffer message;
+  ReadChunkView chunk;
+  while (reader->Read(&message)) {
     watchdog.Progress();
     bool first = false;
-    handled = checker.Add(chunk, &first);
-    if (handled.ok() && first) handled = on_info(chunk.info());
-    if (handled.ok()) handled = on_bytes(chunk.data());
+    handled = DecodeReadChunk(message, &chunk);
+    message.Clear();
+    if (handled.ok()) handled = checker.Add(chunk, &first);
+    if (handled.ok() && first) handled = on_info(chunk.info);
+    for (size_t i = 0; handled.ok() && i < chunk.data.size(); ++i) {
+      handled = on_bytes(chunk.data[i]);
+    }
     if (!handled.ok()) {
       // Stop the server's stream; Finish then reports CANCELLED, which the
       // checker's or the sink's error explains better.
       (*context)->TryCancel();
-      while (reader->Read(&chunk)) {
+      while (reader->Read(&message)) {
       }
       break;
     }

@@ -12,9 +12,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/local_map.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
-#include "client/local_map.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
@@ -54,6 +54,11 @@ struct ClientOptions {
   // Sent as `authorization: Bearer <token>` on every call; TLS only (gRPC
   // refuses to send call credentials in the clear).
   std::string token;
+  // While the channel is (re)connecting, calls wait for it until their
+  // deadline instead of failing at once with UNAVAILABLE (gRPC's
+  // wait-for-ready). For clients that must ride out a refused or slow TCP
+  // connect, such as the soak's 64 clients reconnecting under load.
+  bool wait_for_ready = false;
 };
 
 // Parameters of Summon.CreateModel.
@@ -106,6 +111,18 @@ struct WriteTensorParams {
   v1::DType dtype = v1::DTYPE_UNSPECIFIED;
   int64_t element_offset = 0;
 };
+
+// Keeps the memory of freed gRPC receive buffers in this process for reuse
+// instead of handing it back to the kernel after every message. glibc trims
+// an arena's free top above 128 KiB by default, so each ReadTensor message
+// of a large tensor lands in freshly faulted, zeroed pages; on the 2-vCPU
+// bench machine that halved the read rate (bench/RESULTS.md, P3). Sets
+// M_MMAP_THRESHOLD to 4 MiB (gRPC's largest socket read) and
+// M_TRIM_THRESHOLD to 16 MiB, so at most 16 MiB of freed memory per arena
+// stays resident. Process-wide, so SummonClient does not do it itself:
+// summonctl and summon_bench call it, and so may any program that streams
+// large tensors (or it sets GLIBC_TUNABLES; docs/api.md, ReadTensor).
+void TuneAllocatorForTensorStreams();
 
 // A typed client of a summond's Summon and Trainer services. Every call
 // returns the daemon's status converted by FromGrpcStatus. Copies share the
@@ -175,9 +192,10 @@ class SummonClient {
       const;
   // The same stream, checked the same way, handed over chunk by chunk
   // instead of assembled: `on_info` once with the first chunk's description,
-  // then `on_bytes` for every chunk in order. Memory stays at one chunk
-  // whatever the tensor's size. A sink's error stops the stream and is
-  // returned.
+  // then `on_bytes` for the bytes in order, straight from gRPC's receive
+  // buffers (a call may end inside an element; each chunk as a whole is
+  // checked first). Memory stays at one chunk whatever the tensor's size. A
+  // sink's error stops the stream and is returned.
   absl::Status ReadTensorChunks(
       const ReadTensorParams& params,
       const std::function<absl::Status(const v1::TensorInfo&)>& on_info,
@@ -217,6 +235,7 @@ class SummonClient {
   absl::StatusOr<std::unique_ptr<grpc::ClientContext>> NewStreamContext() const;
 
   ClientOptions options_;
+  std::shared_ptr<grpc::ChannelInterface> channel_;  // For raw reads.
   std::shared_ptr<v1::Summon::Stub> summon_;
   std::shared_ptr<v1::Trainer::Stub> trainer_;
 };

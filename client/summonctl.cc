@@ -4,9 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "client/summon_client.h"
 #include "client/summonctl_commands.h"
 
 int main(int argc, char** argv) {
+  // summonctl streams tensors of any size through gRPC's receive buffers.
+  summon::client::TuneAllocatorForTensorStreams();
   const char* server = std::getenv(summon::client::kServerEnvironmentVariable);
   return summon::client::RunSummonctl(
       std::vector<std::string>(argv + 1, argv + argc),

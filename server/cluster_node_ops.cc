@@ -195,7 +195,7 @@ absl::Status ClusterNodeOps::Read(const std::string& gather_id,
     v1::NodeReadResponse chunk;
     bool stopped = false;
     while (reader->Read(&chunk)) {
-      if (!sink(chunk.element_offset(), chunk.data())) {
+      if (!sink(chunk.element_offset(), chunk.data(), nullptr)) {
         context.TryCancel();
         stopped = true;
         break;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/read_chunk_wire.h"
 
 namespace summon::server {
 namespace {
@@ -41,15 +42,16 @@ std::unique_ptr<grpc::ClientContext> LeaderForwarder::ContextFor(
   return context;
 }
 
-grpc::Status LeaderForwarder::ReadTensor(
-    grpc::ServerContext* context, const v1::ReadTensorRequest& request,
-    grpc::ServerWriter<v1::ReadTensorResponse>* writer) const {
+grpc::Status LeaderForwarder::ReadTensor(grpc::ServerContext* context,
+                                         const v1::ReadTensorRequest& request,
+                                         ReadTensorStream* stream) const {
   std::unique_ptr<grpc::ClientContext> upstream = ContextFor(*context);
-  auto stub = Summon();
-  auto reader = stub->ReadTensor(upstream.get(), request);
-  v1::ReadTensorResponse chunk;
+  const std::shared_ptr<grpc::Channel> leader = membership_->ChannelTo(0);
+  auto reader =
+      client::StartRawReadTensor(leader.get(), upstream.get(), request);
+  grpc::ByteBuffer chunk;
   while (reader->Read(&chunk)) {
-    if (context->IsCancelled() || !writer->Write(chunk)) {
+    if (context->IsCancelled() || !stream->Write(chunk)) {
       upstream->TryCancel();
       break;
     }

@@ -11,6 +11,8 @@
 #include "absl/time/time.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
 #include "server/auth/authorizer.h"
 #include "server/cluster/membership.h"
 #include "server/status_conversion.h"
@@ -19,6 +21,11 @@
 #include "summon/v1/trainer.grpc.pb.h"
 
 namespace summon::server {
+
+// Summon.ReadTensor as the server streams it: the request, then replies as
+// raw byte buffers (client/read_chunk_wire.h).
+using ReadTensorStream =
+    grpc::ServerSplitStreamer<v1::ReadTensorRequest, grpc::ByteBuffer>;
 
 // A follower hands client calls to the leader, which decides for the whole
 // cluster: the same request, the caller's principal and deadline.
@@ -70,9 +77,10 @@ class LeaderForwarder {
   // would not name the node).
   static grpc::Status FromLeader(grpc::Status status);
 
-  grpc::Status ReadTensor(
-      grpc::ServerContext* context, const v1::ReadTensorRequest& request,
-      grpc::ServerWriter<v1::ReadTensorResponse>* writer) const;
+  // Passes the leader's replies on as they arrive, without parsing them.
+  grpc::Status ReadTensor(grpc::ServerContext* context,
+                          const v1::ReadTensorRequest& request,
+                          ReadTensorStream* stream) const;
   grpc::Status WriteTensor(grpc::ServerContext* context,
                            grpc::ServerReader<v1::WriteTensorRequest>* reader,
                            v1::WriteTensorResponse* response) const;

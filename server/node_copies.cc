@@ -72,6 +72,11 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
   const int64_t per_chunk = std::max<int64_t>(1, chunk_bytes / out_size);
   absl::MutexLock copy_lock(&copy.mu);
   const uint8_t* data = TensorBytes(copy, session_id, tensor, grad, false);
+  const bool shared_copy =
+      dtype == info.dtype &&
+      copy.privates.find({session_id, tensor, grad}) == copy.privates.end();
+  const std::shared_ptr<const void> pin =
+      shared_copy ? std::shared_ptr<const void>(*found) : nullptr;
   std::string chunk;
   int64_t done = 0;
   do {
@@ -91,7 +96,7 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
       }
       bytes = chunk;
     }
-    if (!sink(offset + done, bytes)) {
+    if (!sink(offset + done, bytes, pin)) {
       return absl::CancelledError("reader went away");
     }
     done += n;
@@ -105,9 +110,9 @@ absl::StatusOr<int> NodeRuntime::ShareCopy(const std::string& gather_id,
   if (!found.ok()) return found.status();
   Copy& copy = **found;
   if (copy.copy_index < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node ", node_, " holds no copy of gather ", gather_id,
-        " to map; read it with ReadTensor"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node_, " holds no copy of gather ", gather_id,
+                     " to map; read it with ReadTensor"));
   }
   if (grad && !copy.grads) {
     return absl::NotFoundError(

@@ -75,8 +75,14 @@ struct CommitOp {
 };
 
 // Receives a read in chunks; returning false stops the read (client gone).
+// `bytes` are valid during the call. A non-null `pin` says they are the
+// gather's shared copy, unconverted, and keeps that memory mapped (not
+// reused by another gather) while any copy of the pin is held; only a
+// writable session's own writes change it, so a reader of a session that
+// cannot write may hand the bytes on without copying them.
 using ChunkSink =
-    std::function<bool(int64_t element_offset, absl::string_view bytes)>;
+    std::function<bool(int64_t element_offset, absl::string_view bytes,
+                       const std::shared_ptr<const void>& pin)>;
 
 // One node's data plane: the session copies placed on this node and the
 // movement of shard bytes into and out of them, by the core's plans. Every

@@ -200,7 +200,8 @@ grpc::Status PeerServiceImpl::NodeRead(
       request->gather_id(), request->session_id(), request->tensor(),
       request->grad(), *dtype, request->element_offset(),
       request->element_count(), request->chunk_bytes(),
-      [&](int64_t offset, absl::string_view bytes) {
+      [&](int64_t offset, absl::string_view bytes,
+          const std::shared_ptr<const void>& /*pin*/) {
         v1::NodeReadResponse chunk;
         chunk.set_element_offset(offset);
         chunk.set_data(bytes.data(), bytes.size());

@@ -83,7 +83,8 @@ class SessionManagerTest : public ::testing::Test {
     std::vector<float> values;
     absl::Status status = sessions_->Read(
         id, fqn, grad, core::DType::kFloat32, 0, std::nullopt, 0, "alice",
-        [&](int64_t, absl::string_view bytes) {
+        [&](int64_t, absl::string_view bytes,
+            const std::shared_ptr<const void>&) {
           const size_t old = values.size();
           values.resize(old + bytes.size() / 4);
           std::memcpy(values.data() + old, bytes.data(), bytes.size());
@@ -438,7 +439,9 @@ TEST_F(SessionManagerTest, WithGradsAbsentPartialAndWrittenBackToOwners) {
   EXPECT_FALSE(none.has_grads);
   EXPECT_EQ(sessions_
                 ->Read(none.id, "scale", true, std::nullopt, 0, std::nullopt, 0,
-                       "alice", [](int64_t, absl::string_view) { return true; })
+                       "alice",
+                       [](int64_t, absl::string_view,
+                          const std::shared_ptr<const void>&) { return true; })
                 .code(),
             absl::StatusCode::kNotFound);
   ASSERT_TRUE(sessions_->Close(none.id, true, false, "alice").ok());
@@ -469,7 +472,8 @@ TEST_F(SessionManagerTest, ReadDtypeConvertsToBFloat16) {
   ASSERT_TRUE(sessions_
                   ->Read(info.id, "layers.0.b", false, std::nullopt, 1, 3, 0,
                          "alice",
-                         [&](int64_t offset, absl::string_view chunk) {
+                         [&](int64_t offset, absl::string_view chunk,
+                             const std::shared_ptr<const void>&) {
                            EXPECT_EQ(offset, 1);
                            bytes.append(chunk.data(), chunk.size());
                            return true;
@@ -482,6 +486,51 @@ TEST_F(SessionManagerTest, ReadDtypeConvertsToBFloat16) {
     std::memcpy(&bits, bytes.data() + 2 * i, 2);
     EXPECT_EQ(bits, core::FloatToBFloat16(seeded[i + 1])) << "index " << i;
   }
+}
+
+// Only a read-only session's unconverted view of its shared copy comes with
+// a pin, and the pin keeps those bytes as they were after the session is
+// gone (gRPC may still be sending them): not freed, not reused.
+TEST_F(SessionManagerTest, ReadsPinOnlyImmutableBytesWhichOutliveTheSession) {
+  Start(2, core::Strategy::kFullShard);
+  struct Seen {
+    std::shared_ptr<const void> pin;
+    absl::string_view bytes;
+  };
+  const auto read = [&](const std::string& id, const std::string& fqn,
+                        std::optional<core::DType> dtype) {
+    std::vector<Seen> seen;
+    EXPECT_TRUE(sessions_
+                    ->Read(id, fqn, false, dtype, 0, std::nullopt, 0, "alice",
+                           [&](int64_t, absl::string_view bytes,
+                               const std::shared_ptr<const void>& pin) {
+                             seen.push_back({pin, bytes});
+                             return true;
+                           })
+                    .ok());
+    return seen;
+  };
+  SessionOptions read_only;
+  read_only.writeback = false;
+  SessionInfo viewer = Open(read_only);
+  WriteAll(viewer.id, "scale", {5.0f});  // Its own edit: a private copy.
+  const std::vector<Seen> shared = read(viewer.id, "layers.1.w", std::nullopt);
+  ASSERT_EQ(shared.size(), 1u);
+  EXPECT_NE(shared[0].pin, nullptr);
+  EXPECT_EQ(read(viewer.id, "scale", std::nullopt).at(0).pin, nullptr);
+  EXPECT_EQ(read(viewer.id, "layers.1.w", core::DType::kBFloat16).at(0).pin,
+            nullptr);
+  ASSERT_TRUE(sessions_->Close(viewer.id, false, false, "alice").ok());
+
+  // The same layout again: an unpinned copy's memory would be reused here
+  // and overwritten by the write.
+  SessionInfo writer = Open({});
+  WriteAll(writer.id, "layers.1.w", Doubled(Seeded("layers.1.w", 35)));
+  EXPECT_EQ(read(writer.id, "layers.1.w", std::nullopt).at(0).pin, nullptr);
+  std::vector<float> pinned(35);
+  ASSERT_EQ(shared[0].bytes.size(), 35u * 4);
+  std::memcpy(pinned.data(), shared[0].bytes.data(), 35 * 4);
+  EXPECT_EQ(pinned, Seeded("layers.1.w", 35));
 }
 
 TEST_F(SessionManagerTest, SingletonParamWritebackLeavesPaddingAlone) {
@@ -539,7 +588,8 @@ TEST_F(SessionManagerTest, RestartedRegistryReattachesShardsAndGenerations) {
   ASSERT_TRUE(sessions
                   .Read(info->id, "layers.1.w", false, std::nullopt, 0,
                         std::nullopt, 0, "alice",
-                        [&](int64_t offset, absl::string_view bytes) {
+                        [&](int64_t offset, absl::string_view bytes,
+                            const std::shared_ptr<const void>&) {
                           std::memcpy(values.data() + offset, bytes.data(),
                                       bytes.size());
                           return true;

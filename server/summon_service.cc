@@ -33,7 +33,20 @@ SummonServiceImpl::SummonServiceImpl(
       cluster_(cluster),
       forwarder_(cluster, authorizer),
       max_open_streams_(max_open_streams),
-      fd_broker_(fd_broker) {}
+      fd_broker_(fd_broker) {
+  const int read_tensor = v1::ReadTensorRequest::descriptor()
+                              ->file()
+                              ->FindServiceByName("Summon")
+                              ->FindMethodByName("ReadTensor")
+                              ->index();
+  MarkMethodStreamed(
+      read_tensor,
+      new grpc::internal::SplitServerStreamingHandler<v1::ReadTensorRequest,
+                                                      grpc::ByteBuffer>(
+          [this](grpc::ServerContext* context, ReadTensorStream* stream) {
+            return StreamReadTensor(context, stream);
+          }));
+}
 
 grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
                                            const v1::ListModelsRequest* request,

@@ -75,9 +75,12 @@ class SummonServiceImpl final : public v1::Summon::Service {
   grpc::Status CloseSession(grpc::ServerContext* context,
                             const v1::CloseSessionRequest* request,
                             v1::CloseSessionResponse* response) override;
-  grpc::Status ReadTensor(
-      grpc::ServerContext* context, const v1::ReadTensorRequest* request,
-      grpc::ServerWriter<v1::ReadTensorResponse>* writer) override;
+  // Summon.ReadTensor. The constructor registers it in place of the
+  // generated handler, which would copy every chunk twice through protobuf:
+  // replies leave as raw byte buffers (client/read_chunk_wire.h), and a
+  // read-only session's bytes straight from its copy.
+  grpc::Status StreamReadTensor(grpc::ServerContext* context,
+                                ReadTensorStream* stream);
   grpc::Status WriteTensor(grpc::ServerContext* context,
                            grpc::ServerReader<v1::WriteTensorRequest>* reader,
                            v1::WriteTensorResponse* response) override;

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/read_chunk_wire.h"
 #include "server/metrics/summon_metrics.h"
 #include "server/proto_conversion.h"
 #include "server/status_conversion.h"
@@ -45,9 +46,14 @@ SummonServiceImpl::StreamSlot::~StreamSlot() {
   service_.open_streams_.fetch_sub(1);
 }
 
-grpc::Status SummonServiceImpl::ReadTensor(
-    grpc::ServerContext* context, const v1::ReadTensorRequest* request,
-    grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
+grpc::Status SummonServiceImpl::StreamReadTensor(grpc::ServerContext* context,
+                                                 ReadTensorStream* stream) {
+  v1::ReadTensorRequest message;
+  if (!stream->Read(&message)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "ReadTensor's request is missing or does not parse"));
+  }
+  const v1::ReadTensorRequest* request = &message;
   if (grpc::Status denied =
           Allow(*context, "/summon.v1.Summon/ReadTensor", *request);
       !denied.ok()) {
@@ -60,7 +66,7 @@ grpc::Status SummonServiceImpl::ReadTensor(
       return ToGrpcStatus(ready);
     }
     if (!cluster_->is_leader()) {
-      return forwarder_.ReadTensor(context, *request, writer);
+      return forwarder_.ReadTensor(context, *request, stream);
     }
   }
   std::optional<core::DType> dtype;
@@ -93,15 +99,14 @@ grpc::Status SummonServiceImpl::ReadTensor(
   absl::Status status = sessions_->Read(
       request->session_id(), request->fqn(), request->grad(), dtype,
       request->element_offset(), count, request->chunk_bytes(), principal,
-      [&](int64_t offset, absl::string_view bytes) {
-        v1::ReadTensorResponse chunk;
-        if (first) {
-          *chunk.mutable_info() = info;
-          first = false;
-        }
-        chunk.set_element_offset(offset);
-        chunk.set_data(bytes.data(), bytes.size());
-        if (context->IsCancelled() || !writer->Write(chunk)) return false;
+      [&](int64_t offset, absl::string_view bytes,
+          const std::shared_ptr<const void>& pin) {
+        // With a pin the reply references the copy until gRPC has sent it;
+        // without, the bytes are copied once into the reply.
+        const grpc::ByteBuffer chunk = client::EncodeReadChunk(
+            first ? &info : nullptr, offset, bytes, pin);
+        first = false;
+        if (context->IsCancelled() || !stream->Write(chunk)) return false;
         sent_bytes += static_cast<int64_t>(bytes.size());
         return true;
       });
@@ -198,9 +203,9 @@ grpc::Status SummonServiceImpl::WriteTensor(
   return grpc::Status::OK;
 }
 
-grpc::Status SummonServiceImpl::MapSession(
-    grpc::ServerContext* context, const v1::MapSessionRequest* request,
-    v1::MapSessionResponse* response) {
+grpc::Status SummonServiceImpl::MapSession(grpc::ServerContext* context,
+                                           const v1::MapSessionRequest* request,
+                                           v1::MapSessionResponse* response) {
   if (grpc::Status denied =
           Allow(*context, "/summon.v1.Summon/MapSession", *request);
       !denied.ok()) {
@@ -234,10 +239,9 @@ grpc::Status SummonServiceImpl::MapSession(
       sessions_->ShareCopy(id, request->grad(), principal);
   if (!shared.ok()) return ToGrpcStatus(shared.status());
   SessionManager* sessions = sessions_;
-  absl::StatusOr<std::string> token =
-      fd_broker_->Grant(shared->fd, [sessions, id, principal] {
-        return sessions->IsOpen(id, principal);
-      });
+  absl::StatusOr<std::string> token = fd_broker_->Grant(
+      shared->fd,
+      [sessions, id, principal] { return sessions->IsOpen(id, principal); });
   if (!token.ok()) return ToGrpcStatus(token.status());
   response->set_socket(fd_broker_->address());
   response->set_token(*token);

@@ -63,7 +63,10 @@ class AuditInterceptor final : public grpc::experimental::Interceptor {
         OnRequest(*request);
       }
     }
-    if (methods->QueryInterceptionHookPoint(
+    // ReadTensor's replies are raw grpc::ByteBuffers, not messages
+    // (server/summon_service_tensors.cc), and count no bytes here.
+    if (event_.action != "ReadTensor" &&
+        methods->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_MESSAGE)) {
       if (const auto* response = static_cast<const google::protobuf::Message*>(
               methods->GetSendMessage())) {

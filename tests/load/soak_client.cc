@@ -70,6 +70,11 @@ class SoakClient {
     client::ClientOptions client_options;
     client_options.principal = PrincipalOf(index_);
     client_options.timeout = options_.call_timeout;
+    // A fresh TCP connect under this load now and then fails at once
+    // (UNAVAILABLE "failed to connect to all addresses"), leaving the
+    // channel in backoff; a patient client waits for it within the call's
+    // deadline, so only a daemon unreachable for that long counts.
+    client_options.wait_for_ready = true;
     client_ = std::make_unique<client::SummonClient>(
         grpc::CreateCustomChannel(
             options_.targets[index_ % options_.targets.size()],
