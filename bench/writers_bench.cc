@@ -4,7 +4,12 @@
 // this process (BenchCluster: 1 or more nodes over loopback). Writebacks on
 // distinct units should scale with the writers, not be serialised per
 // model; the table shows the rate, the rate per writer, and the close
-// latency. Every write is read back at the end and checked.
+// latency, and the CPUs the process used meanwhile (2.0 on a 2-vCPU machine
+// is saturation). `--models M` spreads the same writers over M models: if
+// writebacks were serialised per model, more models would raise the rate.
+// Every write is read back at the end and checked.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -29,11 +34,22 @@ ABSL_FLAG(std::vector<std::string>, writers,
           "Concurrent writers to measure, one unit each.");
 ABSL_FLAG(int32_t, unit_bytes, 4096, "Bytes of each unit's one tensor.");
 ABSL_FLAG(double, seconds, 3.0, "How long each writer count runs.");
+ABSL_FLAG(int32_t, models, 1,
+          "Models the writers are spread over (writer w: model w % M).");
 
 namespace summon::bench {
 namespace {
 
-constexpr char kModel[] = "writers";
+std::string ModelName(int m) { return absl::StrCat("writers", m); }
+
+// CPU seconds (user + system) this process has used so far.
+double CpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) /
+             1e6;
+}
 
 std::string Layout(int units, int64_t numel) {
   std::vector<std::string> entries;
@@ -53,15 +69,15 @@ struct WriterResult {
   std::string error;
 };
 
-// One writer: open unit `u` writable, write `value` everywhere, close;
-// until `stop`.
-void Write(const client::SummonClient& client, int u, int64_t numel,
-           const std::atomic<bool>& stop, WriterResult* result) {
+// One writer: open unit `u` of `model` writable, write `value` everywhere,
+// close; until `stop`.
+void Write(const client::SummonClient& client, const std::string& model, int u,
+           int64_t numel, const std::atomic<bool>& stop, WriterResult* result) {
   v1::SessionOptions options;
   options.mutable_module()->set_fqn(absl::StrCat("u", u));
   std::vector<float> values(static_cast<size_t>(numel));
   while (!stop.load()) {
-    absl::StatusOr<v1::Session> session = client.OpenSession(kModel, options);
+    absl::StatusOr<v1::Session> session = client.OpenSession(model, options);
     if (!session.ok()) {
       result->error = session.status().ToString();
       return;
@@ -105,6 +121,8 @@ int Run() {
   }
   const int max_writers = *std::max_element(counts.begin(), counts.end());
   const int64_t numel = absl::GetFlag(FLAGS_unit_bytes) / 4;
+  const int models = std::max(1, absl::GetFlag(FLAGS_models));
+  const int units_per_model = (max_writers + models - 1) / models;
   BenchCluster::Options options;
   options.nodes = absl::GetFlag(FLAGS_nodes);
   options.local_ranks = absl::GetFlag(FLAGS_local_ranks);
@@ -115,22 +133,24 @@ int Run() {
     return 1;
   }
   client::SummonClient admin((*cluster)->target());
-  client::CreateModelParams create;
-  create.name = kModel;
-  create.layout_json = Layout(max_writers, numel);
-  if (absl::StatusOr<v1::Model> model = admin.CreateModel(create);
-      !model.ok()) {
-    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
-    return 1;
+  for (int m = 0; m < models; ++m) {
+    client::CreateModelParams create;
+    create.name = ModelName(m);
+    create.layout_json = Layout(units_per_model, numel);
+    if (absl::StatusOr<v1::Model> model = admin.CreateModel(create);
+        !model.ok()) {
+      std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+      return 1;
+    }
   }
   std::printf(
-      "# writers_bench: %d node(s) x %d ranks, one %d-byte float32 unit per "
-      "writer, %.1f s per row\n%s\n",
-      absl::GetFlag(FLAGS_nodes), absl::GetFlag(FLAGS_local_ranks),
+      "# writers_bench: %d node(s) x %d ranks, %d model(s), one %d-byte "
+      "float32 unit per writer, %.1f s per row\n%s\n",
+      absl::GetFlag(FLAGS_nodes), absl::GetFlag(FLAGS_local_ranks), models,
       absl::GetFlag(FLAGS_unit_bytes), absl::GetFlag(FLAGS_seconds),
       LoadAverageLine().c_str());
-  std::printf("# %7s %14s %12s %12s %12s %7s\n", "writers", "writebacks/s",
-              "per_writer/s", "close_p50ms", "close_p99ms", "#wrong");
+  std::printf("# %7s %14s %12s %12s %12s %6s %7s\n", "writers", "writebacks/s",
+              "per_writer/s", "close_p50ms", "close_p99ms", "cpus", "#wrong");
   int failures = 0;
   for (int writers : counts) {
     std::atomic<bool> stop{false};
@@ -143,14 +163,16 @@ int Run() {
           std::make_unique<client::SummonClient>((*cluster)->target()));
     }
     const absl::Time start = absl::Now();
+    const double cpu_start = CpuSeconds();
     for (int w = 0; w < writers; ++w) {
-      threads.emplace_back(Write, std::cref(*clients[w]), w, numel,
-                           std::cref(stop), &results[w]);
+      threads.emplace_back(Write, std::cref(*clients[w]), ModelName(w % models),
+                           w / models, numel, std::cref(stop), &results[w]);
     }
     absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_seconds)));
     stop.store(true);
     for (std::thread& thread : threads) thread.join();
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+    const double cpus = (CpuSeconds() - cpu_start) / elapsed;
     int64_t total = 0;
     std::vector<double> close_ms;
     int64_t wrong = 0;
@@ -164,16 +186,16 @@ int Run() {
                       results[w].close_ms.end());
       // The unit holds the writer's last value everywhere.
       v1::SessionOptions read_only;
-      read_only.mutable_module()->set_fqn(absl::StrCat("u", w));
+      read_only.mutable_module()->set_fqn(absl::StrCat("u", w / models));
       read_only.set_writeback(false);
       absl::StatusOr<v1::Session> session =
-          admin.OpenSession(kModel, read_only);
+          admin.OpenSession(ModelName(w % models), read_only);
       if (!session.ok()) {
         ++failures;
         continue;
       }
       client::ReadTensorParams read;
-      read.tensor = {session->id(), absl::StrCat("u", w, ".w"), false};
+      read.tensor = {session->id(), absl::StrCat("u", w / models, ".w"), false};
       absl::StatusOr<client::TensorData> data = admin.ReadTensor(read);
       if (data.ok()) {
         const auto* values = reinterpret_cast<const float*>(data->data.data());
@@ -185,13 +207,13 @@ int Run() {
       }
       (void)admin.CloseSession(session->id());
     }
-    std::printf("  %7d %14.0f %12.1f %12.2f %12.2f %7lld\n", writers,
+    std::printf("  %7d %14.0f %12.1f %12.2f %12.2f %6.2f %7lld\n", writers,
                 total / elapsed, total / elapsed / writers,
-                Percentile(close_ms, 0.5), Percentile(close_ms, 0.99),
+                Percentile(close_ms, 0.5), Percentile(close_ms, 0.99), cpus,
                 static_cast<long long>(wrong));
     failures += wrong != 0;
   }
-  (void)admin.DeleteModel(kModel);
+  for (int m = 0; m < models; ++m) (void)admin.DeleteModel(ModelName(m));
   return failures == 0 ? 0 : 1;
 }
 
