@@ -181,19 +181,29 @@ absl::StatusOr<Measured> Bench::Open(const BenchTensor& tensor) const {
 }
 
 absl::StatusOr<Measured> Bench::Read(const BenchTensor& tensor) const {
+  return ReadWhole(tensor, /*into_held_buffer=*/false);
+}
+
+absl::StatusOr<Measured> Bench::ReadIntoHeldBuffer(
+    const BenchTensor& tensor) const {
+  return ReadWhole(tensor, /*into_held_buffer=*/true);
+}
+
+absl::StatusOr<Measured> Bench::ReadWhole(const BenchTensor& tensor,
+                                          bool into_held_buffer) const {
   absl::StatusOr<v1::Session> session =
       client_.OpenSession(kModel, UnitScope(tensor, /*writeback=*/false));
   if (!session.ok()) return session.status();
-  // With --read_into_held_buffer the chunks land in this buffer, filled
-  // once beforehand so its pages are mapped, as the loopback TCP anchor's
+  // Into a held buffer the chunks land in this buffer, filled once
+  // beforehand so its pages are mapped, as the loopback TCP anchor's
   // receiver's are; otherwise ReadTensor allocates the result every time,
   // as a caller of ReadTensor gets it.
-  std::string held(config_.read_into_held_buffer ? tensor.bytes : 0, '\0');
+  std::string held(into_held_buffer ? tensor.bytes : 0, '\0');
   client::TensorData last;
   absl::StatusOr<std::vector<double>> us =
       Repeat(config_.ItersFor(tensor.bytes), [&]() -> absl::StatusOr<double> {
         const auto start = std::chrono::steady_clock::now();
-        if (config_.read_into_held_buffer) {
+        if (into_held_buffer) {
           size_t at = 0;
           client::ReadTensorParams params;
           params.tensor = {session->id(), tensor.fqn, false};
@@ -222,8 +232,8 @@ absl::StatusOr<Measured> Bench::Read(const BenchTensor& tensor) const {
   absl::Status closed = Close(session->id());
   if (!us.ok()) return us.status();
   if (!closed.ok()) return closed;
-  absl::StatusOr<int64_t> wrong = CountWrong(
-      tensor.fqn, 0, config_.read_into_held_buffer ? held : last.data, 1);
+  absl::StatusOr<int64_t> wrong =
+      CountWrong(tensor.fqn, 0, into_held_buffer ? held : last.data, 1);
   if (!wrong.ok()) return wrong.status();
   return Measured{*std::move(us), *wrong};
 }

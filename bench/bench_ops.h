@@ -60,9 +60,6 @@ struct BenchConfig {
   int tiny_repeats = 500;
   int64_t full_check_bytes = 0;
   uint32_t read_chunk_bytes = 0;
-  // read: chunks go into one buffer the client already holds instead of a
-  // fresh ReadTensor result per iteration.
-  bool read_into_held_buffer = false;
 
   int ItersFor(int64_t bytes) const {
     return bytes > large_bytes ? large_iters : iters;
@@ -84,7 +81,11 @@ class Bench {
   const BenchConfig& config() const { return config_; }
 
   absl::StatusOr<Measured> Open(const BenchTensor& tensor) const;
+  // ReadTensor of the whole tensor into a fresh result, as its callers get.
   absl::StatusOr<Measured> Read(const BenchTensor& tensor) const;
+  // ReadTensorChunks into one buffer the client already holds (its pages
+  // mapped, as the loopback TCP anchor's receiver's are).
+  absl::StatusOr<Measured> ReadIntoHeldBuffer(const BenchTensor& tensor) const;
   // The same-node read path: MapSession (grant, redeem, map) and a copy of
   // the tensor out of the mapping into a buffer the client holds (warm
   // pages, as the memcpy anchor's), then the unmap.
@@ -98,6 +99,8 @@ class Bench {
                                        bool whole_unit) const;
 
  private:
+  absl::StatusOr<Measured> ReadWhole(const BenchTensor& tensor,
+                                     bool into_held_buffer) const;
   // Opens a session with `options` (timed, microseconds) and closes it (not
   // timed).
   absl::StatusOr<double> TimedOpen(const v1::SessionOptions& options) const;

@@ -72,11 +72,6 @@ ABSL_FLAG(
     uint32_t, read_chunk_bytes, 0,
     "ReadTensor chunk payload in bytes; 0: the server's default (1 MiB).");
 
-ABSL_FLAG(bool, read_into_held_buffer, false,
-          "read: receive the chunks into one buffer the client already holds "
-          "(its pages mapped, as the loopback TCP anchor's receiver's are) "
-          "through ReadTensorChunks, instead of ReadTensor's fresh result "
-          "per iteration.");
 ABSL_FLAG(std::string, device, "cpu",
           "Shard placement of the in-process summond: cpu (shared memory) or "
           "cuda (device memory; bench/gpu_bench.sh runs the NCCL anchor "
@@ -155,7 +150,6 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   config.tiny_repeats = absl::GetFlag(FLAGS_tiny_repeats);
   config.full_check_bytes = absl::GetFlag(FLAGS_full_check_bytes);
   config.read_chunk_bytes = absl::GetFlag(FLAGS_read_chunk_bytes);
-  config.read_into_held_buffer = absl::GetFlag(FLAGS_read_into_held_buffer);
   if (absl::GetFlag(FLAGS_compare)) {
     config.iters = std::max(config.iters, kCompareIters);
     config.large_iters = std::max(config.large_iters, kCompareIters);
@@ -232,9 +226,14 @@ std::vector<BandwidthTable> Tables(const Bench& bench, const TableSpec& spec) {
   return {
       open,
       {spec.ops.read,
-       "ReadTensor of a whole session tensor (streamed), "
-       "busbw = algbw",
+       "ReadTensor of a whole session tensor (streamed) into a fresh "
+       "result, busbw = algbw",
        &Bench::Read, 1, "loopback TCP, one socket, 1 MiB writes",
+       [](const AnchorRuns& runs) { return LoopbackTcpMicros(runs); }},
+      {spec.ops.read,
+       "the same stream through ReadTensorChunks into a buffer the client "
+       "holds (pages mapped, as the anchor's receiver's), busbw = algbw",
+       &Bench::ReadIntoHeldBuffer, 1, "loopback TCP, one socket, 1 MiB writes",
        [](const AnchorRuns& runs) { return LoopbackTcpMicros(runs); }},
       {spec.ops.local_read && nodes == 1,
        "same-node read: MapSession, the tensor copied out of the mapping "
