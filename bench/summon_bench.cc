@@ -27,6 +27,7 @@
 #include "bench/bench_ops.h"
 #include "bench/compare_table.h"
 #include "bench/nccl_table.h"
+#include "bench/writers.h"
 #include "client/summon_client.h"
 #include "server/gpu/cuda_shard_memory.h"
 #include "spdlog/spdlog.h"
@@ -53,10 +54,15 @@ ABSL_FLAG(int32_t, nodes, 1,
 ABSL_FLAG(int32_t, local_ranks, 4, "Virtual ranks of each in-process summond.");
 ABSL_FLAG(std::vector<std::string>, ops,
           std::vector<std::string>({"open", "read", "local_read", "writeback",
-                                    "tiny", "params"}),
+                                    "tiny", "params", "writers"}),
           "Operations to measure, comma-separated: open, read, local_read "
-          "(MapSession, the same-node path), writeback, tiny, params. They "
-          "run in that order whatever the order given.");
+          "(MapSession, the same-node path), writeback, tiny, params, writers "
+          "(P8: concurrent writers on distinct units). They run in that "
+          "order whatever the order given.");
+ABSL_FLAG(double, writers_seconds, 1.0,
+          "writers: how long each writer count (1, 4, 16, 64) runs.");
+ABSL_FLAG(int32_t, writers_models, 1,
+          "writers: models the writers are spread over.");
 ABSL_FLAG(int64_t, params_unit_bytes, int64_t{256} << 20,
           "params: bytes of the unit holding the small parameter.");
 ABSL_FLAG(int64_t, params_bytes, int64_t{1} << 20,
@@ -115,6 +121,7 @@ struct SelectedOps {
   bool writeback = false;
   bool tiny = false;
   bool params = false;
+  bool writers = false;
 };
 
 absl::StatusOr<SelectedOps> ParseOps(const std::vector<std::string>& names) {
@@ -132,10 +139,13 @@ absl::StatusOr<SelectedOps> ParseOps(const std::vector<std::string>& names) {
       ops.tiny = true;
     } else if (name == "params") {
       ops.params = true;
+    } else if (name == "writers") {
+      ops.writers = true;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown operation '", name,
-                       "' (open, read, local_read, writeback, tiny, params)"));
+                       "' (open, read, local_read, writeback, tiny, params, "
+                       "writers)"));
     }
   }
   return ops;
@@ -350,6 +360,43 @@ absl::Status RunLatencyTables(const Bench& bench, const SelectedOps& ops,
   return absl::OkStatus();
 }
 
+// P8: writebacks per second of 1, 4, 16 and 64 writers, each on its own
+// unit and channel (bench/writers.h); the scaling column divides by one
+// writer's rate.
+absl::Status RunWritersTable(const std::string& target, int64_t* wrong) {
+  WritersSetup setup;
+  setup.target = target;
+  setup.models = std::max(1, absl::GetFlag(FLAGS_writers_models));
+  const client::SummonClient admin(target);
+  if (absl::Status created = CreateWriterModels(admin, setup); !created.ok()) {
+    return created;
+  }
+  std::printf(
+      "# concurrent writers (P8): each opens its own %lld-byte unit of %d "
+      "model(s) writable, writes it and closes with writeback, for %.1f s; "
+      "scaling = writebacks/s over one writer's\n%s\n",
+      static_cast<long long>(setup.unit_bytes), setup.models,
+      absl::GetFlag(FLAGS_writers_seconds), WritersHeader().c_str());
+  double single = 0;
+  absl::Status status;
+  for (int writers : {1, 4, 16, 64}) {
+    absl::StatusOr<WritersRow> row =
+        MeasureWriters(admin, setup, writers,
+                       absl::Seconds(absl::GetFlag(FLAGS_writers_seconds)));
+    if (!row.ok()) {
+      status = row.status();
+      break;
+    }
+    if (writers == 1) single = row->per_second;
+    *wrong += row->wrong;
+    std::printf("%s\n", FormatWritersRow(*row, single).c_str());
+    std::fflush(stdout);
+  }
+  DeleteWriterModels(admin, setup);
+  std::printf("\n");
+  return status;
+}
+
 absl::Status Run() {
   absl::StatusOr<SelectedOps> ops = ParseOps(absl::GetFlag(FLAGS_ops));
   if (!ops.ok()) return ops.status();
@@ -426,6 +473,9 @@ absl::Status Run() {
   const Bench bench(client, *config);
   absl::Status tables = RunTables(bench, spec, *sized, &wrong);
   if (tables.ok()) tables = RunLatencyTables(bench, *ops, tiny, split, &wrong);
+  if (tables.ok() && ops->writers) {
+    tables = RunWritersTable((*cluster)->target(), &wrong);
+  }
   // After a failure sessions may still hold the model; the cluster's
   // destructor then unlinks its segments.
   absl::Status deleted = client.DeleteModel(kModel).status();
