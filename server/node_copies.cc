@@ -70,19 +70,22 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
   const int64_t in_size = static_cast<int64_t>(core::ElementSize(info.dtype));
   const int64_t out_size = static_cast<int64_t>(core::ElementSize(dtype));
   const int64_t per_chunk = std::max<int64_t>(1, chunk_bytes / out_size);
-  absl::MutexLock copy_lock(&copy.mu);
+  absl::ReleasableMutexLock copy_lock(&copy.mu);
   const uint8_t* data = TensorBytes(copy, session_id, tensor, grad, false);
-  const bool shared_copy =
-      dtype == info.dtype &&
+  const bool immutable =
+      copy.read_only && dtype == info.dtype &&
       copy.privates.find({session_id, tensor, grad}) == copy.privates.end();
   const std::shared_ptr<const void> pin =
-      shared_copy ? std::shared_ptr<const void>(*found) : nullptr;
+      immutable ? std::shared_ptr<const void>(*found) : nullptr;
+  // Nothing changes these bytes and the pin keeps them mapped: the lock
+  // (which guards the private copies and writes) is not needed to read them.
+  if (immutable) copy_lock.Release();
   std::string chunk;
   int64_t done = 0;
   do {
     const int64_t n = std::min(per_chunk, count - done);
-    // Without a conversion the sink reads the copy itself (held under
-    // copy.mu until it returns), not a chunk copied from it.
+    // Without a conversion the sink reads the copy itself, not a chunk
+    // copied from it (under copy.mu unless pinned).
     absl::string_view bytes(
         reinterpret_cast<const char*>(data + (offset + done) * in_size),
         static_cast<size_t>(n * out_size));

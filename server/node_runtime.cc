@@ -168,6 +168,7 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
   copy->rank0_only = op.rank0_only;
   copy->home_node = spec.groups.topology.NodeOf(op.home_rank);
   copy->grads = op.grads;
+  copy->read_only = op.read_only;
   for (size_t c = 0; c < copy->plan.copies.size(); ++c) {
     if (copy->plan.copies[c].node == node_) {
       copy->copy_index = static_cast<int>(c);

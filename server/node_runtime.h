@@ -34,6 +34,10 @@ struct GatherOp {
   bool rank0_only = false;  // One copy on the home rank's node, else one per
   int home_rank = 0;        // node.
   bool grads = false;       // The session has a gradients buffer.
+  // No session writes into the copy (read-only sessions write into their
+  // own private copies): reads then hand its bytes on pinned and without
+  // holding the copy's lock. Not sent to peers, which keep the default.
+  bool read_only = false;
 };
 
 // A write into the copies of a gather. `private_copy`: the session does not
@@ -76,10 +80,11 @@ struct CommitOp {
 
 // Receives a read in chunks; returning false stops the read (client gone).
 // `bytes` are valid during the call. A non-null `pin` says they are the
-// gather's shared copy, unconverted, and keeps that memory mapped (not
-// reused by another gather) while any copy of the pin is held; only a
-// writable session's own writes change it, so a reader of a session that
-// cannot write may hand the bytes on without copying them.
+// shared copy of a read-only gather (GatherOp::read_only), unconverted,
+// which nothing changes, and keeps that memory mapped (not reused by
+// another gather) while any copy of the pin is held: the sink may hand the
+// bytes on without copying them. Pinned chunks are handed over without the
+// copy's lock held, so a slow reader never holds up another.
 using ChunkSink =
     std::function<bool(int64_t element_offset, absl::string_view bytes,
                        const std::shared_ptr<const void>& pin)>;

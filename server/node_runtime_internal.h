@@ -26,6 +26,7 @@ struct NodeRuntime::Copy {
   bool rank0_only = false;
   int home_node = 0;
   bool grads = false;
+  bool read_only = false;  // GatherOp::read_only.
 
   absl::Mutex mu;
   PooledBuffer params ABSL_GUARDED_BY(mu);

@@ -1,9 +1,11 @@
 #include "server/session_manager.h"
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "core/seeded_init.h"
 #include "gtest/gtest.h"
 
@@ -531,6 +533,39 @@ TEST_F(SessionManagerTest, ReadsPinOnlyImmutableBytesWhichOutliveTheSession) {
   ASSERT_EQ(shared[0].bytes.size(), 35u * 4);
   std::memcpy(pinned.data(), shared[0].bytes.data(), 35 * 4);
   EXPECT_EQ(pinned, Seeded("layers.1.w", 35));
+}
+
+// A reader stalled inside its sink (a slow client) does not hold up another
+// read-only session's read of the same shared copy.
+TEST_F(SessionManagerTest, AStalledReaderOfASharedCopyBlocksNoOtherReader) {
+  Start(2, core::Strategy::kFullShard);
+  SessionOptions read_only;
+  read_only.writeback = false;
+  SessionInfo slow = Open(read_only);
+  SessionInfo other = Open(read_only);
+  absl::Notification slow_inside;
+  absl::Notification other_done;
+  std::atomic<bool> slow_left{false};
+  std::thread stalled([&] {
+    EXPECT_TRUE(sessions_
+                    ->Read(slow.id, "layers.1.w", false, std::nullopt, 0,
+                           std::nullopt, 0, "alice",
+                           [&](int64_t, absl::string_view,
+                               const std::shared_ptr<const void>&) {
+                             slow_inside.Notify();
+                             other_done.WaitForNotificationWithTimeout(
+                                 absl::Seconds(5));
+                             slow_left = true;
+                             return true;
+                           })
+                    .ok());
+  });
+  slow_inside.WaitForNotification();
+  EXPECT_EQ(Read(other.id, "layers.1.w"), Seeded("layers.1.w", 35));
+  // The stalled reader was still inside its sink all along.
+  EXPECT_FALSE(slow_left.load());
+  other_done.Notify();
+  stalled.join();
 }
 
 TEST_F(SessionManagerTest, SingletonParamWritebackLeavesPaddingAlone) {

@@ -86,16 +86,6 @@ absl::Status SessionManager::Read(const std::string& id, const std::string& fqn,
   }
   if (chunk_bytes == 0) chunk_bytes = kDefaultChunkBytes;
   chunk_bytes = std::clamp(chunk_bytes, kMinChunkBytes, kMaxChunkBytes);
-  if (session->writable()) {
-    // The session's own writes change its copy: the bytes it reads are
-    // valid only during each call.
-    return ops_->Read(session->gather->id, session->id, tensor, grad, out_dtype,
-                      offset, total, chunk_bytes,
-                      [&sink](int64_t at, absl::string_view bytes,
-                              const std::shared_ptr<const void>& /*pin*/) {
-                        return sink(at, bytes, nullptr);
-                      });
-  }
   return ops_->Read(session->gather->id, session->id, tensor, grad, out_dtype,
                     offset, total, chunk_bytes, sink);
 }
