@@ -234,6 +234,10 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<Session>> FindSession(
       const std::string& id, const std::string& principal)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FindSession, and FAILED_PRECONDITION unless the session is OPEN.
+  absl::StatusOr<std::shared_ptr<Session>> FindOpenSession(
+      const std::string& id, const std::string& principal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionInfo Describe(const Session& session) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases locks, the gather reference and memory; marks the final state.

@@ -25,6 +25,17 @@ absl::Status NotOpen(const std::string& id, core::SessionState state) {
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<SessionManager::Session>>
+SessionManager::FindOpenSession(const std::string& id,
+                                const std::string& principal) {
+  absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+  if (!found.ok()) return found.status();
+  if ((*found)->state != core::SessionState::kOpen) {
+    return NotOpen(id, (*found)->state);
+  }
+  return found;
+}
+
 absl::StatusOr<int> SessionManager::FindTensor(const Session& session,
                                                const std::string& fqn,
                                                bool grad) const {
@@ -58,12 +69,10 @@ absl::Status SessionManager::Read(const std::string& id, const std::string& fqn,
   int tensor = 0;
   {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+    absl::StatusOr<std::shared_ptr<Session>> found =
+        FindOpenSession(id, principal);
     if (!found.ok()) return found.status();
     session = *std::move(found);
-    if (session->state != core::SessionState::kOpen) {
-      return NotOpen(id, session->state);
-    }
     absl::StatusOr<int> index = FindTensor(*session, fqn, grad);
     if (!index.ok()) return index.status();
     tensor = *index;
@@ -105,12 +114,10 @@ absl::StatusOr<core::SessionTensor> SessionManager::CheckWriteTarget(
     const std::string& id, const std::string& fqn, bool grad, core::DType dtype,
     int64_t offset, int64_t count, const std::string& principal) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+  absl::StatusOr<std::shared_ptr<Session>> found =
+      FindOpenSession(id, principal);
   if (!found.ok()) return found.status();
   Session& session = **found;
-  if (session.state != core::SessionState::kOpen) {
-    return NotOpen(id, session.state);
-  }
   absl::StatusOr<int> index = FindTensor(session, fqn, grad);
   if (!index.ok()) return index.status();
   const core::SessionTensor& info = session.gather->layout.tensors[*index];
@@ -181,12 +188,10 @@ absl::StatusOr<SessionManager::SharedCopy> SessionManager::ShareCopy(
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+    absl::StatusOr<std::shared_ptr<Session>> found =
+        FindOpenSession(id, principal);
     if (!found.ok()) return found.status();
     session = *std::move(found);
-    if (session->state != core::SessionState::kOpen) {
-      return NotOpen(id, session->state);
-    }
     if (session->writable()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "session ", id,
@@ -228,12 +233,10 @@ SessionManager::Stats(const std::string& id,
   std::vector<int> tensors;
   {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+    absl::StatusOr<std::shared_ptr<Session>> found =
+        FindOpenSession(id, principal);
     if (!found.ok()) return found.status();
     session = *std::move(found);
-    if (session->state != core::SessionState::kOpen) {
-      return NotOpen(id, session->state);
-    }
     if (fqns.empty()) {
       if (grad && !session->gather->has_grads) {
         return FindTensor(*session, "", true).status();

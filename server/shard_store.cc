@@ -154,22 +154,6 @@ ShardStore::ShardStore(std::string instance, std::string model_name,
       local_ranks_(std::move(local_ranks)),
       device_(device) {}
 
-ShardStore::~ShardStore() {
-  absl::MutexLock lock(&mu_);
-  stopping_ = true;
-  // The reaper clears spare_reaper_running_ and lets go of mu_ as it ends.
-  if (spare_reaper_.joinable()) {
-    mu_.Await(absl::Condition(
-        +[](bool* running) { return !*running; }, &spare_reaper_running_));
-    spare_reaper_.join();
-  }
-  // A stopped daemon leaves its shards, and staged data a restart must
-  // finish, but no spares: they hold nothing.
-  for (RankSegments& rank : ranks_) {
-    if (OnlySpares(rank)) RemoveStaging(rank).IgnoreError();
-  }
-}
-
 std::string ShardStore::SegmentName(absl::string_view instance,
                                     absl::string_view model_name, int rank,
                                     SegmentKind kind) {

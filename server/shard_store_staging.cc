@@ -308,6 +308,24 @@ void ShardStore::MakeStagingSpare(RankSegments& rank) {
   spare_reaper_ = std::thread([this] { ReapSpareStaging(); });
 }
 
+// The store's destructor is all about the spares: it stops their reaper and
+// unlinks them.
+ShardStore::~ShardStore() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  // The reaper clears spare_reaper_running_ and lets go of mu_ as it ends.
+  if (spare_reaper_.joinable()) {
+    mu_.Await(absl::Condition(
+        +[](bool* running) { return !*running; }, &spare_reaper_running_));
+    spare_reaper_.join();
+  }
+  // A stopped daemon leaves its shards, and staged data a restart must
+  // finish, but no spares: they hold nothing.
+  for (RankSegments& rank : ranks_) {
+    if (OnlySpares(rank)) RemoveStaging(rank).IgnoreError();
+  }
+}
+
 void ShardStore::ReapSpareStaging() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
