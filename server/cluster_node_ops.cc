@@ -119,6 +119,8 @@ absl::Status ClusterNodeOps::Gather(const GatherOp& op) {
   request.set_model(op.model);
   SessionOptions scope_only;
   scope_only.scope = op.scope;
+  // Each node places its copy by its own shards' placement and this flag.
+  scope_only.offload_to_cpu = op.offload_to_cpu;
   SessionOptionsToProto(scope_only, request.mutable_scope());
   request.set_rank0_only(op.rank0_only);
   request.set_home_rank(op.home_rank);

@@ -44,18 +44,21 @@ class FakeDeviceMemory final : public ShardMemory {
     if (bytes > 0) std::memcpy(bytes_.data() + offset, from, bytes);
     return absl::OkStatus();
   }
-  absl::Status CopyFrom(const ShardMemory& from, int64_t offset,
-                        int64_t bytes) override {
+  // Any fake device to any other, as CUDA peer copies between a node's
+  // GPUs.
+  absl::Status CopyRange(const ShardMemory& from, int64_t from_offset,
+                         int64_t offset, int64_t bytes) override {
     const auto* source = dynamic_cast<const FakeDeviceMemory*>(&from);
-    if (source == nullptr || source->device_ != device_) {
+    if (source == nullptr) {
       return absl::InvalidArgumentError(
-          "device shard memory copies only from shard memory on its GPU");
+          "device shard memory copies only from device shard memory");
     }
-    if (absl::Status status = CheckShardRange(offset, bytes, source->size());
+    if (absl::Status status =
+            CheckCopyRanges(from, from_offset, *this, offset, bytes);
         !status.ok()) {
       return status;
     }
-    return Write(offset, source->bytes_.data() + offset, bytes);
+    return Write(offset, source->bytes_.data() + from_offset, bytes);
   }
   absl::StatusOr<std::string> IpcHandle() const override {
     std::string handle =

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -10,17 +12,23 @@
 
 namespace summon::server {
 
-uint8_t* NodeRuntime::TensorBytes(Copy& copy, const std::string& session_id,
-                                  int tensor, bool grad, bool for_write) {
+absl::StatusOr<uint8_t*> NodeRuntime::TensorBytes(
+    Copy& copy, const std::string& session_id, int tensor, bool grad,
+    bool for_write) {
   const core::SessionTensor& info = copy.layout.tensors[tensor];
   auto it = copy.privates.find({session_id, tensor, grad});
   if (it != copy.privates.end()) return it->second.data();
-  uint8_t* shared =
-      (grad ? copy.grad_bytes.data() : copy.params.data()) + info.buffer_offset;
-  if (!for_write) return shared;
-  std::vector<uint8_t>& own = copy.privates[{session_id, tensor, grad}];
-  own.assign(shared, shared + info.bytes());
-  return own.data();
+  uint8_t* shared = copy.HostBytes(grad);
+  if (!for_write) return shared == nullptr ? nullptr : shared + info.buffer_offset;
+  std::vector<uint8_t> own(static_cast<size_t>(info.bytes()));
+  if (absl::Status status =
+          copy.CopyOut(grad, info.buffer_offset, own.data(), info.bytes());
+      !status.ok()) {
+    return status;
+  }
+  std::vector<uint8_t>& kept = copy.privates[{session_id, tensor, grad}];
+  kept = std::move(own);
+  return kept.data();
 }
 
 absl::Status NodeRuntime::Write(const WriteOp& op) {
@@ -43,14 +51,17 @@ absl::Status NodeRuntime::Write(const WriteOp& op) {
     return absl::OutOfRangeError(
         absl::StrCat("write outside '", info.fqn, "'"));
   }
+  const int64_t at = op.element_offset * element_size;
+  const int64_t size = static_cast<int64_t>(op.bytes.size());
   absl::MutexLock copy_lock(&copy.mu);
-  uint8_t* data =
-      op.private_copy
-          ? TensorBytes(copy, op.session_id, op.tensor, op.grad, true)
-          : (op.grad ? copy.grad_bytes.data() : copy.params.data()) +
-                info.buffer_offset;
-  std::memcpy(data + op.element_offset * element_size, op.bytes.data(),
-              op.bytes.size());
+  if (!op.private_copy) {
+    return copy.CopyIn(op.grad, info.buffer_offset + at, op.bytes.data(),
+                       size);
+  }
+  absl::StatusOr<uint8_t*> data =
+      TensorBytes(copy, op.session_id, op.tensor, op.grad, true);
+  if (!data.ok()) return data.status();
+  std::memcpy(*data + at, op.bytes.data(), op.bytes.size());
   return absl::OkStatus();
 }
 
@@ -71,9 +82,13 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
   const int64_t out_size = static_cast<int64_t>(core::ElementSize(dtype));
   const int64_t per_chunk = std::max<int64_t>(1, chunk_bytes / out_size);
   absl::ReleasableMutexLock copy_lock(&copy.mu);
-  const uint8_t* data = TensorBytes(copy, session_id, tensor, grad, false);
+  absl::StatusOr<uint8_t*> found_bytes =
+      TensorBytes(copy, session_id, tensor, grad, false);
+  if (!found_bytes.ok()) return found_bytes.status();
+  // Null: the shared copy is in device memory; each chunk comes to the host.
+  const uint8_t* data = *found_bytes;
   const bool immutable =
-      copy.read_only && dtype == info.dtype &&
+      data != nullptr && copy.read_only && dtype == info.dtype &&
       copy.privates.find({session_id, tensor, grad}) == copy.privates.end();
   const std::shared_ptr<const void> pin =
       immutable ? std::shared_ptr<const void>(*found) : nullptr;
@@ -81,14 +96,27 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
   // (which guards the private copies and writes) is not needed to read them.
   if (immutable) copy_lock.Release();
   std::string chunk;
+  std::vector<uint8_t> from_device;
   int64_t done = 0;
   do {
     const int64_t n = std::min(per_chunk, count - done);
+    const uint8_t* in = nullptr;
+    if (data != nullptr) {
+      in = data + (offset + done) * in_size;
+    } else {
+      from_device.resize(static_cast<size_t>(n * in_size));
+      if (absl::Status status = copy.CopyOut(
+              grad, info.buffer_offset + (offset + done) * in_size,
+              from_device.data(), n * in_size);
+          !status.ok()) {
+        return status;
+      }
+      in = from_device.data();
+    }
     // Without a conversion the sink reads the copy itself, not a chunk
     // copied from it (under copy.mu unless pinned).
-    absl::string_view bytes(
-        reinterpret_cast<const char*>(data + (offset + done) * in_size),
-        static_cast<size_t>(n * out_size));
+    absl::string_view bytes(reinterpret_cast<const char*>(in),
+                            static_cast<size_t>(n * out_size));
     if (dtype != info.dtype) {
       chunk.resize(bytes.size());
       if (absl::Status status = core::ConvertElements(
@@ -121,6 +149,12 @@ absl::StatusOr<int> NodeRuntime::ShareCopy(const std::string& gather_id,
     return absl::NotFoundError(
         absl::StrCat("gather ", gather_id, " has no gradients"));
   }
+  if (copy.on_device) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gather ", gather_id, "'s copy is in device memory, which cannot be "
+        "mapped; read it with ReadTensor, or open the session with "
+        "offload_to_cpu"));
+  }
   absl::MutexLock copy_lock(&copy.mu);
   return (grad ? copy.grad_bytes : copy.params).ShareReadOnly();
 }
@@ -139,9 +173,17 @@ absl::StatusOr<std::vector<TensorStatistics>> NodeRuntime::Stats(
   absl::MutexLock copy_lock(&copy.mu);
   for (int tensor : tensors) {
     const core::SessionTensor& info = copy.layout.tensors[tensor];
-    absl::StatusOr<TensorStatistics> stats = ComputeTensorStatistics(
-        info.dtype, TensorBytes(copy, session_id, tensor, grad, false),
-        info.numel, bins);
+    absl::StatusOr<uint8_t*> data =
+        TensorBytes(copy, session_id, tensor, grad, false);
+    if (!data.ok()) return data.status();
+    // A shared copy in device memory is summarised where it is: only the
+    // numbers come back (CUDA kernels for a GPU).
+    absl::StatusOr<TensorStatistics> stats =
+        *data != nullptr
+            ? ComputeTensorStatistics(info.dtype, *data, info.numel, bins)
+            : (grad ? copy.device_grads : copy.device_params)
+                  ->Statistics(info.buffer_offset, info.dtype, info.numel,
+                               bins);
     if (!stats.ok()) return stats.status();
     result.push_back(*std::move(stats));
   }

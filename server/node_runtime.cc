@@ -108,8 +108,34 @@ int64_t NodeRuntime::CopyBytes() const {
   return bytes;
 }
 
-absl::Status NodeRuntime::AllocateCopy(Copy& copy) {
+int NodeRuntime::DeviceRank(const Copy& copy, int home_rank) const {
+  const core::Topology& topology = copy.model->spec.groups.topology;
+  if (copy.rank0_only && topology.NodeOf(home_rank) == node_) return home_rank;
+  int first = -1;
+  for (const core::Transfer& t : copy.plan.transfers) {
+    if (t.copy == copy.copy_index && topology.NodeOf(t.rank) == node_ &&
+        (first < 0 || t.rank < first)) {
+      first = t.rank;
+    }
+  }
+  return first >= 0 ? first : copy.model->local_ranks.front();
+}
+
+absl::Status NodeRuntime::AllocateCopy(Copy& copy, const ShardStore& store) {
   const int64_t total = copy.layout.total_bytes;
+  if (copy.on_device) {
+    // Fresh device memory is zero-filled, gaps included.
+    absl::StatusOr<std::unique_ptr<ShardMemory>> params =
+        store.AllocateBeside(copy.device_rank, total);
+    if (!params.ok()) return params.status();
+    copy.device_params = *std::move(params);
+    if (!copy.grads) return absl::OkStatus();
+    absl::StatusOr<std::unique_ptr<ShardMemory>> grads =
+        store.AllocateBeside(copy.device_rank, total);
+    if (!grads.ok()) return grads.status();
+    copy.device_grads = *std::move(grads);
+    return absl::OkStatus();
+  }
   absl::StatusOr<PooledBuffer> params = pool_->Acquire(total);
   if (!params.ok()) return params.status();
   copy.params = *std::move(params);
@@ -124,27 +150,33 @@ absl::Status NodeRuntime::AllocateCopy(Copy& copy) {
 
 absl::Status NodeRuntime::CopyLocalSlices(Copy& copy, ShardStore& store) {
   const core::Topology& topology = copy.model->spec.groups.topology;
+  // One transfer of params or grads: device to device for a copy in device
+  // memory, to the host otherwise.
+  auto fill = [&](const core::Transfer& t, bool grads)
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) -> absl::Status {
+    if (copy.on_device) {
+      return store.CopyShardTo(t.rank, t.unit, grads, t.shard_offset,
+                               grads ? *copy.device_grads : *copy.device_params,
+                               t.buffer_offset, t.bytes);
+    }
+    return store.ReadShard(t.rank, t.unit, grads, t.shard_offset,
+                           copy.HostBytes(grads) + t.buffer_offset, t.bytes);
+  };
   for (const core::Transfer& t : copy.plan.transfers) {
     if (t.copy != copy.copy_index || topology.NodeOf(t.rank) != node_) {
       continue;
     }
-    if (absl::Status status = store.ReadShard(
-            t.rank, t.unit, /*grads=*/false, t.shard_offset,
-            copy.params.data() + t.buffer_offset, t.bytes);
-        !status.ok()) {
+    if (absl::Status status = fill(t, /*grads=*/false); !status.ok()) {
       return status;
     }
     if (!copy.grads) continue;
-    uint8_t* grad = copy.grad_bytes.data() + t.buffer_offset;
     if (store.HasGrads(t.rank)) {
-      if (absl::Status status = store.ReadShard(
-              t.rank, t.unit, /*grads=*/true, t.shard_offset, grad, t.bytes);
-          !status.ok()) {
+      if (absl::Status status = fill(t, /*grads=*/true); !status.ok()) {
         return status;
       }
-    } else {
-      // Ranks without grads read as zeros.
-      std::memset(grad, 0, t.bytes);
+    } else if (!copy.on_device) {
+      // Ranks without grads read as zeros (fresh device memory already is).
+      std::memset(copy.HostBytes(true) + t.buffer_offset, 0, t.bytes);
     }
   }
   return absl::OkStatus();
@@ -175,6 +207,10 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
       break;
     }
   }
+  copy->on_device = copy->copy_index >= 0 && (*model)->store != nullptr &&
+                    (*model)->store->on_device() && !op.offload_to_cpu &&
+                    copy->layout.total_bytes > 0;
+  if (copy->on_device) copy->device_rank = DeviceRank(*copy, op.home_rank);
 
   absl::Status status = InSequence(op.sequence, [&]() -> absl::Status {
     ModelEntry& entry = **model;
@@ -185,7 +221,8 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     const int grads_factor = copy->grads ? 2 : 1;
     absl::MutexLock copy_lock(&copy->mu);
     if (copy->copy_index >= 0) {
-      if (absl::Status allocated = AllocateCopy(*copy); !allocated.ok()) {
+      if (absl::Status allocated = AllocateCopy(*copy, store);
+          !allocated.ok()) {
         return allocated;
       }
     }
@@ -195,6 +232,7 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     // no unpacking.
     const bool in_place =
         nodes > 1 && copy->copy_index >= 0 && !copy->grads &&
+        !copy->on_device &&
         core::ExchangeLandsInCopy(spec, copy->plan, copy->copy_index);
     // Pack what this node sends and copy its local slices into its own copy
     // under one shard lock: the node's part of the snapshot is consistent.
@@ -268,12 +306,13 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
         }
         const int64_t from = position.at(
             core::ShardRange{t.rank, t.unit, t.shard_offset, t.bytes});
-        std::memcpy(copy->params.data() + t.buffer_offset, base + from,
-                    t.bytes);
-        if (copy->grads) {
-          std::memcpy(copy->grad_bytes.data() + t.buffer_offset,
-                      base + grads_at + from, t.bytes);
+        absl::Status unpacked =
+            copy->CopyIn(false, t.buffer_offset, base + from, t.bytes);
+        if (unpacked.ok() && copy->grads) {
+          unpacked = copy->CopyIn(true, t.buffer_offset,
+                                  base + grads_at + from, t.bytes);
         }
+        if (!unpacked.ok()) return unpacked;
       }
     }
     return absl::OkStatus();
@@ -339,18 +378,21 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
     // copy (rank0_only).
     std::vector<uint8_t> mine;
     absl::MutexLock copy_lock(&copy.mu);
-    auto pack = [&](int n,
-                    uint8_t* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) {
+    auto pack = [&](int n, uint8_t* out)
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) -> absl::Status {
       const int64_t grads_at = sizes[n] / grads_factor;
       int64_t at = 0;
       for (const core::Transfer& t : by_node[n]) {
-        std::memcpy(out + at, copy.params.data() + t.buffer_offset, t.bytes);
-        if (copy.grads) {
-          std::memcpy(out + grads_at + at,
-                      copy.grad_bytes.data() + t.buffer_offset, t.bytes);
+        absl::Status packed =
+            copy.CopyOut(false, t.buffer_offset, out + at, t.bytes);
+        if (packed.ok() && copy.grads) {
+          packed = copy.CopyOut(true, t.buffer_offset, out + grads_at + at,
+                                t.bytes);
         }
+        if (!packed.ok()) return packed;
         at += t.bytes;
       }
+      return absl::OkStatus();
     };
     // With a copy here, slices are staged straight from it; otherwise
     // (rank0_only, home elsewhere) they are scattered from the home copy.
@@ -365,7 +407,9 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
         send.resize(total);
         int64_t at = 0;
         for (int n = 0; n < nodes; ++n) {
-          pack(n, send.data() + at);
+          if (absl::Status packed = pack(n, send.data() + at); !packed.ok()) {
+            return packed;
+          }
           at += sizes[n];
         }
       }
@@ -390,26 +434,32 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
                                                  t.shard_offset + t.bytes);
     }
     const int64_t grads_at = sizes[node_] / grads_factor;
-    int64_t at = 0;
-    for (const core::Transfer& t : by_node[node_]) {
+    // One slice of params or grads into the staging: device to device from
+    // a copy in device memory, else from host bytes (the copy or `mine`).
+    auto stage = [&](const core::Transfer& t, bool grads, int64_t mine_at)
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) -> absl::Status {
       const ShardStore::ByteRanges& written = overwritten[{t.rank, t.unit}];
       const uint64_t target = op.target_generations.at(t.unit);
-      if (absl::Status staged = model.store->StageBytes(
-              t.rank, t.unit, /*grads=*/false, op.session_id, target, written,
-              t.shard_offset,
-              from_copy ? copy.params.data() + t.buffer_offset
-                        : mine.data() + at,
-              t.bytes);
-          !staged.ok()) {
+      if (from_copy && copy.on_device) {
+        return model.store->StageFrom(
+            t.rank, t.unit, grads, op.session_id, target, written,
+            t.shard_offset, grads ? *copy.device_grads : *copy.device_params,
+            t.buffer_offset, t.bytes);
+      }
+      const uint8_t* from = from_copy
+                                ? copy.HostBytes(grads) + t.buffer_offset
+                                : mine.data() + mine_at;
+      return model.store->StageBytes(t.rank, t.unit, grads, op.session_id,
+                                     target, written, t.shard_offset, from,
+                                     t.bytes);
+    };
+    int64_t at = 0;
+    for (const core::Transfer& t : by_node[node_]) {
+      if (absl::Status staged = stage(t, /*grads=*/false, at); !staged.ok()) {
         return staged;
       }
       if (copy.grads && model.store->HasGrads(t.rank)) {
-        const uint8_t* from = from_copy
-                                  ? copy.grad_bytes.data() + t.buffer_offset
-                                  : mine.data() + grads_at + at;
-        if (absl::Status staged = model.store->StageBytes(
-                t.rank, t.unit, /*grads=*/true, op.session_id, target, written,
-                t.shard_offset, from, t.bytes);
+        if (absl::Status staged = stage(t, /*grads=*/true, grads_at + at);
             !staged.ok()) {
           return staged;
         }

@@ -38,6 +38,10 @@ struct GatherOp {
   // own private copies): reads then hand its bytes on pinned and without
   // holding the copy's lock. Not sent to peers, which keep the default.
   bool read_only = false;
+  // The session asked for its copies in host memory. Otherwise a model whose
+  // shards are in device memory gets its copies there too (DESIGN.md
+  // section 2's placement); host-placed models always use host memory.
+  bool offload_to_cpu = false;
 };
 
 // A write into the copies of a gather. `private_copy`: the session does not
@@ -152,15 +156,23 @@ class NodeRuntime {
   absl::StatusOr<std::shared_ptr<Copy>> FindCopy(
       const std::string& gather_id) const;
   // The bytes of a tensor as `session_id` sees them; `for_write` with a
-  // private copy first copies the tensor for that session. The caller holds
-  // copy.mu (not annotated: Copy is incomplete here).
-  uint8_t* TensorBytes(Copy& copy, const std::string& session_id, int tensor,
-                       bool grad, bool for_write);
+  // private copy first copies the tensor for that session. nullptr when the
+  // session sees the shared copy and that is in device memory (reach it
+  // through Copy::Memory). The caller holds copy.mu (not annotated: Copy is
+  // incomplete here).
+  absl::StatusOr<uint8_t*> TensorBytes(Copy& copy,
+                                       const std::string& session_id,
+                                       int tensor, bool grad, bool for_write);
   CollectiveOptions Collective(uint64_t sequence) const;
-  // Takes the copy's buffers from the pool. Only the bytes no transfer
-  // writes (gaps between tensors) are zeroed: the gather overwrites the rest.
-  // The caller holds copy.mu.
-  absl::Status AllocateCopy(Copy& copy);
+  // Takes the copy's buffers from the pool (only the bytes no transfer
+  // writes, the gaps between tensors, are zeroed: the gather overwrites the
+  // rest), or allocates them on the GPU of `store`'s rank that the copy
+  // belongs to. The caller holds copy.mu.
+  absl::Status AllocateCopy(Copy& copy, const ShardStore& store);
+  // The rank whose GPU holds a device copy: the home rank under rank0_only,
+  // else the lowest rank of this node that the scope gathers from (a node
+  // without one uses its first rank).
+  int DeviceRank(const Copy& copy, int home_rank) const;
   // Copies this node's ranks' slices into its copy; gradients of ranks
   // without any read as zeros. The caller holds copy.mu and the model's
   // shards lock.

@@ -4,15 +4,18 @@
 // NodeRuntime's record of a gather, shared by its two source files
 // (node_runtime.cc: collectives; node_copies.cc: tensor access).
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/buffer_pool.h"
 #include "server/node_runtime.h"
+#include "server/shard_memory.h"
 
 namespace summon::server {
 
@@ -28,12 +31,39 @@ struct NodeRuntime::Copy {
   bool grads = false;
   bool read_only = false;  // GatherOp::read_only.
 
+  // In device memory (GatherOp::offload_to_cpu unset, shards on a device):
+  // the bytes are in device_params/device_grads, not params/grad_bytes.
+  bool on_device = false;
+  int device_rank = -1;  // Its GPU is this rank's (DeviceRank).
+
   absl::Mutex mu;
   PooledBuffer params ABSL_GUARDED_BY(mu);
   PooledBuffer grad_bytes ABSL_GUARDED_BY(mu);
+  std::unique_ptr<ShardMemory> device_params ABSL_GUARDED_BY(mu);
+  std::unique_ptr<ShardMemory> device_grads ABSL_GUARDED_BY(mu);
   // (session, tensor, grad) -> that session's own copy of the tensor.
   std::map<std::tuple<std::string, int, bool>, std::vector<uint8_t>> privates
       ABSL_GUARDED_BY(mu);
+
+  // The shared copy's host bytes (params or grads), or nullptr when it is
+  // in device memory.
+  uint8_t* HostBytes(bool grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return on_device ? nullptr : (grad ? grad_bytes : params).data();
+  }
+  // Host bytes to and from [offset, offset + bytes) of the shared copy,
+  // wherever it is.
+  absl::Status CopyOut(bool grad, int64_t offset, void* to, int64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (on_device) return (grad ? device_grads : device_params)->Read(offset, to, bytes);
+    std::memcpy(to, HostBytes(grad) + offset, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::Status CopyIn(bool grad, int64_t offset, const void* from,
+                      int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (on_device) return (grad ? device_grads : device_params)->Write(offset, from, bytes);
+    std::memcpy(HostBytes(grad) + offset, from, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace summon::server

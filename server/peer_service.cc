@@ -161,6 +161,7 @@ grpc::Status PeerServiceImpl::NodeGather(grpc::ServerContext* context,
   GatherOp op{request->sequence(), request->gather_id(),  request->model(),
               options->scope,      request->rank0_only(), request->home_rank(),
               request->grads()};
+  op.offload_to_cpu = options->offload_to_cpu;
   return ToGrpcStatus(runtime_->Gather(op));
 }
 

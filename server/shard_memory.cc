@@ -1,6 +1,7 @@
 #include "server/shard_memory.h"
 
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -13,6 +14,46 @@ absl::Status CheckShardRange(int64_t offset, int64_t bytes, int64_t size) {
                      ") are outside a shard memory of ", size, " bytes"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckTensorRange(int64_t offset, core::DType dtype, int64_t numel,
+                              int64_t size) {
+  const int64_t element = static_cast<int64_t>(core::ElementSize(dtype));
+  if (numel < 0 || (element > 0 && numel > size / element)) {
+    return absl::OutOfRangeError(absl::StrCat(
+        numel, " elements do not fit a shard memory of ", size, " bytes"));
+  }
+  return CheckShardRange(offset, numel * element, size);
+}
+
+absl::Status CheckCopyRanges(const ShardMemory& from, int64_t from_offset,
+                             const ShardMemory& to, int64_t offset,
+                             int64_t bytes) {
+  if (absl::Status status = CheckShardRange(from_offset, bytes, from.size());
+      !status.ok()) {
+    return status;
+  }
+  return CheckShardRange(offset, bytes, to.size());
+}
+
+absl::StatusOr<TensorStatistics> ShardMemory::Statistics(int64_t offset,
+                                                         core::DType dtype,
+                                                         int64_t numel,
+                                                         int bins) const {
+  if (absl::Status status = CheckTensorRange(offset, dtype, numel, size());
+      !status.ok()) {
+    return status;
+  }
+  const int64_t element = static_cast<int64_t>(core::ElementSize(dtype));
+  if (host() != nullptr) {
+    return ComputeTensorStatistics(dtype, host() + offset, numel, bins);
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(numel * element));
+  if (absl::Status status = Read(offset, bytes.data(), numel * element);
+      !status.ok()) {
+    return status;
+  }
+  return ComputeTensorStatistics(dtype, bytes.data(), numel, bins);
 }
 
 absl::Status HostShardMemory::Read(int64_t offset, void* to,
@@ -35,17 +76,19 @@ absl::Status HostShardMemory::Write(int64_t offset, const void* from,
   return absl::OkStatus();
 }
 
-absl::Status HostShardMemory::CopyFrom(const ShardMemory& from, int64_t offset,
-                                       int64_t bytes) {
+absl::Status HostShardMemory::CopyRange(const ShardMemory& from,
+                                        int64_t from_offset, int64_t offset,
+                                        int64_t bytes) {
   if (from.host() == nullptr) {
     return absl::InvalidArgumentError(
         "host shard memory copies only from host shard memory");
   }
-  if (absl::Status status = CheckShardRange(offset, bytes, from.size());
+  if (absl::Status status =
+          CheckCopyRanges(from, from_offset, *this, offset, bytes);
       !status.ok()) {
     return status;
   }
-  return Write(offset, from.host() + offset, bytes);
+  return Write(offset, from.host() + from_offset, bytes);
 }
 
 absl::StatusOr<std::string> HostShardMemory::IpcHandle() const {

@@ -8,6 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "server/tensor_stats.h"
 
 namespace summon::server {
 
@@ -35,11 +37,26 @@ class ShardMemory {
   virtual absl::Status Read(int64_t offset, void* to, int64_t bytes) const = 0;
   virtual absl::Status Write(int64_t offset, const void* from,
                              int64_t bytes) = 0;
-  // [offset, offset + bytes) of `from` (the same placement, the same device)
-  // to the same range here: staging and commits, on the device for device
-  // memory.
-  virtual absl::Status CopyFrom(const ShardMemory& from, int64_t offset,
-                                int64_t bytes) = 0;
+  // [from_offset, from_offset + bytes) of `from` (the same placement) to
+  // [offset, offset + bytes) here, without passing through the host for
+  // device memory: staging and commits on one GPU, a gather's local slices
+  // into a session copy on a GPU of the node (a peer copy when the GPUs
+  // differ).
+  virtual absl::Status CopyRange(const ShardMemory& from, int64_t from_offset,
+                                 int64_t offset, int64_t bytes) = 0;
+  // CopyRange of the same range.
+  absl::Status CopyFrom(const ShardMemory& from, int64_t offset,
+                        int64_t bytes) {
+    return CopyRange(from, offset, offset, bytes);
+  }
+  // ComputeTensorStatistics of `numel` elements of `dtype` at `offset`,
+  // computed where the bytes are: this default reads host memory in place
+  // and copies other memory to the host first; CUDA memory runs kernels on
+  // its GPU and returns only the numbers. OUT_OF_RANGE beyond the memory.
+  virtual absl::StatusOr<TensorStatistics> Statistics(int64_t offset,
+                                                      core::DType dtype,
+                                                      int64_t numel,
+                                                      int bins) const;
   // The handle another process maps the bytes with (cudaIpcMemHandle_t for
   // device memory); UNIMPLEMENTED for host memory, which is shared by name.
   virtual absl::StatusOr<std::string> IpcHandle() const = 0;
@@ -67,8 +84,8 @@ class HostShardMemory final : public ShardMemory {
   int device() const override { return -1; }
   absl::Status Read(int64_t offset, void* to, int64_t bytes) const override;
   absl::Status Write(int64_t offset, const void* from, int64_t bytes) override;
-  absl::Status CopyFrom(const ShardMemory& from, int64_t offset,
-                        int64_t bytes) override;
+  absl::Status CopyRange(const ShardMemory& from, int64_t from_offset,
+                         int64_t offset, int64_t bytes) override;
   absl::StatusOr<std::string> IpcHandle() const override;
 
  private:
@@ -78,6 +95,14 @@ class HostShardMemory final : public ShardMemory {
 
 // OUT_OF_RANGE unless [offset, offset + bytes) lies within `size`.
 absl::Status CheckShardRange(int64_t offset, int64_t bytes, int64_t size);
+// OUT_OF_RANGE unless `numel` elements of `dtype` at `offset` lie within
+// `size` bytes (Statistics' check).
+absl::Status CheckTensorRange(int64_t offset, core::DType dtype, int64_t numel,
+                              int64_t size);
+// Both ranges of a CopyRange checked.
+absl::Status CheckCopyRanges(const ShardMemory& from, int64_t from_offset,
+                             const ShardMemory& to, int64_t offset,
+                             int64_t bytes);
 
 }  // namespace summon::server
 

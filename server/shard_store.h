@@ -2,6 +2,7 @@
 #define SUMMON_SERVER_SHARD_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -183,6 +184,17 @@ class ShardStore {
                          void* to, int64_t bytes) const;
   absl::Status WriteShard(int rank, int unit, bool grads, int64_t offset,
                           const void* from, int64_t bytes);
+  // ReadShard into other shard memory (a session copy on a GPU of this
+  // node), at `to_offset`: device to device, no host bounce.
+  absl::Status CopyShardTo(int rank, int unit, bool grads, int64_t offset,
+                           ShardMemory& to, int64_t to_offset,
+                           int64_t bytes) const;
+  // Device placement: `bytes` of zero-filled memory from the store's
+  // provider on the GPU of local `rank` (a session copy beside the shards).
+  // FAILED_PRECONDITION on host placement, INVALID_ARGUMENT for a rank not
+  // held here.
+  absl::StatusOr<std::unique_ptr<ShardMemory>> AllocateBeside(
+      int rank, int64_t bytes) const;
   // See HostShards. `read`: fill the host copy with the current bytes (not
   // needed when every byte will be overwritten before Flush()).
   absl::StatusOr<HostShards> OnHost(bool grads, bool read) const;
@@ -252,6 +264,14 @@ class ShardStore {
                           uint64_t target_generation,
                           const ByteRanges& overwritten, int64_t offset,
                           const void* from, int64_t bytes);
+  // StageBytes from other shard memory (a session copy on a GPU) at
+  // `from_offset`: device to device.
+  absl::Status StageFrom(int rank, int unit, bool grads,
+                         absl::string_view session_id,
+                         uint64_t target_generation,
+                         const ByteRanges& overwritten, int64_t offset,
+                         const ShardMemory& from, int64_t from_offset,
+                         int64_t bytes);
   // What `rank`'s staged segment records; nullopt when it has none.
   std::optional<StagedWriteback> Staged(int rank) const;
   // COMMIT: copies every unit staged for `session_id` (on any local rank)
@@ -321,6 +341,13 @@ class ShardStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetExternalWritesLocked(int unit, uint64_t count)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // StageBytes' and StageFrom's checks and staging; `fill` writes the bytes
+  // into the staging memory at the given offset.
+  absl::Status StageWith(
+      int rank, int unit, bool grads, absl::string_view session_id,
+      uint64_t target_generation, const ByteRanges& overwritten,
+      int64_t offset, int64_t bytes,
+      const std::function<absl::Status(ShardMemory&, int64_t)>& fill);
   // The rank's staging memory with `unit` prepared; the unit's bytes start
   // at unit_offsets_[unit] in it.
   absl::StatusOr<ShardMemory*> Staging(RankSegments& rank, SegmentKind kind,

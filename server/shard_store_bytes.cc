@@ -75,6 +75,41 @@ absl::Status ShardStore::ReadShard(int rank, int unit, bool grads,
   return (*memory)->Read(unit_offsets_[unit] + offset, to, bytes);
 }
 
+absl::Status ShardStore::CopyShardTo(int rank, int unit, bool grads,
+                                     int64_t offset, ShardMemory& to,
+                                     int64_t to_offset, int64_t bytes) const {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ShardMemory*> memory =
+      ShardBytes(rank, unit, grads, offset, bytes);
+  if (!memory.ok()) return memory.status();
+  return to.CopyRange(**memory, unit_offsets_[unit] + offset, to_offset, bytes);
+}
+
+absl::StatusOr<std::unique_ptr<ShardMemory>> ShardStore::AllocateBeside(
+    int rank, int64_t bytes) const {
+  if (!on_device()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", model_name_, "' keeps its shards in host memory"));
+  }
+  absl::MutexLock lock(&mu_);
+  const RankSegments* segments = FindRank(rank);
+  if (segments == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " of model '", model_name_, "' is not held here"));
+  }
+  absl::StatusOr<std::unique_ptr<ShardMemory>> memory =
+      device_->Allocate(segments->local_index, bytes);
+  if (!memory.ok()) {
+    return absl::Status(
+        memory.status().code(),
+        absl::StrCat("placing a session copy of model '", model_name_,
+                     "' beside rank ", rank, "'s shards on ", device_->name(),
+                     " (open with offload_to_cpu for host memory): ",
+                     memory.status().message()));
+  }
+  return memory;
+}
+
 absl::Status ShardStore::WriteShard(int rank, int unit, bool grads,
                                     int64_t offset, const void* from,
                                     int64_t bytes) {

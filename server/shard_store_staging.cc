@@ -7,6 +7,7 @@
 // unit's bytes of shared memory each time.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -96,6 +97,31 @@ absl::Status ShardStore::StageBytes(int rank, int unit, bool grads,
                                     const ByteRanges& overwritten,
                                     int64_t offset, const void* from,
                                     int64_t bytes) {
+  return StageWith(rank, unit, grads, session_id, target_generation,
+                   overwritten, offset, bytes,
+                   [&](ShardMemory& staging, int64_t at) {
+                     return staging.Write(at, from, bytes);
+                   });
+}
+
+absl::Status ShardStore::StageFrom(int rank, int unit, bool grads,
+                                   absl::string_view session_id,
+                                   uint64_t target_generation,
+                                   const ByteRanges& overwritten,
+                                   int64_t offset, const ShardMemory& from,
+                                   int64_t from_offset, int64_t bytes) {
+  return StageWith(rank, unit, grads, session_id, target_generation,
+                   overwritten, offset, bytes,
+                   [&](ShardMemory& staging, int64_t at) {
+                     return staging.CopyRange(from, from_offset, at, bytes);
+                   });
+}
+
+absl::Status ShardStore::StageWith(
+    int rank, int unit, bool grads, absl::string_view session_id,
+    uint64_t target_generation, const ByteRanges& overwritten, int64_t offset,
+    int64_t bytes,
+    const std::function<absl::Status(ShardMemory&, int64_t)>& fill) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<RankSegments*> segments = StagingRank(rank, unit, grads);
   if (!segments.ok()) return segments.status();
@@ -109,7 +135,7 @@ absl::Status ShardStore::StageBytes(int rank, int unit, bool grads,
       Staging(**segments, grads ? SegmentKind::kStagedGrads : SegmentKind::kStaged,
               unit, session_id, target_generation, overwritten);
   if (!staging.ok()) return staging.status();
-  return (*staging)->Write(unit_offsets_[unit] + offset, from, bytes);
+  return fill(**staging, unit_offsets_[unit] + offset);
 }
 
 absl::StatusOr<ShardMemory*> ShardStore::Staging(

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/gpu/cuda_status.h"
 #include "server/gpu/device_buffer.h"
+#include "server/gpu/device_stats.h"
 
 namespace summon::server::gpu {
 namespace {
@@ -27,23 +28,38 @@ class CudaShardMemory final : public ShardMemory {
                      int64_t bytes) override {
     return buffer_->CopyFromHost(offset, from, bytes);
   }
-  absl::Status CopyFrom(const ShardMemory& from, int64_t offset,
-                        int64_t bytes) override {
+  absl::Status CopyRange(const ShardMemory& from, int64_t from_offset,
+                         int64_t offset, int64_t bytes) override {
     const auto* source = dynamic_cast<const CudaShardMemory*>(&from);
-    if (source == nullptr || source->device() != device()) {
+    if (source == nullptr) {
       return absl::InvalidArgumentError(
-          "device shard memory copies only from shard memory on its GPU");
+          "device shard memory copies only from device shard memory");
     }
-    for (int64_t size : {size(), source->size()}) {
-      if (absl::Status status = CheckShardRange(offset, bytes, size);
-          !status.ok()) {
-        return status;
-      }
+    if (absl::Status status =
+            CheckCopyRanges(from, from_offset, *this, offset, bytes);
+        !status.ok()) {
+      return status;
     }
     if (bytes == 0) return absl::OkStatus();
-    return CopyOnDevice(device(), static_cast<uint8_t*>(data()) + offset,
-                        static_cast<const uint8_t*>(source->data()) + offset,
-                        bytes);
+    return CopyBetweenDevices(
+        device(), static_cast<uint8_t*>(data()) + offset, source->device(),
+        static_cast<const uint8_t*>(source->data()) + from_offset, bytes);
+  }
+  // Kernels on the GPU that holds the bytes; only the numbers come back.
+  absl::StatusOr<TensorStatistics> Statistics(int64_t offset,
+                                              core::DType dtype, int64_t numel,
+                                              int bins) const override {
+    if (absl::Status status = CheckTensorRange(offset, dtype, numel, size());
+        !status.ok()) {
+      return status;
+    }
+    if (absl::Status set =
+            FromCudaError(cudaSetDevice(device()), "cudaSetDevice");
+        !set.ok()) {
+      return set;
+    }
+    return ComputeDeviceTensorStatistics(
+        dtype, static_cast<const uint8_t*>(data()) + offset, numel, bins);
   }
   absl::StatusOr<std::string> IpcHandle() const override {
     return buffer_->IpcHandle();

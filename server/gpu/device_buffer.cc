@@ -55,6 +55,14 @@ absl::Status CopyOnDevice(int device, void* to, const void* from,
                        "copy on the device");
 }
 
+absl::Status CopyBetweenDevices(int to_device, void* to, int from_device,
+                                const void* from, int64_t bytes) {
+  if (to_device == from_device) return CopyOnDevice(to_device, to, from, bytes);
+  return FromCudaError(cudaMemcpyPeer(to, to_device, from, from_device,
+                                      static_cast<size_t>(bytes)),
+                       "copy between devices");
+}
+
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
     int device, int64_t bytes) {
   if (bytes <= 0) {

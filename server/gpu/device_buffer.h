@@ -79,6 +79,10 @@ absl::Status CopyFromDevice(int device, const void* device_ptr, void* host,
 // Device to device on one GPU (staging and commits of a device shard store).
 absl::Status CopyOnDevice(int device, void* to, const void* from,
                           int64_t bytes);
+// Between two GPUs of the node (cudaMemcpyPeer; CopyOnDevice when they are
+// the same): a gather's local slices into a session copy on another GPU.
+absl::Status CopyBetweenDevices(int to_device, void* to, int from_device,
+                                const void* from, int64_t bytes);
 
 }  // namespace summon::server::gpu
 

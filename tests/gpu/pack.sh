@@ -16,6 +16,7 @@ targets=(
   //tests:writeback_matrix_test_on_device //tests:grads_test_on_device
   //tests:scope_test_on_device //tests:tensor_io_test_on_device
   //tests:device_placement_test_on_device
+  //tests/cluster:device_copies_test
 )
 bazel build "${targets[@]}"
 PYTHONPATH=client/python /usr/bin/python3 -m summon._stubs

@@ -28,6 +28,7 @@ done
 for t in device_placement_test writeback_matrix_test grads_test scope_test tensor_io_test; do
   run "$t (SUMMON_TEST_DEVICE=cuda)" env SUMMON_TEST_DEVICE=cuda "$G/bin/${t}_on_device" --gtest_brief=1
 done
+run "device_copies_test (SUMMON_TEST_DEVICE=cuda, 2 nodes x 2 ranks)" env SUMMON_TEST_DEVICE=cuda "$G/bin/device_copies_test" --gtest_brief=1
 rm -rf client/python/summon/v1 && cp -r "$G/stubs_v1" client/python/summon/v1
 run torch_ipc_check env PYTHONPATH=client/python python3 tests/gpu/torch_ipc_check.py --summond "$G/bin/summond"
 run gpu_bench bash bench/gpu_bench.sh "$G/bin"

@@ -1,0 +1,310 @@
+// Session copies in device memory (issue 13) across a cluster: a model whose
+// shards live on a device gets its session copies there too, unless the
+// session asks for offload_to_cpu. Two in-process nodes x two ranks over
+// real gRPC and Gloo, shards "on a device" through the fake provider (heap
+// memory reached only by copies, so every device path runs on a CPU), exact
+// values from the seeded init, and the provider's live allocations showing
+// where each copy went. SUMMON_TEST_DEVICE=cuda runs the same on a GPU.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/bench_cluster.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "server/fake_device_memory.h"
+#include "server/gpu/cuda_shard_memory.h"
+#include "tests/cluster/cluster_calls.h"
+#include "tests/cluster/cluster_values.h"
+
+namespace summon::tests {
+namespace {
+
+using ::summon::client::SummonClient;
+
+// Every unit split unevenly over the 4 ranks; a tied alias.
+constexpr char kLayout[] =
+    R"({"strategy": "FULL_SHARD", "use_orig_params": true,
+  "units": [
+    {"fqn": "", "params": [
+      {"fqn": "embed.w", "shape": [9, 4], "dtype": "float32"},
+      {"fqn": "head.w", "alias_of": "embed.w"},
+      {"fqn": "norm.w", "shape": [6], "dtype": "float32"}]},
+    {"fqn": "layers.0", "params": [
+      {"fqn": "layers.0.attn.w", "shape": [5, 5], "dtype": "float32"},
+      {"fqn": "layers.0.mlp.w", "shape": [3, 7], "dtype": "float32"}]},
+    {"fqn": "layers.1", "params": [
+      {"fqn": "layers.1.w", "shape": [7, 5], "dtype": "float32"}]}]})";
+constexpr int kNodes = 2;
+constexpr int kLocalRanks = 2;
+constexpr uint64_t kEditSeed = 99;
+
+// The shards' placement: the fake device by default, real GPU memory with
+// SUMMON_TEST_DEVICE=cuda (tests/gpu/run_on_gpu.sh; every node and rank on
+// the visible GPUs). Null with the reason set when no GPU is there.
+std::shared_ptr<const server::ShardMemoryProvider> MakeProvider(
+    std::shared_ptr<server::FakeDeviceMemoryProvider>* fake,
+    std::string* unavailable) {
+  const char* device = std::getenv("SUMMON_TEST_DEVICE");
+  if (device == nullptr || std::string(device) != "cuda") {
+    *fake = std::make_shared<server::FakeDeviceMemoryProvider>();
+    return *fake;
+  }
+  absl::StatusOr<std::unique_ptr<server::gpu::CudaShardMemoryProvider>> cuda =
+      server::gpu::CudaShardMemoryProvider::Create();
+  if (!cuda.ok()) {
+    *unavailable = cuda.status().ToString();
+    return nullptr;
+  }
+  return std::shared_ptr<const server::ShardMemoryProvider>(*std::move(cuda));
+}
+
+class DeviceCopiesTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    skip_reason_ = new std::string();
+    fake_ = new std::shared_ptr<server::FakeDeviceMemoryProvider>();
+    const std::shared_ptr<const server::ShardMemoryProvider> provider =
+        MakeProvider(fake_, skip_reason_);
+    if (provider == nullptr) return;
+    bench::BenchCluster::Options options;
+    options.nodes = kNodes;
+    options.local_ranks = kLocalRanks;
+    options.device = provider;
+    absl::StatusOr<std::unique_ptr<bench::BenchCluster>> started =
+        bench::BenchCluster::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    cluster_ = started->release();
+    clients_ = new std::vector<SummonClient>();
+    for (int n = 0; n < kNodes; ++n) {
+      clients_->emplace_back(grpc::CreateChannel(
+          cluster_->target(n), grpc::InsecureChannelCredentials()));
+    }
+  }
+  static void TearDownTestSuite() {
+    delete clients_;
+    delete cluster_;
+    delete fake_;
+    delete skip_reason_;
+    clients_ = nullptr;
+    cluster_ = nullptr;
+    fake_ = nullptr;
+    skip_reason_ = nullptr;
+  }
+  void SetUp() override {
+    if (!skip_reason_->empty()) {
+      GTEST_SKIP() << "SUMMON_TEST_DEVICE=cuda needs a CUDA device: "
+                   << *skip_reason_;
+    }
+    ASSERT_NE(cluster_, nullptr);
+  }
+
+  const SummonClient& node(int n) const { return (*clients_)[n]; }
+  // Device allocations alive on every node together (shards, staging and
+  // session copies); 0 on a real GPU, where only the fake device counts.
+  int64_t live() const { return *fake_ ? (*fake_)->live_allocations() : 0; }
+  // With the fake device: exactly `copies` allocations more than `before`.
+  void ExpectDeviceCopies(int64_t before, int64_t copies) const {
+    if (*fake_) {
+      EXPECT_EQ(live(), before + copies);
+    }
+  }
+  // With the fake device: back to `before` within a few seconds (a close
+  // answers once the leader decided; peers free their copies right after).
+  void ExpectDeviceCopiesFreed(int64_t before) const {
+    if (!*fake_) return;
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (live() != before && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_EQ(live(), before);
+  }
+
+  // Every primary parameter read through `n` equals `values`.
+  void ExpectReads(int n, const std::string& session,
+                   const TensorBytes& values, bool grad = false) {
+    for (const auto& [fqn, bytes] : values) {
+      SCOPED_TRACE(absl::StrCat(fqn, " through node ", n));
+      EXPECT_EQ(ReadOk(node(n), session, fqn, grad), bytes);
+    }
+  }
+
+  static std::shared_ptr<server::FakeDeviceMemoryProvider>* fake_;
+  static std::string* skip_reason_;
+  static bench::BenchCluster* cluster_;
+  static std::vector<SummonClient>* clients_;
+};
+
+std::shared_ptr<server::FakeDeviceMemoryProvider>* DeviceCopiesTest::fake_ =
+    nullptr;
+std::string* DeviceCopiesTest::skip_reason_ = nullptr;
+bench::BenchCluster* DeviceCopiesTest::cluster_ = nullptr;
+std::vector<SummonClient>* DeviceCopiesTest::clients_ = nullptr;
+
+TEST_F(DeviceCopiesTest, ReadOnlySessionGathersIntoOneDeviceCopyPerNode) {
+  for (v1::ShardingStrategy strategy :
+       {v1::SHARDING_STRATEGY_FULL_SHARD, v1::SHARDING_STRATEGY_HYBRID_SHARD}) {
+    SCOPED_TRACE(v1::ShardingStrategy_Name(strategy));
+    const std::string name = absl::StrCat("read-", strategy);
+    const v1::Model model = CreateSeeded(node(0), name, kLayout, strategy);
+    const int64_t shards = live();
+    const v1::Session session = OpenOk(node(0), name, ReadOnly());
+    // One copy of the whole model on each node, in device memory.
+    ExpectDeviceCopies(shards, kNodes);
+    for (int n = 0; n < kNodes; ++n) ExpectReads(n, session.id(), SeededModel(model));
+    // Converted reads come through the host chunk by chunk.
+    EXPECT_EQ(ReadOk(node(1), session.id(), "layers.1.w", false,
+                     v1::DTYPE_BFLOAT16),
+              SeededBytes("layers.1.w", 35, v1::DTYPE_BFLOAT16));
+    CloseOk(node(0), session.id());
+    ExpectDeviceCopiesFreed(shards);
+    EXPECT_EQ(ParamChecksums(ChecksumOk(node(0), name)),
+              ExpectedChecksums(model, SeededModel(model)));
+  }
+}
+
+TEST_F(DeviceCopiesTest, Rank0OnlyHoldsOneDeviceCopyOnTheHomeRanksNode) {
+  const v1::Model model = CreateSeeded(node(0), "home", kLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  const int64_t shards = live();
+  const v1::Session session = OpenOk(node(0), "home", Rank0Only(3, ReadOnly()));
+  ExpectDeviceCopies(shards, 1);
+  // Node 0 holds none: its reads are served from node 1's copy.
+  for (int n = 0; n < kNodes; ++n) ExpectReads(n, session.id(), SeededModel(model));
+  CloseOk(node(0), session.id());
+  ExpectDeviceCopiesFreed(shards);
+}
+
+TEST_F(DeviceCopiesTest, OffloadToCpuKeepsTheCopiesInHostMemory) {
+  const v1::Model model = CreateSeeded(node(0), "offload", kLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  const int64_t shards = live();
+  v1::SessionOptions options = ReadOnly();
+  options.set_offload_to_cpu(true);
+  const v1::Session session = OpenOk(node(0), "offload", options);
+  ExpectDeviceCopiesFreed(shards);
+  for (int n = 0; n < kNodes; ++n) ExpectReads(n, session.id(), SeededModel(model));
+  CloseOk(node(0), session.id());
+}
+
+// Writebacks leave spare staged allocations behind for a while
+// (ShardStore::kSpareStagingGrace), so they run on a cluster of their own,
+// after the suite above has counted its allocations.
+class DeviceCopiesWritebackTest : public DeviceCopiesTest {};
+
+// Edits land in the device copies of both nodes; the writeback stages each
+// rank's slices device to device (rank0_only: scattered from the home's
+// device copy through the host) and commits them on every rank.
+TEST_F(DeviceCopiesWritebackTest, WritebackFromDeviceCopiesReachesEveryRank) {
+  for (bool rank0_only : {false, true}) {
+    SCOPED_TRACE(rank0_only ? "rank0_only, home rank 3" : "one copy per node");
+    const std::string name = absl::StrCat("write-", rank0_only);
+    const v1::Model model = CreateSeeded(node(0), name, kLayout,
+                                         v1::SHARDING_STRATEGY_FULL_SHARD);
+    const v1::Session session = OpenOk(
+        node(0), name, rank0_only ? Rank0Only(3) : v1::SessionOptions());
+    TensorBytes edited;
+    for (const auto& [fqn, numel] : PrimaryParams(model)) {
+      edited[fqn] = SeededBytes(fqn, numel, v1::DTYPE_FLOAT32, kEditSeed);
+      WriteOk(node(static_cast<int>(edited.size()) % kNodes), session.id(),
+              fqn, edited[fqn]);
+    }
+    for (int n = 0; n < kNodes; ++n) ExpectReads(n, session.id(), edited);
+    CloseOk(node(1), session.id());
+    EXPECT_EQ(ParamChecksums(ChecksumOk(node(0), name)),
+              ExpectedChecksums(model, edited));
+    const v1::Session after = OpenOk(node(1), name, ReadOnly());
+    ExpectReads(0, after.id(), edited);
+    CloseOk(node(1), after.id());
+  }
+}
+
+TEST_F(DeviceCopiesTest, GradientsGatherIntoDeviceCopiesWithZerosWhereNone) {
+  const v1::Model model =
+      CreateSeeded(node(0), "grads", kLayout, v1::SHARDING_STRATEGY_FULL_SHARD,
+                   std::vector<int32_t>{0, 3});
+  const int64_t shards = live();
+  v1::SessionOptions options = ReadOnly();
+  options.set_with_grads(true);
+  const v1::Session session = OpenOk(node(0), "grads", options);
+  ExpectDeviceCopies(shards, 2 * kNodes);  // Params and grads on each node.
+  const TensorBytes seeded = SeededGrads(model);
+  for (const auto& [fqn, numel] : PrimaryParams(model)) {
+    // Ranks 1 and 2 hold no gradients: their slices read as zeros.
+    std::vector<float> expected = BytesToFloats(seeded.at(fqn));
+    for (int64_t i = 0; i < numel; ++i) {
+      const int rank = OwningPosition(model, fqn, i);
+      if (rank == 1 || rank == 2) expected[i] = 0.0f;
+    }
+    for (int n = 0; n < kNodes; ++n) {
+      SCOPED_TRACE(absl::StrCat(fqn, " grad through node ", n));
+      EXPECT_EQ(ReadOk(node(n), session.id(), fqn, /*grad=*/true),
+                FloatBytes(expected));
+    }
+  }
+  CloseOk(node(0), session.id());
+  ExpectDeviceCopiesFreed(shards);
+}
+
+// Statistics of a device copy are computed where it is; they equal the
+// seeded values' and those of a host copy of the same tensor.
+TEST_F(DeviceCopiesTest, StatsOfADeviceCopyMatchTheHostCopy) {
+  const v1::Model model = CreateSeeded(node(0), "stats", kLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  const v1::Session on_device = OpenOk(node(0), "stats", ReadOnly());
+  v1::SessionOptions offload = ReadOnly();
+  offload.set_offload_to_cpu(true);
+  const v1::Session on_host = OpenOk(node(0), "stats", offload);
+  for (int n = 0; n < kNodes; ++n) {
+    absl::StatusOr<v1::TensorStatsResponse> device_stats =
+        node(n).TensorStats(on_device.id(), {"layers.0.attn.w"}, false, 8);
+    absl::StatusOr<v1::TensorStatsResponse> host_stats =
+        node(n).TensorStats(on_host.id(), {"layers.0.attn.w"}, false, 8);
+    ASSERT_TRUE(device_stats.ok()) << device_stats.status();
+    ASSERT_TRUE(host_stats.ok()) << host_stats.status();
+    const std::vector<float> values = SeededFloats("layers.0.attn.w", 25);
+    const v1::TensorStats& stats = device_stats->tensors(0);
+    EXPECT_EQ(stats.min(), *std::min_element(values.begin(), values.end()));
+    EXPECT_EQ(stats.max(), *std::max_element(values.begin(), values.end()));
+    EXPECT_EQ(stats.histogram().counts_size(), 8);
+    // The same numbers as the host's, the sums up to their order (a GPU
+    // adds in another order than the CPU).
+    const v1::TensorStats& host = host_stats->tensors(0);
+    EXPECT_EQ(stats.min(), host.min());
+    EXPECT_EQ(stats.max(), host.max());
+    EXPECT_EQ(stats.nan_count(), host.nan_count());
+    EXPECT_EQ(stats.inf_count(), host.inf_count());
+    EXPECT_EQ(stats.histogram().SerializeAsString(),
+              host.histogram().SerializeAsString());
+    EXPECT_NEAR(stats.mean(), host.mean(), 1e-12 * std::abs(host.mean()));
+    EXPECT_NEAR(stats.l2_norm(), host.l2_norm(), 1e-12 * host.l2_norm());
+  }
+  CloseOk(node(0), on_device.id());
+  CloseOk(node(0), on_host.id());
+}
+
+// A device copy cannot be mapped into a client on the host; the refusal
+// says how to get a mappable one.
+TEST_F(DeviceCopiesTest, MapSessionOfADeviceCopyIsRefusedWithTheWayOut) {
+  CreateSeeded(node(0), "map", kLayout, v1::SHARDING_STRATEGY_FULL_SHARD);
+  const v1::Session session = OpenOk(node(0), "map", ReadOnly());
+  absl::StatusOr<client::MappedSession> mapped =
+      node(0).MapSession(session.id());
+  ASSERT_FALSE(mapped.ok());
+  EXPECT_EQ(mapped.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(mapped.status().message().find("offload_to_cpu"),
+            std::string::npos)
+      << mapped.status();
+  CloseOk(node(0), session.id());
+}
+
+}  // namespace
+}  // namespace summon::tests
