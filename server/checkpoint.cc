@@ -81,12 +81,13 @@ absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path,
                                        const core::ModelSpec& model,
                                        const std::vector<int>& ranks,
                                        const core::ShardAddress& shard,
-                                       bool convert) {
+                                       bool convert,
+                                       const FileAdmission& admit) {
   if (absl::Status checked = CheckRanks(model, ranks); !checked.ok()) {
     return checked;
   }
   absl::StatusOr<SafetensorsCheckpoint> checkpoint =
-      OpenSafetensorsCheckpoint(path);
+      OpenSafetensorsCheckpoint(path, admit);
   if (!checkpoint.ok()) return checkpoint.status();
   std::map<std::string, std::vector<std::string>> aliases_of;
   for (const auto& [alias, primary] : model.aliases) {
@@ -226,11 +227,18 @@ absl::Status Fsync(const ScopedFd& fd, const std::string& path) {
   return absl::OkStatus();
 }
 
-// Creates (or truncates a stale) `file.temp_path`, sized to the whole file
-// with `file.head` at its start, and fsyncs it.
+// Creates `file.temp_path` afresh, sized to the whole file with `file.head`
+// at its start, and fsyncs it. Whatever had the name (a stale temporary, or
+// a symlink planted at this predictable name to make the daemon write
+// elsewhere) is unlinked, never followed: O_EXCL creates a new file or
+// fails, even if something is planted again in between.
 absl::Status CreateDurably(const PlannedCheckpointFile& file) {
-  absl::StatusOr<ScopedFd> fd =
-      OpenFile(file.temp_path, O_WRONLY | O_CREAT | O_TRUNC);
+  if (::unlink(file.temp_path.c_str()) != 0 && errno != ENOENT) {
+    return absl::ErrnoToStatus(errno,
+                               absl::StrCat("unlink ", file.temp_path));
+  }
+  absl::StatusOr<ScopedFd> fd = OpenFile(
+      file.temp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW);
   if (!fd.ok()) return fd.status();
   if (::ftruncate(fd->get(), file.size) != 0) {
     return absl::ErrnoToStatus(errno,
@@ -249,7 +257,7 @@ absl::Status CreateDurably(const PlannedCheckpointFile& file) {
 // the size): a node that planned another model or metadata would put its
 // bytes in the wrong places.
 absl::StatusOr<ScopedFd> OpenCreated(const PlannedCheckpointFile& file) {
-  absl::StatusOr<ScopedFd> fd = OpenFile(file.temp_path, O_RDWR);
+  absl::StatusOr<ScopedFd> fd = OpenFile(file.temp_path, O_RDWR | O_NOFOLLOW);
   if (!fd.ok()) return fd;
   std::string head(file.head.size(), '\0');
   if (!PreadFully(fd->get(), head.data(), static_cast<int64_t>(head.size()), 0)

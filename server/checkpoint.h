@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "core/model_spec.h"
 #include "core/plan.h"
+#include "server/safetensors.h"
 
 namespace summon::server {
 
@@ -40,11 +41,13 @@ inline constexpr int64_t kDefaultMaxCheckpointFileBytes = int64_t{2} << 30;
 // floating tensor of another dtype than its parameter is converted while it
 // is read (round to nearest even) instead of refused. Returns the tensor
 // bytes read from the files.
+// `admit` vets every file opened (FileAdmission in safetensors.h).
 absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path,
                                        const core::ModelSpec& model,
                                        const std::vector<int>& ranks,
                                        const core::ShardAddress& shard,
-                                       bool convert = false);
+                                       bool convert = false,
+                                       const FileAdmission& admit = nullptr);
 
 struct SavedCheckpoint {
   std::vector<std::string> files;  // Paths written; an index comes last.
@@ -200,7 +203,8 @@ absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
     core::Strategy strategy, bool use_orig_params,
     NonFloatingTensors non_floating = NonFloatingTensors::kReject,
     const std::string& skip = "",
-    std::optional<core::DType> cast_to = std::nullopt);
+    std::optional<core::DType> cast_to = std::nullopt,
+    const FileAdmission& admit = nullptr);
 
 }  // namespace summon::server
 

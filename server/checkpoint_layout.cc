@@ -101,7 +101,7 @@ absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
     const std::string& path, const std::vector<std::string>& wrap_patterns,
     core::Strategy strategy, bool use_orig_params,
     NonFloatingTensors non_floating, const std::string& skip,
-    std::optional<core::DType> cast_to) {
+    std::optional<core::DType> cast_to, const FileAdmission& admit) {
   std::unique_ptr<NamePattern> skipped;
   if (!skip.empty()) {
     absl::StatusOr<std::unique_ptr<NamePattern>> compiled =
@@ -125,7 +125,7 @@ absl::StatusOr<std::string> LayoutJsonFromCheckpoint(
     patterns.push_back(*std::move(parts));
   }
   absl::StatusOr<SafetensorsCheckpoint> checkpoint =
-      OpenSafetensorsCheckpoint(path);
+      OpenSafetensorsCheckpoint(path, admit);
   if (!checkpoint.ok()) return checkpoint.status();
 
   std::vector<std::string> non_floating_names;

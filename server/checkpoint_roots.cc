@@ -61,4 +61,25 @@ absl::StatusOr<std::string> CheckpointRoots::Resolve(
       absl::StrJoin(roots_, ", ")));
 }
 
+FileAdmission CheckpointRoots::Admission() const {
+  return [roots = roots_](int fd, const std::string& path) -> absl::Status {
+    std::error_code error;
+    const fs::path landed =
+        fs::read_symlink(absl::StrCat("/proc/self/fd/", fd), error);
+    if (error) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot tell where checkpoint file '", path,
+          "' lies (/proc/self/fd unreadable), so it is not read"));
+    }
+    for (const std::string& root : roots) {
+      if (IsBeneath(landed.string(), root)) return absl::OkStatus();
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "checkpoint file '", path,
+        "' leads outside the checkpoint roots (--checkpoint-root) through a "
+        "symlink: ",
+        absl::StrJoin(roots, ", ")));
+  };
+}
+
 }  // namespace summon::server

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/safetensors.h"
 #include "absl/strings/string_view.h"
 
 namespace summon::server {
@@ -25,6 +26,13 @@ class CheckpointRoots {
   // symlink followed, it lands outside every root; FAILED_PRECONDITION when
   // no root is configured. Returns the resolved absolute path.
   absl::StatusOr<std::string> Resolve(absl::string_view path) const;
+
+  // Vets a file a checkpoint load opened (FileAdmission): where the open
+  // actually landed (the descriptor's path, every symlink followed, even one
+  // swapped in after Resolve or named by an index) must lie beneath a root.
+  // PERMISSION_DENIED otherwise, naming the path asked for, not where it
+  // led; fails closed when the landing place cannot be read.
+  FileAdmission Admission() const;
 
   const std::vector<std::string>& roots() const { return roots_; }
 

@@ -290,7 +290,9 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::CreateFromCheckpoint(
     const std::vector<std::string>& wrap_patterns, core::Strategy strategy,
     bool use_orig_params, int64_t* bytes_read) {
   absl::StatusOr<std::string> layout =
-      LayoutJsonFromCheckpoint(path, wrap_patterns, strategy, use_orig_params);
+      LayoutJsonFromCheckpoint(path, wrap_patterns, strategy, use_orig_params,
+                               NonFloatingTensors::kReject, "", std::nullopt,
+                               options_.checkpoint_admission);
   if (!layout.ok()) return layout.status();
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       Create(name, *layout, strategy, ModelInit{}, {}, ModelInit{});
@@ -540,7 +542,8 @@ absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
   if (!shards.ok()) return shards.status();
   absl::StatusOr<int64_t> bytes = server::LoadCheckpoint(
       path, model.spec, model.local_ranks,
-      [&](int rank, int unit) { return shards->Shard(rank, unit); }, convert);
+      [&](int rank, int unit) { return shards->Shard(rank, unit); }, convert,
+      options_.checkpoint_admission);
   if (!bytes.ok()) return bytes.status();
   if (absl::Status flushed = shards->Flush(); !flushed.ok()) return flushed;
   for (size_t u = 0; u < model.runtime.units.size(); ++u) {

@@ -97,6 +97,9 @@ class ModelRegistry {
     // Device placement of every model's shards (summond --device); null:
     // host shared memory. Not owned; outlives the registry.
     const ShardMemoryProvider* device = nullptr;
+    // Vets every file a checkpoint load opens (the daemon's: beneath a
+    // checkpoint root, CheckpointRoots::Admission); null: any file.
+    FileAdmission checkpoint_admission;
   };
 
   explicit ModelRegistry(Options options);

@@ -212,14 +212,22 @@ absl::Status CheckNoOverlap(const std::vector<SafetensorsEntry>& entries) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ScopedFd> OpenForReading(const std::string& path) {
+absl::StatusOr<ScopedFd> OpenForReading(const std::string& path,
+                                        const FileAdmission& admit = nullptr) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("open ", path));
-  return ScopedFd(fd);
+  ScopedFd opened(fd);
+  if (admit != nullptr) {
+    if (absl::Status admitted = admit(opened.get(), path); !admitted.ok()) {
+      return admitted;
+    }
+  }
+  return opened;
 }
 
-absl::StatusOr<SafetensorsFile> OpenSafetensorsFile(const std::string& path) {
-  absl::StatusOr<ScopedFd> fd = OpenForReading(path);
+absl::StatusOr<SafetensorsFile> OpenSafetensorsFile(
+    const std::string& path, const FileAdmission& admit) {
+  absl::StatusOr<ScopedFd> fd = OpenForReading(path, admit);
   if (!fd.ok()) return fd.status();
   absl::StatusOr<SafetensorsHeader> header =
       ReadSafetensorsHeader(fd->get(), path);
@@ -227,8 +235,9 @@ absl::StatusOr<SafetensorsFile> OpenSafetensorsFile(const std::string& path) {
   return SafetensorsFile{path, *std::move(fd), *std::move(header)};
 }
 
-absl::StatusOr<std::string> ReadIndexFile(const std::string& path) {
-  absl::StatusOr<ScopedFd> fd = OpenForReading(path);
+absl::StatusOr<std::string> ReadIndexFile(const std::string& path,
+                                          const FileAdmission& admit) {
+  absl::StatusOr<ScopedFd> fd = OpenForReading(path, admit);
   if (!fd.ok()) return fd.status();
   struct stat info;
   if (::fstat(fd->get(), &info) != 0) {
@@ -251,8 +260,8 @@ absl::StatusOr<std::string> ReadIndexFile(const std::string& path) {
 // model-00001-of-... comes first) and checks each tensor is where the index
 // says.
 absl::StatusOr<SafetensorsCheckpoint> OpenIndexedCheckpoint(
-    const std::string& index_path) {
-  absl::StatusOr<std::string> text = ReadIndexFile(index_path);
+    const std::string& index_path, const FileAdmission& admit) {
+  absl::StatusOr<std::string> text = ReadIndexFile(index_path, admit);
   if (!text.ok()) return text.status();
   absl::StatusOr<SafetensorsIndex> index = ParseSafetensorsIndex(*text);
   if (!index.ok()) return Labelled(index_path, index.status());
@@ -263,7 +272,7 @@ absl::StatusOr<SafetensorsCheckpoint> OpenIndexedCheckpoint(
   for (auto& [file, number] : file_numbers) {
     number = static_cast<int>(checkpoint.files.size());
     absl::StatusOr<SafetensorsFile> opened =
-        OpenSafetensorsFile((directory / file).string());
+        OpenSafetensorsFile((directory / file).string(), admit);
     if (!opened.ok()) return opened.status();
     checkpoint.files.push_back(*std::move(opened));
   }
@@ -289,8 +298,8 @@ absl::StatusOr<SafetensorsCheckpoint> OpenIndexedCheckpoint(
 }
 
 absl::StatusOr<SafetensorsCheckpoint> OpenSingleFileCheckpoint(
-    const std::string& path) {
-  absl::StatusOr<SafetensorsFile> opened = OpenSafetensorsFile(path);
+    const std::string& path, const FileAdmission& admit) {
+  absl::StatusOr<SafetensorsFile> opened = OpenSafetensorsFile(path, admit);
   if (!opened.ok()) return opened.status();
   SafetensorsCheckpoint checkpoint;
   checkpoint.files.push_back(*std::move(opened));
@@ -302,7 +311,7 @@ absl::StatusOr<SafetensorsCheckpoint> OpenSingleFileCheckpoint(
 
 // Resolves the path forms of the header comment in safetensors.h.
 absl::StatusOr<SafetensorsCheckpoint> OpenCheckpointFiles(
-    const std::string& path) {
+    const std::string& path, const FileAdmission& admit) {
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
   if (status.type() == fs::file_type::not_found) {
@@ -314,7 +323,9 @@ absl::StatusOr<SafetensorsCheckpoint> OpenCheckpointFiles(
   }
   if (fs::is_directory(status)) {
     const fs::path index = fs::path(path) / std::string(kSafetensorsIndexName);
-    if (fs::exists(index, error)) return OpenIndexedCheckpoint(index.string());
+    if (fs::exists(index, error)) {
+      return OpenIndexedCheckpoint(index.string(), admit);
+    }
     std::vector<std::string> candidates;
     for (fs::directory_iterator it(path, error), end; !error && it != end;
          it.increment(error)) {
@@ -331,10 +342,10 @@ absl::StatusOr<SafetensorsCheckpoint> OpenCheckpointFiles(
           " and ", candidates.size(),
           " .safetensors files (without an index exactly one is needed)"));
     }
-    return OpenSingleFileCheckpoint(candidates[0]);
+    return OpenSingleFileCheckpoint(candidates[0], admit);
   }
-  if (absl::EndsWith(path, ".json")) return OpenIndexedCheckpoint(path);
-  return OpenSingleFileCheckpoint(path);
+  if (absl::EndsWith(path, ".json")) return OpenIndexedCheckpoint(path, admit);
+  return OpenSingleFileCheckpoint(path, admit);
 }
 
 }  // namespace
@@ -560,8 +571,9 @@ std::string SerializeSafetensorsIndex(const SafetensorsIndex& index,
 }
 
 absl::StatusOr<SafetensorsCheckpoint> OpenSafetensorsCheckpoint(
-    const std::string& path) {
-  absl::StatusOr<SafetensorsCheckpoint> checkpoint = OpenCheckpointFiles(path);
+    const std::string& path, const FileAdmission& admit) {
+  absl::StatusOr<SafetensorsCheckpoint> checkpoint =
+      OpenCheckpointFiles(path, admit);
   if (!checkpoint.ok()) return checkpoint.status();
   std::stable_sort(
       checkpoint->tensors.begin(), checkpoint->tensors.end(),

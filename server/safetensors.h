@@ -153,8 +153,14 @@ struct SafetensorsCheckpoint {
 // by file name, then data offset. NOT_FOUND when `path`, or a file its index
 // names, does not exist; INVALID_ARGUMENT, naming the file, for anything
 // malformed.
+// Asked about each file a checkpoint load opens, right after opening it and
+// before reading from it; a non-OK status refuses the file and the load. The
+// daemon's (CheckpointRoots::Admission) checks that the opened file lies
+// beneath a checkpoint root, whatever symlinks led there. Null: any file.
+using FileAdmission =
+    std::function<absl::Status(int fd, const std::string& path)>;
 absl::StatusOr<SafetensorsCheckpoint> OpenSafetensorsCheckpoint(
-    const std::string& path);
+    const std::string& path, const FileAdmission& admit = nullptr);
 
 // Positional I/O on safetensors files: loops over short transfers and EINTR.
 // PreadFully returns INVALID_ARGUMENT when the file ends first (a file

@@ -87,9 +87,18 @@ SummonServer::SummonServer(Spec spec,
   const auth::Authorizer* authorizer = &security_->authorizer();
   const int nodes = static_cast<int>(std::max<size_t>(1, spec_.nodes.size()));
   core::Topology topology{nodes, spec_.local_ranks};
-  registry_ = std::make_unique<ModelRegistry>(
-      ModelRegistry::Options{spec_.data_dir, InstanceForDataDir(spec_.data_dir),
-                             topology, spec_.node_rank, spec_.device.get()});
+  std::vector<std::string> checkpoint_roots = spec_.checkpoint_roots;
+  if (checkpoint_roots.empty() && !spec_.data_dir.empty()) {
+    const std::filesystem::path root =
+        std::filesystem::path(spec_.data_dir) / "checkpoints";
+    std::error_code error;
+    std::filesystem::create_directories(root, error);
+    checkpoint_roots.push_back(root.string());
+  }
+  registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
+      spec_.data_dir, InstanceForDataDir(spec_.data_dir), topology,
+      spec_.node_rank, spec_.device.get(),
+      CheckpointRoots(checkpoint_roots).Admission()});
   SessionManager::Options session_options;
   session_options.memory_budget_bytes = spec_.memory_budget_bytes;
   // R12: --admins and principals the tokens file makes admin.
@@ -127,14 +136,6 @@ SummonServer::SummonServer(Spec spec,
   TrainerLeases::Options trainer_options;
   trainer_options.data_dir = spec_.data_dir;
   trainers_ = std::make_unique<TrainerLeases>(registry_.get(), trainer_options);
-  std::vector<std::string> checkpoint_roots = spec_.checkpoint_roots;
-  if (checkpoint_roots.empty() && !spec_.data_dir.empty()) {
-    const std::filesystem::path root =
-        std::filesystem::path(spec_.data_dir) / "checkpoints";
-    std::error_code error;
-    std::filesystem::create_directories(root, error);
-    checkpoint_roots.push_back(root.string());
-  }
   if (spec_.map_sessions) {
     // Without the broker (no Unix sockets here) clients read through
     // ReadTensor; MapSession says so.

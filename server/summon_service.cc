@@ -177,7 +177,8 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
     absl::StatusOr<std::string> layout = LayoutJsonFromCheckpoint(
         path, {rule.unit_prefixes().begin(), rule.unit_prefixes().end()},
         strategy, rule.has_use_orig_params() ? rule.use_orig_params() : true,
-        NonFloatingTensors::kReject, request->skip(), cast_to);
+        NonFloatingTensors::kReject, request->skip(), cast_to,
+        checkpoint_roots_.Admission());
     if (!layout.ok()) return ToGrpcStatus(layout.status());
     v1::CreateModelRequest create;
     create.set_name(request->model());

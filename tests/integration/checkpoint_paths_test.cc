@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -90,6 +91,56 @@ TEST_F(CheckpointPathsTest, R20_ProbesOfOtherFilesLearnNothing) {
   // "password" as a little-endian number, what the old message printed.
   EXPECT_FALSE(absl::StrContains(inside.error_message(), "8316866959935"))
       << inside.error_message();
+}
+
+// A sharded checkpoint inside the root whose index names a file that is a
+// symlink to a checkpoint outside every root: the load opens files only
+// beneath the roots, so it is refused and the model is not created.
+TEST_F(CheckpointPathsTest, R20_IndexedFilesDoNotLeadOutOfTheRoot) {
+  StartServer(2);
+  CreateSeeded("m");
+  ASSERT_TRUE(Save("sharded").ok());
+  const fs::path shard = Root() / "sharded" / "model-00001-of-00001.safetensors";
+  ASSERT_TRUE(fs::exists(shard));
+  const fs::path outside = fs::path(data_dir_) / "outside.safetensors";
+  fs::rename(shard, outside);
+  fs::create_symlink(outside, shard);
+  grpc::Status escaped = Load("escaped", "sharded");
+  EXPECT_CODE(escaped, PERMISSION_DENIED);
+  EXPECT_TRUE(absl::StrContains(escaped.error_message(), "checkpoint root"))
+      << escaped.error_message();
+  EXPECT_CODE(Load("escaped", "sharded"), PERMISSION_DENIED);
+  // The same file moved back beneath the root, through a symlink that stays
+  // inside (as a Hugging Face cache's snapshot links into its blobs), loads.
+  const fs::path blob = Root() / "blobs" / "shard.safetensors";
+  fs::create_directories(blob.parent_path());
+  fs::rename(outside, blob);
+  fs::remove(shard);
+  fs::create_symlink(blob, shard);
+  EXPECT_TRUE(Load("inside", "sharded").ok());
+}
+
+// A symlink planted at the name a save writes to first (the final name plus
+// ".summon-partial") is replaced, never followed: the file it points at
+// outside the root keeps its bytes.
+TEST_F(CheckpointPathsTest, R20_APlantedTemporaryNameIsNotFollowed) {
+  StartServer(2);
+  CreateSeeded("m");
+  const fs::path precious = fs::path(data_dir_) / "precious.txt";
+  std::ofstream(precious) << "precious bytes\n";
+  fs::create_symlink(precious, Root() / "m.safetensors.summon-partial");
+  fs::create_directories(Root() / "dir");
+  fs::create_symlink(precious,
+                     Root() / "dir" / "model-00001-of-00001.safetensors"
+                                      ".summon-partial");
+  EXPECT_TRUE(Save("m.safetensors").ok());
+  EXPECT_TRUE(Save("dir", /*overwrite=*/true).ok());
+  std::ifstream in(precious);
+  const std::string kept((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, "precious bytes\n");
+  EXPECT_TRUE(Load("back", "m.safetensors").ok());
+  EXPECT_TRUE(Load("back-dir", "dir").ok());
 }
 
 }  // namespace
