@@ -99,7 +99,7 @@ class ModelRegistry {
     const ShardMemoryProvider* device = nullptr;
     // Vets every file a checkpoint load opens (the daemon's: beneath a
     // checkpoint root, CheckpointRoots::Admission); null: any file.
-    FileAdmission checkpoint_admission;
+    FileAdmission checkpoint_admission = nullptr;
   };
 
   explicit ModelRegistry(Options options);

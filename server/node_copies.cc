@@ -96,32 +96,17 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
   // (which guards the private copies and writes) is not needed to read them.
   if (immutable) copy_lock.Release();
   std::string chunk;
-  std::vector<uint8_t> from_device;
   int64_t done = 0;
-  do {
-    const int64_t n = std::min(per_chunk, count - done);
-    const uint8_t* in = nullptr;
-    if (data != nullptr) {
-      in = data + (offset + done) * in_size;
-    } else {
-      from_device.resize(static_cast<size_t>(n * in_size));
-      if (absl::Status status = copy.CopyOut(
-              grad, info.buffer_offset + (offset + done) * in_size,
-              from_device.data(), n * in_size);
-          !status.ok()) {
-        return status;
-      }
-      in = from_device.data();
-    }
-    // Without a conversion the sink reads the copy itself, not a chunk
-    // copied from it (under copy.mu unless pinned).
+  // Hands `n` elements at `in` (the stored dtype) to the sink, converted
+  // when asked. Without a conversion the sink reads the bytes in place (the
+  // copy itself, under copy.mu unless pinned).
+  auto deliver = [&](const uint8_t* in, int64_t n) -> absl::Status {
     absl::string_view bytes(reinterpret_cast<const char*>(in),
                             static_cast<size_t>(n * out_size));
     if (dtype != info.dtype) {
       chunk.resize(bytes.size());
-      if (absl::Status status = core::ConvertElements(
-              info.dtype, reinterpret_cast<const uint8_t*>(bytes.data()), dtype,
-              chunk.data(), n);
+      if (absl::Status status =
+              core::ConvertElements(info.dtype, in, dtype, chunk.data(), n);
           !status.ok()) {
         return status;
       }
@@ -131,6 +116,26 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
       return absl::CancelledError("reader went away");
     }
     done += n;
+    return absl::OkStatus();
+  };
+  if (data == nullptr && count > 0) {
+    // The shared copy is in device memory: it streams to the host chunk by
+    // chunk (through two pinned chunks on a GPU, double-buffered).
+    const ShardMemory& memory =
+        grad ? *copy.device_grads : *copy.device_params;
+    return memory.ReadChunks(
+        info.buffer_offset + offset * in_size, count * in_size,
+        per_chunk * in_size, [&](const uint8_t* in, int64_t bytes) {
+          return deliver(in, bytes / in_size);
+        });
+  }
+  do {
+    const int64_t n = std::min(per_chunk, count - done);
+    if (absl::Status status =
+            deliver(data == nullptr ? nullptr : data + (offset + done) * in_size, n);
+        !status.ok()) {
+      return status;
+    }
   } while (done < count);
   return absl::OkStatus();
 }

@@ -1,5 +1,6 @@
 #include "server/shard_memory.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -34,6 +35,36 @@ absl::Status CheckCopyRanges(const ShardMemory& from, int64_t from_offset,
     return status;
   }
   return CheckShardRange(offset, bytes, to.size());
+}
+
+absl::Status ShardMemory::ReadChunks(int64_t offset, int64_t bytes,
+                                     int64_t chunk_bytes,
+                                     const ChunkSink& sink) const {
+  if (chunk_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunks need a positive size, got ", chunk_bytes));
+  }
+  if (absl::Status status = CheckShardRange(offset, bytes, size());
+      !status.ok()) {
+    return status;
+  }
+  std::vector<uint8_t> chunk;
+  for (int64_t done = 0; done < bytes; done += chunk_bytes) {
+    const int64_t n = std::min(chunk_bytes, bytes - done);
+    const uint8_t* data = nullptr;
+    if (host() != nullptr) {
+      data = host() + offset + done;
+    } else {
+      chunk.resize(static_cast<size_t>(n));
+      if (absl::Status status = Read(offset + done, chunk.data(), n);
+          !status.ok()) {
+        return status;
+      }
+      data = chunk.data();
+    }
+    if (absl::Status status = sink(data, n); !status.ok()) return status;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TensorStatistics> ShardMemory::Statistics(int64_t offset,

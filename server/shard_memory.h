@@ -2,6 +2,7 @@
 #define SUMMON_SERVER_SHARD_MEMORY_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,19 @@ class ShardMemory {
                         int64_t bytes) {
     return CopyRange(from, offset, offset, bytes);
   }
+  // [offset, offset + bytes) to the host in order, in chunks of at most
+  // `chunk_bytes` (every chunk full but the last), each handed to `sink`
+  // (valid during the call); a sink error stops the transfer and is
+  // returned. This default reads each chunk with Read into one host buffer
+  // (host memory: the chunks are the memory itself); CUDA memory streams
+  // through two pinned chunks, the next one copying while the sink takes
+  // this one. OUT_OF_RANGE beyond the memory, INVALID_ARGUMENT for
+  // chunk_bytes <= 0.
+  using ChunkSink =
+      std::function<absl::Status(const uint8_t* data, int64_t bytes)>;
+  virtual absl::Status ReadChunks(int64_t offset, int64_t bytes,
+                                  int64_t chunk_bytes,
+                                  const ChunkSink& sink) const;
   // ComputeTensorStatistics of `numel` elements of `dtype` at `offset`,
   // computed where the bytes are: this default reads host memory in place
   // and copies other memory to the host first; CUDA memory runs kernels on

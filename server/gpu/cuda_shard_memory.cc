@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
+#include <mutex>
 #include <utility>
 
 #include "absl/memory/memory.h"
@@ -9,6 +11,7 @@
 #include "server/gpu/cuda_status.h"
 #include "server/gpu/device_buffer.h"
 #include "server/gpu/device_stats.h"
+#include "server/gpu/pinned_streamer.h"
 
 namespace summon::server::gpu {
 namespace {
@@ -61,6 +64,36 @@ class CudaShardMemory final : public ShardMemory {
     return ComputeDeviceTensorStatistics(
         dtype, static_cast<const uint8_t*>(data()) + offset, numel, bins);
   }
+  // Device to host through two pinned chunks (PinnedStreamer): the next
+  // chunk copies while the sink (a gRPC stream) takes this one. The
+  // allocation keeps one streamer for its reads; a read that finds it busy
+  // pins a pair of its own for the call.
+  absl::Status ReadChunks(int64_t offset, int64_t bytes, int64_t chunk_bytes,
+                          const ChunkSink& sink) const override {
+    if (chunk_bytes <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunks need a positive size, got ", chunk_bytes));
+    }
+    if (absl::Status status = CheckShardRange(offset, bytes, size());
+        !status.ok()) {
+      return status;
+    }
+    if (bytes == 0) return absl::OkStatus();
+    std::unique_lock<std::mutex> kept(streamer_mu_, std::try_to_lock);
+    std::unique_ptr<PinnedStreamer> own;
+    std::unique_ptr<PinnedStreamer>& streamer = kept.owns_lock() ? streamer_ : own;
+    if (streamer == nullptr || streamer->chunk_bytes() != chunk_bytes) {
+      absl::StatusOr<std::unique_ptr<PinnedStreamer>> created =
+          PinnedStreamer::Create(device(), chunk_bytes);
+      if (!created.ok()) return created.status();
+      streamer = *std::move(created);
+    }
+    return streamer->Read(
+        static_cast<const uint8_t*>(data()) + offset, bytes,
+        [&](const char* chunk, int64_t n) {
+          return sink(reinterpret_cast<const uint8_t*>(chunk), n);
+        });
+  }
   absl::StatusOr<std::string> IpcHandle() const override {
     return buffer_->IpcHandle();
   }
@@ -69,6 +102,8 @@ class CudaShardMemory final : public ShardMemory {
   void* data() const { return buffer_->data(); }
 
   const std::unique_ptr<DeviceBuffer> buffer_;
+  mutable std::mutex streamer_mu_;
+  mutable std::unique_ptr<PinnedStreamer> streamer_;  // Under streamer_mu_.
 };
 
 }  // namespace
