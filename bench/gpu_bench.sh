@@ -2,9 +2,10 @@
 # summon with its shards in device memory beside the GPU anchors, in one run:
 # bench/anchors/nccl_anchor (a raw NCCL all-gather of the same bytes over
 # every visible GPU, and cudaMemcpy device-to-host into pageable and pinned
-# memory), then summon_bench --device cuda on one node with one rank per GPU
-# (open = the shards copied device-to-host into the session's host copy;
-# read; close with writeback = host-to-device staging and a device commit).
+# memory, device to device, and GPU to GPU), then summon_bench --device cuda
+# on one node with one rank per GPU (open = the shards copied device to
+# device into the session's copy on the first GPU; read = pinned chunks to
+# the host; close with writeback = device staging and a device commit).
 #   bench/gpu_bench.sh [DIR holding summon_bench, nccl_anchor and anchor]
 set -euo pipefail
 bin=${1:-bazel-bin/bench}

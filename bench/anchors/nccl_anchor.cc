@@ -1,8 +1,11 @@
 // The GPU anchors bench/gpu_bench.sh prints beside `summon_bench --device
 // cuda`: a raw NCCL all-gather of the same bytes across every visible GPU
 // (one communicator per GPU in this process, in place, bytes/W per rank),
-// and cudaMemcpy device-to-host into warm pageable and pinned host memory,
-// the copy a device-placed summond makes to fill a host session copy.
+// cudaMemcpy device-to-host into warm pageable and pinned host memory (the
+// copy a device-placed summond makes for an offload_to_cpu session copy),
+// and device-to-device on GPU 0 (how it fills a session copy in device
+// memory) and, with two or more GPUs, from GPU 1 to GPU 0 (cudaMemcpyPeer:
+// another GPU's shards into that copy).
 //
 //   nccl_anchor --bytes=268435456 --iters=5
 #include <cuda_runtime.h>
@@ -10,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -78,9 +82,9 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaSetDevice(g));
     CHECK_CUDA(cudaStreamCreate(&streams[g]));
   }
-  std::printf("%14s %12s %10s %12s %10s %12s %10s\n", "bytes",
-              "allgather_ms", "GB/s", "d2h_page_ms", "GB/s", "d2h_pin_ms",
-              "GB/s");
+  std::printf("%14s %12s %10s %12s %10s %12s %10s %10s %10s %11s %10s\n",
+              "bytes", "allgather_ms", "GB/s", "d2h_page_ms", "GB/s",
+              "d2h_pin_ms", "GB/s", "d2d_ms", "GB/s", "peer_ms", "GB/s");
   const int iters = absl::GetFlag(FLAGS_iters);
   for (const std::string& text : absl::GetFlag(FLAGS_bytes)) {
     const size_t bytes = std::strtoull(text.c_str(), nullptr, 10);
@@ -116,10 +120,27 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaMemcpy(pinned, buffers[0], per_rank * gpus,
                             cudaMemcpyDeviceToHost));
     });
+    void* copy = nullptr;
+    CHECK_CUDA(cudaMalloc(&copy, per_rank * gpus));
+    const double d2d = MedianSeconds(iters, [&] {
+      CHECK_CUDA(cudaMemcpy(copy, buffers[0], per_rank * gpus,
+                            cudaMemcpyDeviceToDevice));
+    });
+    // NaN with one GPU: there is no peer.
+    const double peer =
+        gpus < 2 ? std::nan("")
+                 : MedianSeconds(iters, [&] {
+                     CHECK_CUDA(cudaMemcpyPeer(copy, 0, buffers[1], 1,
+                                               per_rank * gpus));
+                   });
     const double gb = static_cast<double>(per_rank * gpus) / 1e9;
-    std::printf("%14zu %12.3f %10.2f %12.3f %10.2f %12.3f %10.2f\n",
-                per_rank * gpus, gather * 1e3, gb / gather, d2h_pageable * 1e3,
-                gb / d2h_pageable, d2h_pinned * 1e3, gb / d2h_pinned);
+    std::printf(
+        "%14zu %12.3f %10.2f %12.3f %10.2f %12.3f %10.2f %10.3f %10.2f %11.3f "
+        "%10.2f\n",
+        per_rank * gpus, gather * 1e3, gb / gather, d2h_pageable * 1e3,
+        gb / d2h_pageable, d2h_pinned * 1e3, gb / d2h_pinned, d2d * 1e3,
+        gb / d2d, peer * 1e3, gb / peer);
+    CHECK_CUDA(cudaFree(copy));
     CHECK_CUDA(cudaFreeHost(pinned));
     for (int g = 0; g < gpus; ++g) {
       CHECK_CUDA(cudaSetDevice(g));
