@@ -27,6 +27,15 @@ absl::Status CheckTensorRange(int64_t offset, core::DType dtype, int64_t numel,
   return CheckShardRange(offset, numel * element, size);
 }
 
+absl::Status CheckChunkedRead(int64_t offset, int64_t bytes,
+                              int64_t chunk_bytes, int64_t size) {
+  if (chunk_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunks need a positive size, got ", chunk_bytes));
+  }
+  return CheckShardRange(offset, bytes, size);
+}
+
 absl::Status CheckCopyRanges(const ShardMemory& from, int64_t from_offset,
                              const ShardMemory& to, int64_t offset,
                              int64_t bytes) {
@@ -40,11 +49,8 @@ absl::Status CheckCopyRanges(const ShardMemory& from, int64_t from_offset,
 absl::Status ShardMemory::ReadChunks(int64_t offset, int64_t bytes,
                                      int64_t chunk_bytes,
                                      const ChunkSink& sink) const {
-  if (chunk_bytes <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunks need a positive size, got ", chunk_bytes));
-  }
-  if (absl::Status status = CheckShardRange(offset, bytes, size());
+  if (absl::Status status =
+          CheckChunkedRead(offset, bytes, chunk_bytes, size());
       !status.ok()) {
     return status;
   }

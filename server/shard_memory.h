@@ -113,6 +113,9 @@ absl::Status CheckShardRange(int64_t offset, int64_t bytes, int64_t size);
 // `size` bytes (Statistics' check).
 absl::Status CheckTensorRange(int64_t offset, core::DType dtype, int64_t numel,
                               int64_t size);
+// ReadChunks' arguments: a positive chunk size and a range within `size`.
+absl::Status CheckChunkedRead(int64_t offset, int64_t bytes,
+                              int64_t chunk_bytes, int64_t size);
 // Both ranges of a CopyRange checked.
 absl::Status CheckCopyRanges(const ShardMemory& from, int64_t from_offset,
                              const ShardMemory& to, int64_t offset,

@@ -70,11 +70,8 @@ class CudaShardMemory final : public ShardMemory {
   // pins a pair of its own for the call.
   absl::Status ReadChunks(int64_t offset, int64_t bytes, int64_t chunk_bytes,
                           const ChunkSink& sink) const override {
-    if (chunk_bytes <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunks need a positive size, got ", chunk_bytes));
-    }
-    if (absl::Status status = CheckShardRange(offset, bytes, size());
+    if (absl::Status status =
+            CheckChunkedRead(offset, bytes, chunk_bytes, size());
         !status.ok()) {
       return status;
     }

@@ -24,21 +24,7 @@ namespace {
 
 using ::summon::client::SummonClient;
 
-// Root unit (an embedding with a tied head, a norm) and two block units,
-// every unit split unevenly over 3 or 4 ranks.
-constexpr char kLayout[] =
-    R"({"strategy": "FULL_SHARD", "use_orig_params": true,
-  "units": [
-    {"fqn": "", "params": [
-      {"fqn": "embed.w", "shape": [9, 4], "dtype": "float32"},
-      {"fqn": "head.w", "alias_of": "embed.w"},
-      {"fqn": "norm.w", "shape": [6], "dtype": "float32"}]},
-    {"fqn": "layers.0", "params": [
-      {"fqn": "layers.0.attn.w", "shape": [5, 5], "dtype": "float32"},
-      {"fqn": "layers.0.attn.b", "shape": [5], "dtype": "float32"},
-      {"fqn": "layers.0.mlp.w", "shape": [3, 7], "dtype": "float32"}]},
-    {"fqn": "layers.1", "params": [
-      {"fqn": "layers.1.w", "shape": [7, 5], "dtype": "float32"}]}]})";
+constexpr const char* kLayout = kUnevenLayout;
 constexpr int kPrimaryParams = 6;
 constexpr int64_t kModelNumel = 36 + 6 + 25 + 5 + 21 + 35;
 // Float32 bytes of every primary parameter, model order.

@@ -15,6 +15,21 @@
 
 namespace summon::tests {
 
+// Root unit (an embedding with a tied head, a norm) and two block units,
+// every unit split unevenly over 3 or 4 ranks: the cluster tests' model.
+inline constexpr char kUnevenLayout[] =
+    R"({"strategy": "FULL_SHARD", "use_orig_params": true,
+  "units": [
+    {"fqn": "", "params": [
+      {"fqn": "embed.w", "shape": [9, 4], "dtype": "float32"},
+      {"fqn": "head.w", "alias_of": "embed.w"},
+      {"fqn": "norm.w", "shape": [6], "dtype": "float32"}]},
+    {"fqn": "layers.0", "params": [
+      {"fqn": "layers.0.attn.w", "shape": [5, 5], "dtype": "float32"},
+      {"fqn": "layers.0.attn.b", "shape": [5], "dtype": "float32"},
+      {"fqn": "layers.0.mlp.w", "shape": [3, 7], "dtype": "float32"}]},
+    {"fqn": "layers.1", "params": [
+      {"fqn": "layers.1.w", "shape": [7, 5], "dtype": "float32"}]}]})";
 inline constexpr uint64_t kSeed = 7;
 inline constexpr uint64_t kGradSeed = 11;
 

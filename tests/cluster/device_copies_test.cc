@@ -30,19 +30,7 @@ namespace {
 
 using ::summon::client::SummonClient;
 
-// Every unit split unevenly over the 4 ranks; a tied alias.
-constexpr char kLayout[] =
-    R"({"strategy": "FULL_SHARD", "use_orig_params": true,
-  "units": [
-    {"fqn": "", "params": [
-      {"fqn": "embed.w", "shape": [9, 4], "dtype": "float32"},
-      {"fqn": "head.w", "alias_of": "embed.w"},
-      {"fqn": "norm.w", "shape": [6], "dtype": "float32"}]},
-    {"fqn": "layers.0", "params": [
-      {"fqn": "layers.0.attn.w", "shape": [5, 5], "dtype": "float32"},
-      {"fqn": "layers.0.mlp.w", "shape": [3, 7], "dtype": "float32"}]},
-    {"fqn": "layers.1", "params": [
-      {"fqn": "layers.1.w", "shape": [7, 5], "dtype": "float32"}]}]})";
+constexpr const char* kLayout = kUnevenLayout;
 constexpr int kNodes = 2;
 constexpr int kLocalRanks = 2;
 constexpr uint64_t kEditSeed = 99;
