@@ -227,19 +227,46 @@ absl::Status Fsync(const ScopedFd& fd, const std::string& path) {
   return absl::OkStatus();
 }
 
+// The directory holding `path`, opened (symlinks in its path followed) and
+// vetted by `admit`: creates and renames go relative to it, so no symlink
+// swapped into the path afterwards redirects them.
+absl::StatusOr<ScopedFd> OpenDirectoryOf(const std::string& path,
+                                         const FileAdmission& admit) {
+  std::string directory = fs::path(path).parent_path().string();
+  if (directory.empty()) directory = ".";
+  absl::StatusOr<ScopedFd> fd = OpenFile(directory, O_RDONLY | O_DIRECTORY);
+  if (!fd.ok() || admit == nullptr) return fd;
+  if (absl::Status admitted = admit(fd->get(), directory); !admitted.ok()) {
+    return admitted;
+  }
+  return fd;
+}
+
+std::string BaseName(const std::string& path) {
+  return fs::path(path).filename().string();
+}
+
 // Creates `file.temp_path` afresh, sized to the whole file with `file.head`
 // at its start, and fsyncs it. Whatever had the name (a stale temporary, or
 // a symlink planted at this predictable name to make the daemon write
 // elsewhere) is unlinked, never followed: O_EXCL creates a new file or
 // fails, even if something is planted again in between.
-absl::Status CreateDurably(const PlannedCheckpointFile& file) {
-  if (::unlink(file.temp_path.c_str()) != 0 && errno != ENOENT) {
+absl::Status CreateDurably(const PlannedCheckpointFile& file,
+                           const FileAdmission& admit) {
+  absl::StatusOr<ScopedFd> directory = OpenDirectoryOf(file.temp_path, admit);
+  if (!directory.ok()) return directory.status();
+  const std::string name = BaseName(file.temp_path);
+  if (::unlinkat(directory->get(), name.c_str(), 0) != 0 && errno != ENOENT) {
     return absl::ErrnoToStatus(errno,
                                absl::StrCat("unlink ", file.temp_path));
   }
-  absl::StatusOr<ScopedFd> fd = OpenFile(
-      file.temp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW);
-  if (!fd.ok()) return fd.status();
+  const int created =
+      ::openat(directory->get(), name.c_str(),
+               O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (created < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("create ", file.temp_path));
+  }
+  absl::StatusOr<ScopedFd> fd = ScopedFd(created);
   if (::ftruncate(fd->get(), file.size) != 0) {
     return absl::ErrnoToStatus(errno,
                                absl::StrCat("ftruncate ", file.temp_path));
@@ -256,9 +283,16 @@ absl::Status CreateDurably(const PlannedCheckpointFile& file) {
 // starts with the header this node planned (which fixes every offset and
 // the size): a node that planned another model or metadata would put its
 // bytes in the wrong places.
-absl::StatusOr<ScopedFd> OpenCreated(const PlannedCheckpointFile& file) {
+absl::StatusOr<ScopedFd> OpenCreated(const PlannedCheckpointFile& file,
+                                     const FileAdmission& admit) {
   absl::StatusOr<ScopedFd> fd = OpenFile(file.temp_path, O_RDWR | O_NOFOLLOW);
   if (!fd.ok()) return fd;
+  if (admit != nullptr) {
+    if (absl::Status admitted = admit(fd->get(), file.temp_path);
+        !admitted.ok()) {
+      return admitted;
+    }
+  }
   std::string head(file.head.size(), '\0');
   if (!PreadFully(fd->get(), head.data(), static_cast<int64_t>(head.size()), 0)
            .ok() ||
@@ -280,7 +314,7 @@ absl::StatusOr<int64_t> WriteSlices(const CheckpointFiles& plan,
   std::vector<ScopedFd> fds;
   fds.reserve(plan.files.size());
   for (const PlannedCheckpointFile& file : plan.files) {
-    absl::StatusOr<ScopedFd> fd = OpenCreated(file);
+    absl::StatusOr<ScopedFd> fd = OpenCreated(file, plan.admit);
     if (!fd.ok()) return fd.status();
     fds.push_back(*std::move(fd));
   }
@@ -319,8 +353,12 @@ absl::StatusOr<int64_t> WriteSlices(const CheckpointFiles& plan,
 }
 
 absl::Status RenameIntoPlace(const PlannedCheckpointFile& file,
+                             const FileAdmission& admit,
                              SavedCheckpoint& saved) {
-  if (::rename(file.temp_path.c_str(), file.path.c_str()) != 0) {
+  absl::StatusOr<ScopedFd> directory = OpenDirectoryOf(file.path, admit);
+  if (!directory.ok()) return directory.status();
+  if (::renameat(directory->get(), BaseName(file.temp_path).c_str(),
+                 directory->get(), BaseName(file.path).c_str()) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("rename ", file.temp_path));
   }
   saved.files.push_back(file.path);
@@ -341,7 +379,7 @@ absl::Status SyncDirectory(const std::string& directory) {
 absl::StatusOr<CheckpointFiles> PlanCheckpoint(
     const std::string& path, const core::ModelSpec& model,
     const std::map<std::string, std::string>& metadata,
-    int64_t max_file_bytes) {
+    int64_t max_file_bytes, const FileAdmission& admit) {
   if (max_file_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_file_bytes must be >= 1, got ", max_file_bytes));
@@ -354,6 +392,7 @@ absl::StatusOr<CheckpointFiles> PlanCheckpoint(
                                         : max_file_bytes);
 
   CheckpointFiles plan;
+  plan.admit = admit;
   plan.directory = single_file ? fs::path(path).parent_path().string() : path;
   SafetensorsIndex index;
   index.metadata = file_metadata;
@@ -404,7 +443,8 @@ absl::Status CreateCheckpointFiles(const CheckpointFiles& plan) {
     }
   }
   for (const PlannedCheckpointFile& file : plan.files) {
-    if (absl::Status created = CreateDurably(file); !created.ok()) {
+    if (absl::Status created = CreateDurably(file, plan.admit);
+        !created.ok()) {
       return created;
     }
   }
@@ -428,15 +468,17 @@ absl::StatusOr<SavedCheckpoint> CommitCheckpointFiles(
   // filesystem only the writing node can flush its own writes).
   SavedCheckpoint saved;
   for (const PlannedCheckpointFile& file : plan.files) {
-    if (absl::Status renamed = RenameIntoPlace(file, saved); !renamed.ok()) {
+    if (absl::Status renamed = RenameIntoPlace(file, plan.admit, saved);
+        !renamed.ok()) {
       return renamed;
     }
   }
   if (plan.index.has_value()) {
-    if (absl::Status created = CreateDurably(*plan.index); !created.ok()) {
+    if (absl::Status created = CreateDurably(*plan.index, plan.admit);
+        !created.ok()) {
       return created;
     }
-    if (absl::Status renamed = RenameIntoPlace(*plan.index, saved);
+    if (absl::Status renamed = RenameIntoPlace(*plan.index, plan.admit, saved);
         !renamed.ok()) {
       return renamed;
     }
@@ -458,9 +500,9 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpoint(
     const std::string& path, const core::ModelSpec& model,
     const std::vector<int>& ranks, const core::ShardAddress& shard,
     const std::map<std::string, std::string>& metadata,
-    int64_t max_file_bytes) {
+    int64_t max_file_bytes, const FileAdmission& admit) {
   absl::StatusOr<CheckpointFiles> plan =
-      PlanCheckpoint(path, model, metadata, max_file_bytes);
+      PlanCheckpoint(path, model, metadata, max_file_bytes, admit);
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::vector<int>> writers =
       WritersAmong(model, ranks, /*designated_only=*/false);

@@ -77,7 +77,8 @@ absl::StatusOr<SavedCheckpoint> SaveCheckpoint(
     const std::string& path, const core::ModelSpec& model,
     const std::vector<int>& ranks, const core::ShardAddress& shard,
     const std::map<std::string, std::string>& metadata,
-    int64_t max_file_bytes = kDefaultMaxCheckpointFileBytes);
+    int64_t max_file_bytes = kDefaultMaxCheckpointFileBytes,
+    const FileAdmission& admit = nullptr);
 
 // A save split across the nodes of a cluster that share one filesystem, each
 // holding only its local ranks' shards:
@@ -124,6 +125,12 @@ struct CheckpointFiles {
   std::vector<PlannedCheckpointTensor> tensors;  // Model order.
   std::optional<PlannedCheckpointFile> index;    // Directory form only.
   int64_t tensor_bytes = 0;  // What the writes of all nodes add up to.
+  // Vets (FileAdmission) the directory each file is created and renamed in
+  // (the creates and renames then go relative to that open directory) and
+  // each temporary file a writer opens: the daemon's keeps them beneath a
+  // checkpoint root even if a symlink is swapped into the path after it was
+  // resolved. Null: anywhere.
+  FileAdmission admit = nullptr;
 };
 
 // The files SaveCheckpoint would write for these arguments, and where each
@@ -132,7 +139,8 @@ struct CheckpointFiles {
 absl::StatusOr<CheckpointFiles> PlanCheckpoint(
     const std::string& path, const core::ModelSpec& model,
     const std::map<std::string, std::string>& metadata,
-    int64_t max_file_bytes = kDefaultMaxCheckpointFileBytes);
+    int64_t max_file_bytes = kDefaultMaxCheckpointFileBytes,
+    const FileAdmission& admit = nullptr);
 
 // Leader only: creates the directory (directory form), then every temporary
 // tensor file (replacing a stale one), sized with ftruncate, its header

@@ -75,7 +75,7 @@ FileAdmission CheckpointRoots::Admission() const {
       if (IsBeneath(landed.string(), root)) return absl::OkStatus();
     }
     return absl::PermissionDeniedError(absl::StrCat(
-        "checkpoint file '", path,
+        "checkpoint path '", path,
         "' leads outside the checkpoint roots (--checkpoint-root) through a "
         "symlink: ",
         absl::StrJoin(roots, ", ")));

@@ -27,9 +27,10 @@ class CheckpointRoots {
   // no root is configured. Returns the resolved absolute path.
   absl::StatusOr<std::string> Resolve(absl::string_view path) const;
 
-  // Vets a file a checkpoint load opened (FileAdmission): where the open
-  // actually landed (the descriptor's path, every symlink followed, even one
-  // swapped in after Resolve or named by an index) must lie beneath a root.
+  // Vets a file a checkpoint load opened, or a directory a save creates and
+  // renames files in (FileAdmission): where the open actually landed (the
+  // descriptor's path, every symlink followed, even one swapped in after
+  // Resolve or named by an index) must lie beneath a root.
   // PERMISSION_DENIED otherwise, naming the path asked for, not where it
   // led; fails closed when the landing place cannot be read.
   FileAdmission Admission() const;

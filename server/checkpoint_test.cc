@@ -1,4 +1,5 @@
 #include "server/checkpoint.h"
+#include "server/checkpoint_roots.h"
 
 #include <sys/stat.h>
 
@@ -205,6 +206,39 @@ TEST(SaveCheckpointTest, WritesEachPositionFromTheGivenRanks) {
   const std::string path = MakeTempDir() + "/m.safetensors";
   ASSERT_TRUE(SaveCheckpoint(path, model, {3, 2}, shards.Address(), {}).ok());
   ExpectStoresSeededPrimaries(path, model);
+}
+
+// A directory beneath the root swapped for a symlink out of it after the
+// path was resolved: with the daemon's admission the save creates and
+// renames nothing outside (R20); the same save without it would.
+TEST(SaveCheckpointTest, R20_CreatesAndRenamesOnlyInVettedDirectories) {
+  const core::ModelSpec model = Model(core::Strategy::kFullShard, {1, 2});
+  Shards shards(model);
+  shards.FillOwnedSlices(AllRanks(model), kSeed);
+  const std::string base = MakeTempDir();
+  std::filesystem::create_directories(base + "/root");
+  std::filesystem::create_directories(base + "/outside");
+  std::filesystem::create_directory_symlink(base + "/outside",
+                                            base + "/root/swapped");
+  const CheckpointRoots roots({base + "/root"});
+  for (const std::string name : {"m.safetensors", "dir"}) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<SavedCheckpoint> saved = SaveCheckpoint(
+        base + "/root/swapped/" + name, model, AllRanks(model),
+        shards.Address(), {}, kDefaultMaxCheckpointFileBytes,
+        roots.Admission());
+    ASSERT_FALSE(saved.ok());
+    EXPECT_EQ(saved.status().code(), absl::StatusCode::kPermissionDenied)
+        << saved.status();
+  }
+  // At most the empty directory of the directory form's mkdir.
+  EXPECT_THAT(FilesIn(base + "/outside"), testing::IsSubsetOf({"dir"}));
+  EXPECT_THAT(FilesIn(base + "/outside/dir"), testing::IsEmpty());
+  ASSERT_TRUE(SaveCheckpoint(base + "/root/m.safetensors", model,
+                             AllRanks(model), shards.Address(), {},
+                             kDefaultMaxCheckpointFileBytes, roots.Admission())
+                  .ok());
+  ExpectStoresSeededPrimaries(base + "/root/m.safetensors", model);
 }
 
 TEST(SaveCheckpointTest, RefusesRanksThatLeaveAPositionUncovered) {

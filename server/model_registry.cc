@@ -567,7 +567,8 @@ absl::StatusOr<std::vector<std::string>> ModelRegistry::SaveCheckpoint(
       path, model.spec, model.local_ranks,
       [&](int rank, int unit) { return shards->Shard(rank, unit); },
       {{"summon.model", model.name}},
-      max_file_bytes > 0 ? max_file_bytes : kDefaultMaxCheckpointFileBytes);
+      max_file_bytes > 0 ? max_file_bytes : kDefaultMaxCheckpointFileBytes,
+      options_.checkpoint_admission);
   if (!saved.ok()) return saved.status();
   spdlog::info("model save name={} path={} bytes={}", model.name, path,
                saved->bytes_written);
@@ -579,7 +580,8 @@ absl::StatusOr<CheckpointFiles> ModelRegistry::PlanSave(
     int64_t max_file_bytes) const {
   return PlanCheckpoint(
       path, model.spec, {{"summon.model", model.name}},
-      max_file_bytes > 0 ? max_file_bytes : kDefaultMaxCheckpointFileBytes);
+      max_file_bytes > 0 ? max_file_bytes : kDefaultMaxCheckpointFileBytes,
+      options_.checkpoint_admission);
 }
 
 absl::StatusOr<int64_t> ModelRegistry::WriteSaveRanges(
