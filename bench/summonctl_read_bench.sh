@@ -3,7 +3,9 @@
 # raw ReadTensor rate summon_bench measures for the same bytes in the same
 # run (issue 12's target: summonctl at >= 80% of it, peak RSS <= 64 MiB).
 # Both read over loopback TCP from a summond with 4 local ranks; summonctl's
-# peak RSS comes from /usr/bin/time's getrusage of the child.
+# peak RSS comes from /usr/bin/time's getrusage of the child. summonctl on
+# the daemon's host reads a read-only session from its memory (MapSession);
+# `--no-map` rows stream over gRPC as a client on another host does.
 #   bench/summonctl_read_bench.sh            # BYTES=1073741824 REPEATS=3
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,10 +45,12 @@ sid=$("$bin/client/summonctl" session open big --no-writeback 2>/dev/null | head
 # Each repeat reads twice: into /dev/null through stdout (`--out -`: the
 # wire and summonctl alone) and into a file on $TMPDIR (what a user does; a
 # disk slower than the wire shows here, not in the first figure).
-declare -a null_rates file_rates rss
-timed_read() {  # OUT: prints "GB/s KiB"
+declare -a null_rates file_rates streamed_rates rss
+timed_read() {  # OUT [FLAGS...]: prints "GB/s KiB"
+  local out=$1
+  shift
   /usr/bin/time -f '%e %M' -o "$work/time.txt" \
-    "$bin/client/summonctl" --quiet tensor read "$sid" w --out "$1" >/dev/null
+    "$bin/client/summonctl" --quiet tensor read "$sid" w --out "$out" "$@" >/dev/null
   read -r seconds kib <"$work/time.txt"
   echo "$(awk -v b="$bytes" -v s="$seconds" 'BEGIN { printf "%.2f", b / s / 1e9 }') $kib"
 }
@@ -57,11 +61,14 @@ for _ in $(seq "$repeats"); do
   read -r rate kib < <(timed_read "$work/w.npy")
   file_rates+=("$rate"); rss+=("$kib")
   rm -f "$work/w.npy"
+  read -r rate kib < <(timed_read - --no-map)
+  streamed_rates+=("$rate"); rss+=("$kib")
 done
 "$bin/client/summonctl" session close "$sid" >/dev/null
 "$bin/client/summonctl" model delete big >/dev/null
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 null_gbs=$(median "${null_rates[@]}")
+streamed_gbs=$(median "${streamed_rates[@]}")
 file_gbs=$(median "${file_rates[@]}")
 peak_kib=$(printf '%s\n' "${rss[@]}" | sort -g | tail -n1)
 ratio() { awk -v a="$1" -v b="$raw_gbs" 'BEGIN { printf "%.2f", a / b }'; }
@@ -71,4 +78,6 @@ printf '%-40s %10s GB/s  ratio %s (target >= 0.80)  runs: %s\n' \
   "summonctl tensor read --out - >/dev/null" "$null_gbs" "$(ratio "$null_gbs")" "${null_rates[*]}"
 printf '%-40s %10s GB/s  ratio %s  runs: %s\n' \
   "summonctl tensor read --out FILE" "$file_gbs" "$(ratio "$file_gbs")" "${file_rates[*]}"
+printf '%-40s %10s GB/s  ratio %s (target >= 0.80)  runs: %s\n' \
+  "  ... --no-map --out - (streamed)" "$streamed_gbs" "$(ratio "$streamed_gbs")" "${streamed_rates[*]}"
 printf '%-40s %10s MiB   (target <= 64)\n' "summonctl peak RSS" "$((peak_kib / 1024))"

@@ -467,13 +467,18 @@ absl::StatusOr<v1::TensorStatsResponse> SummonClient::TensorStats(
   return Unary(*summon_, &v1::Summon::Stub::TensorStats, NewContext(), request);
 }
 
-absl::StatusOr<MappedSession> SummonClient::MapSession(
+absl::StatusOr<v1::MapSessionResponse> SummonClient::GrantMapSession(
     const std::string& session_id, bool grad) const {
   v1::MapSessionRequest request;
   request.set_session_id(session_id);
   request.set_grad(grad);
+  return Unary(*summon_, &v1::Summon::Stub::MapSession, NewContext(), request);
+}
+
+absl::StatusOr<MappedSession> SummonClient::MapSession(
+    const std::string& session_id, bool grad) const {
   absl::StatusOr<v1::MapSessionResponse> grant =
-      Unary(*summon_, &v1::Summon::Stub::MapSession, NewContext(), request);
+      GrantMapSession(session_id, grad);
   if (!grant.ok()) return grant.status();
   return MappedSession::Map(*std::move(grant));
 }

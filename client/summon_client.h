@@ -214,6 +214,10 @@ class SummonClient {
   // daemon's host; FAILED_PRECONDITION otherwise and for writable sessions.
   absl::StatusOr<MappedSession> MapSession(const std::string& session_id,
                                            bool grad = false) const;
+  // The grant alone (redeem it with RedeemMapToken), for a reader that
+  // preads the descriptor instead of mapping it.
+  absl::StatusOr<v1::MapSessionResponse> GrantMapSession(
+      const std::string& session_id, bool grad = false) const;
 
   // Trainer. With `deadline_ms` the call's own deadline is extended by it,
   // since the daemon may wait that long for writable sessions (R3).

@@ -42,7 +42,7 @@ TEST_F(SummonctlTest, UsageErrorNamesTheProblemThenTheCommandsUsage) {
   EXPECT_EQ(result.err,
             "ERROR INVALID_ARGUMENT: missing flag --out FILE.npy\n"
             "usage: summonctl tensor read ID FQN --out FILE.npy [--grad] "
-            "[--dtype D]\n");
+            "[--dtype D] [--no-map]\n");
 }
 
 TEST_F(SummonctlTest, BadValuesExitWithInvalidArgumentBeforeAnyCall) {

@@ -8,11 +8,14 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/local_map.h"
 #include "client/npy.h"
 #include "client/progress_bar.h"
 #include "client/summonctl_internal.h"
@@ -81,6 +84,95 @@ absl::StatusOr<core::DType> WireTargetFor(absl::string_view fqn,
   return stored.value_or(header.dtype);
 }
 
+using InfoSink = std::function<absl::Status(const v1::TensorInfo&)>;
+using BytesSink = std::function<absl::Status(absl::string_view)>;
+
+// Reads exactly `bytes` at `offset` of `fd`, over short reads and EINTR.
+absl::Status PreadAll(int fd, char* to, int64_t bytes, int64_t offset) {
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, to, static_cast<size_t>(bytes), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return n == 0 ? absl::DataLossError("the session's copy ended early")
+                    : absl::ErrnoToStatus(errno, "reading the session's copy");
+    }
+    to += n;
+    bytes -= n;
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
+// The same-host path for a read-only session: the daemon hands the
+// session's copy over as a descriptor (MapSession), read here with pread in
+// chunks of about 1 MiB into one buffer (not mapped: memory stays at one
+// chunk), converted per chunk as ReadTensor would. nullopt, before anything
+// is delivered, when no descriptor is to be had (another host, a writable
+// session or one with its own edits, a follower, summond
+// --map-sessions=false, a name the session lists only as an alias, a
+// conversion the server would refuse): the caller streams instead.
+std::optional<absl::Status> ReadThroughMapping(const SummonClient& client,
+                                               const ReadTensorParams& params,
+                                               const InfoSink& on_info,
+                                               const BytesSink& on_bytes) {
+  absl::StatusOr<v1::MapSessionResponse> grant =
+      client.GrantMapSession(params.tensor.session_id, params.tensor.grad);
+  if (!grant.ok()) return std::nullopt;
+  const v1::MappedTensor* tensor = nullptr;
+  for (const v1::MappedTensor& listed : grant->tensors()) {
+    if (listed.info().fqn() == params.tensor.fqn) tensor = &listed;
+  }
+  if (tensor == nullptr) return std::nullopt;
+  v1::DType wire = params.dtype;
+  if (wire == v1::DTYPE_UNSPECIFIED) {
+    absl::StatusOr<v1::Session> session =
+        client.GetSession(params.tensor.session_id);
+    if (!session.ok()) return std::nullopt;
+    wire = session->options().read_dtype();
+  }
+  if (wire == v1::DTYPE_UNSPECIFIED) wire = tensor->info().dtype();
+  const std::optional<core::DType> stored = CoreDType(tensor->info().dtype());
+  const std::optional<core::DType> out = CoreDType(wire);
+  if (!stored || !out ||
+      (*stored != *out && (!core::IsFloatingPoint(*stored) ||
+                           !core::IsFloatingPoint(*out)))) {
+    return std::nullopt;
+  }
+  absl::StatusOr<int> fd = RedeemMapToken(grant->socket(), grant->token());
+  if (!fd.ok()) return std::nullopt;
+  const std::unique_ptr<int, void (*)(int*)> closer(&*fd,
+                                                    [](int* f) { ::close(*f); });
+  v1::TensorInfo info = tensor->info();
+  info.set_dtype(wire);
+  if (absl::Status status = on_info(info); !status.ok()) return status;
+  const int64_t in_size = static_cast<int64_t>(core::ElementSize(*stored));
+  const int64_t out_size = static_cast<int64_t>(core::ElementSize(*out));
+  const int64_t per_chunk = std::max<int64_t>(1, (int64_t{1} << 20) / in_size);
+  const int64_t base = static_cast<int64_t>(tensor->byte_offset());
+  std::string in(static_cast<size_t>(per_chunk * in_size), '\0');
+  std::string converted;
+  for (int64_t done = 0, n = 0; done < info.numel(); done += n) {
+    n = std::min(per_chunk, info.numel() - done);
+    if (absl::Status read =
+            PreadAll(*fd, in.data(), n * in_size, base + done * in_size);
+        !read.ok()) {
+      return read;
+    }
+    absl::string_view bytes(in.data(), static_cast<size_t>(n * in_size));
+    if (*stored != *out) {
+      converted.resize(static_cast<size_t>(n * out_size));
+      if (absl::Status status = core::ConvertElements(
+              *stored, in.data(), *out, converted.data(), n);
+          !status.ok()) {
+        return status;
+      }
+      bytes = converted;
+    }
+    if (absl::Status status = on_bytes(bytes); !status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Streams the tensor into a .npy file (or stdout for "-") chunk by chunk:
@@ -108,9 +200,9 @@ absl::Status TensorRead(const CommandContext& c) {
                                      absl::StrCat("cannot write ", out_path)),
                                  /*input=*/false);
   };
-  absl::Status read = c.client.ReadTensorChunks(
-      params,
-      [&](const v1::TensorInfo& first) -> absl::Status {
+  // Shown in the progress line: how the bytes come.
+  std::string route;
+  const InfoSink on_info = [&](const v1::TensorInfo& first) -> absl::Status {
         info = first;
         const std::optional<core::DType> core_dtype = CoreDType(info.dtype());
         if (!core_dtype) {
@@ -119,7 +211,7 @@ absl::Status TensorRead(const CommandContext& c) {
                                                   params.tensor.fqn));
         }
         if (c.progress) {
-          bar.emplace(c.err, absl::StrCat("read ", params.tensor.fqn),
+          bar.emplace(c.err, absl::StrCat("read ", params.tensor.fqn, route),
                       info.numel() *
                           static_cast<int64_t>(core::ElementSize(*core_dtype)));
         }
@@ -136,11 +228,22 @@ absl::Status TensorRead(const CommandContext& c) {
           }
         }
         return write(*header);
-      },
-      [&](absl::string_view bytes) {
-        if (bar) bar->Add(static_cast<int64_t>(bytes.size()));
-        return write(bytes);
-      });
+  };
+  const BytesSink on_bytes = [&](absl::string_view bytes) {
+    if (bar) bar->Add(static_cast<int64_t>(bytes.size()));
+    return write(bytes);
+  };
+  // On the daemon's host a read-only session's copy is read from memory;
+  // elsewhere, or with --no-map, it streams.
+  std::optional<absl::Status> mapped;
+  if (!c.args.Has("no-map")) {
+    route = " from shared memory";
+    mapped = ReadThroughMapping(c.client, params, on_info, on_bytes);
+    route.clear();
+  }
+  absl::Status read = mapped.has_value()
+                          ? *std::move(mapped)
+                          : c.client.ReadTensorChunks(params, on_info, on_bytes);
   if (bar && read.ok()) bar->Finish();
   if (!to_stdout && file.is_open()) {
     file.close();

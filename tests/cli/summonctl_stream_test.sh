@@ -46,8 +46,17 @@ cmp "$work/got.bin" "$work/head.bin" ||
 # Under a pseudo-terminal the progress line is drawn on stderr.
 script -qec "$summonctl_bin tensor read $session w --out $work/tty.npy" \
   /dev/null >"$work/tty.log" 2>&1 || fail "tensor read under a terminal"
-grep -q "read w .*100%" "$work/tty.log" ||
-  fail "no progress line under a terminal: $(tr '\r' '\n' <"$work/tty.log" | tail -3)"
+grep -q "read w from shared memory .*100%" "$work/tty.log" ||
+  fail "no progress line of a same-host read under a terminal: $(tr '\r' '\n' <"$work/tty.log" | tail -3)"
+# --no-map streams the same bytes over gRPC instead of reading the
+# session's memory (MapSession), as a client on another host would.
+script -qec "$summonctl_bin tensor read $session w --no-map --out $work/streamed.npy" \
+  /dev/null >"$work/streamed.log" 2>&1 || fail "tensor read --no-map"
+grep -q "read w .*100%" "$work/streamed.log" &&
+  ! grep -q "shared memory" "$work/streamed.log" ||
+  fail "--no-map did not stream: $(tr '\r' '\n' <"$work/streamed.log" | tail -3)"
+cmp "$work/streamed.npy" "$work/w.npy" || fail "streamed and same-host reads differ"
+rm -f "$work/streamed.npy"
 script -qec "$summonctl_bin --quiet tensor read $session w --out $work/q.npy" \
   /dev/null >"$work/quiet.log" 2>&1 || fail "tensor read --quiet"
 ! grep -q "%" "$work/quiet.log" || fail "--quiet still drew progress"
