@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(
     spec.nodes = addresses;
     spec.node_rank = n;
     spec.device = options.device;
+    spec.device_communicator = options.device_communicator;
     absl::StatusOr<std::unique_ptr<server::SummonServer>> server =
         server::SummonServer::Start(std::move(spec));
     if (!server.ok()) return server.status();

@@ -27,6 +27,8 @@ class BenchCluster {
     int local_ranks = 4;
     // Shard placement (SummonServer::Spec::device); null: shared memory.
     std::shared_ptr<const server::ShardMemoryProvider> device;
+    // SummonServer::Spec::device_communicator of every node; null: none.
+    server::DeviceCommunicatorFactory device_communicator;
   };
 
   // INVALID_ARGUMENT for local_ranks < 1; UNAVAILABLE when a data directory

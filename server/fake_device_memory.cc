@@ -25,6 +25,10 @@ class FakeDeviceMemory final : public ShardMemory {
   int64_t size() const override { return static_cast<int64_t>(bytes_.size()); }
   uint8_t* host() const override { return nullptr; }
   int device() const override { return device_; }
+  // Heap memory: what tests hand a Gloo communicator standing in for NCCL.
+  void* device_data() const override {
+    return const_cast<uint8_t*>(bytes_.data());
+  }
   absl::Status Read(int64_t offset, void* to, int64_t bytes) const override {
     if (absl::Status status = CheckShardRange(offset, bytes, size());
         !status.ok()) {

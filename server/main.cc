@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/comm/nccl_communicator.h"
 #include "server/gpu/cuda_shard_memory.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -96,6 +97,11 @@ ABSL_FLAG(std::string, device, "cpu",
           "Where the node's parameter shards live: cpu (POSIX shared memory) "
           "or cuda (device memory, local rank i on GPU i modulo the visible "
           "GPUs; trainers map them through CUDA IPC).");
+ABSL_FLAG(std::string, gather_transport, "gloo",
+          "How the nodes of a --device cuda cluster exchange session copies "
+          "in device memory: gloo (TCP through host buffers) or nccl (one "
+          "NCCL rank per node on its first GPU). Every node must say the "
+          "same.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off.");
 
@@ -239,6 +245,33 @@ int Run(int argc, char** argv) {
   } else if (device != "cpu") {
     spdlog::error("--device must be cpu or cuda, not '{}'", device);
     return ExitCode(absl::InvalidArgumentError("bad --device"));
+  }
+  const std::string transport = absl::GetFlag(FLAGS_gather_transport);
+  if (transport == "nccl") {
+    if (device != "cuda") {
+      spdlog::error("--gather-transport nccl needs --device cuda");
+      return ExitCode(absl::InvalidArgumentError("bad --gather-transport"));
+    }
+    // Device copies of a device-exchange gather sit on the node's first
+    // rank's GPU, device 0 of the provider: the communicator's.
+    spec_from_flags.device_communicator =
+        [](int rank, int size, absl::Duration timeout,
+           gloo::rendezvous::Store& store)
+        -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      NcclCommunicator::Spec nccl;
+      nccl.rank = rank;
+      nccl.size = size;
+      nccl.device = 0;
+      nccl.connect_timeout = timeout;
+      absl::StatusOr<std::unique_ptr<NcclCommunicator>> created =
+          NcclCommunicator::Create(nccl, store);
+      if (!created.ok()) return created.status();
+      return std::unique_ptr<Communicator>(*std::move(created));
+    };
+  } else if (transport != "gloo") {
+    spdlog::error("--gather-transport must be gloo or nccl, not '{}'",
+                  transport);
+    return ExitCode(absl::InvalidArgumentError("bad --gather-transport"));
   }
   absl::StatusOr<std::unique_ptr<SummonServer>> server =
       SummonServer::Start(std::move(spec_from_flags));

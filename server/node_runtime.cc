@@ -45,6 +45,10 @@ void NodeRuntime::SetCommunicator(Communicator* communicator) {
   communicator_.store(communicator);
 }
 
+void NodeRuntime::SetDeviceCommunicator(Communicator* communicator) {
+  device_communicator_.store(communicator);
+}
+
 CollectiveOptions NodeRuntime::Collective(uint64_t sequence) const {
   CollectiveOptions options;
   options.tag = sequence;
@@ -109,6 +113,7 @@ int64_t NodeRuntime::CopyBytes() const {
 }
 
 int NodeRuntime::DeviceRank(const Copy& copy, int home_rank) const {
+  if (copy.device_exchange) return copy.model->local_ranks.front();
   const core::Topology& topology = copy.model->spec.groups.topology;
   if (copy.rank0_only && topology.NodeOf(home_rank) == node_) return home_rank;
   int first = -1;
@@ -207,9 +212,14 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
       break;
     }
   }
-  copy->on_device = copy->copy_index >= 0 && (*model)->store != nullptr &&
-                    (*model)->store->on_device() && !op.offload_to_cpu &&
+  const bool device_placed = (*model)->store != nullptr &&
+                             (*model)->store->on_device() &&
+                             !op.offload_to_cpu;
+  copy->on_device = device_placed && copy->copy_index >= 0 &&
                     copy->layout.total_bytes > 0;
+  // Every node decides alike: the same configuration, the same session.
+  copy->device_exchange = device_exchange_enabled_ && device_placed &&
+                          spec.groups.topology.nodes > 1;
   if (copy->on_device) copy->device_rank = DeviceRank(*copy, op.home_rank);
 
   absl::Status status = InSequence(op.sequence, [&]() -> absl::Status {
@@ -230,28 +240,21 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     // along), peers' ranges are received straight into the copy and this
     // node's part is sent from it in place: no packing, no receive buffer,
     // no unpacking.
+    // (The copy must sit where the exchange runs: host memory for Gloo,
+    // the device communicator's GPU for a device exchange.)
     const bool in_place =
         nodes > 1 && copy->copy_index >= 0 && !copy->grads &&
-        !copy->on_device &&
+        copy->on_device == copy->device_exchange &&
         core::ExchangeLandsInCopy(spec, copy->plan, copy->copy_index);
+    ExchangeBuffers buffers;
     // Pack what this node sends and copy its local slices into its own copy
     // under one shard lock: the node's part of the snapshot is consistent.
-    std::vector<uint8_t> send(
-        in_place ? 0 : core::RangesBytes(sent[node_]) * grads_factor);
     {
       absl::ReaderMutexLock shards_lock(&entry.shards_mu);
-      if (!in_place) {
-        int64_t at = 0;
-        const int64_t grads_at = core::RangesBytes(sent[node_]);
-        for (const auto& [rank, unit, offset, bytes] : sent[node_]) {
-          absl::Status read = store.ReadShard(rank, unit, /*grads=*/false,
-                                              offset, send.data() + at, bytes);
-          if (read.ok() && copy->grads && store.HasGrads(rank)) {
-            read = store.ReadShard(rank, unit, /*grads=*/true, offset,
-                                   send.data() + grads_at + at, bytes);
-          }
-          if (!read.ok()) return read;
-          at += bytes;
+      if (!in_place && nodes > 1) {
+        if (absl::Status packed = buffers.Pack(*copy, store, sent[node_]);
+            !packed.ok()) {
+          return packed;
         }
       }
       if (copy->copy_index >= 0) {
@@ -273,10 +276,29 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
       recv_offsets[n] = total;
       total += recv_sizes[n];
     }
-    std::vector<uint8_t> recv(copy->copy_index >= 0 && !in_place ? total : 0);
-    uint8_t* into = in_place ? copy->params.data() : recv.data();
-    const uint8_t* mine = in_place ? into + recv_offsets[node_] : send.data();
-    Communicator* communicator = communicator_.load();
+    void* into = nullptr;
+    const void* mine = nullptr;
+    if (in_place) {
+      uint8_t* base = copy->device_exchange
+                          ? static_cast<uint8_t*>(
+                                copy->device_params->device_data())
+                          : copy->params.data();
+      into = base;
+      mine = base + recv_offsets[node_];
+    } else {
+      if (copy->copy_index >= 0) {
+        if (absl::Status made = buffers.MakeReceive(
+                *copy, store, total, copy->device_exchange);
+            !made.ok()) {
+          return made;
+        }
+      }
+      into = buffers.ReceiveData();
+      mine = buffers.SendData();
+    }
+    Communicator* communicator = copy->device_exchange
+                                     ? device_communicator_.load()
+                                     : communicator_.load();
     if (communicator == nullptr) {
       return absl::UnavailableError("the cluster is not connected yet");
     }
@@ -297,20 +319,22 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
         position[range] = at;
         at += std::get<3>(range);
       }
-      const uint8_t* base = recv.data() + recv_offsets[n];
       const int64_t grads_at = core::RangesBytes(sent[n]);
       for (const core::Transfer& t : copy->plan.transfers) {
         if (t.copy != copy->copy_index ||
             spec.groups.topology.NodeOf(t.rank) != n) {
           continue;
         }
-        const int64_t from = position.at(
-            core::ShardRange{t.rank, t.unit, t.shard_offset, t.bytes});
+        const int64_t from =
+            recv_offsets[n] +
+            position.at(
+                core::ShardRange{t.rank, t.unit, t.shard_offset, t.bytes});
         absl::Status unpacked =
-            copy->CopyIn(false, t.buffer_offset, base + from, t.bytes);
+            buffers.Unpack(*copy, /*grad=*/false, from, t.buffer_offset,
+                           t.bytes);
         if (unpacked.ok() && copy->grads) {
-          unpacked = copy->CopyIn(true, t.buffer_offset,
-                                  base + grads_at + from, t.bytes);
+          unpacked = buffers.Unpack(*copy, /*grad=*/true, from + grads_at,
+                                    t.buffer_offset, t.bytes);
         }
         if (!unpacked.ok()) return unpacked;
       }

@@ -108,6 +108,12 @@ class NodeRuntime {
   int node() const { return node_; }
   // A cluster's communicator exists only once every node has joined.
   void SetCommunicator(Communicator* communicator);
+  // Gathers of session copies in device memory exchange on the device
+  // communicator (NCCL) instead of Gloo through host buffers. Enabled once,
+  // at start, on every node of the cluster alike (the choice must agree
+  // across nodes); the communicator itself comes with each READY.
+  void EnableDeviceExchange() { device_exchange_enabled_ = true; }
+  void SetDeviceCommunicator(Communicator* communicator);
 
   // This node's part of a gather: its ranks' slices go to the nodes holding
   // copies (allgatherv for one copy per node, gather to the home for
@@ -149,6 +155,7 @@ class NodeRuntime {
 
  private:
   struct Copy;
+  struct ExchangeBuffers;
 
   // Runs `body` when `sequence` is this node's next collective.
   absl::Status InSequence(uint64_t sequence,
@@ -169,9 +176,11 @@ class NodeRuntime {
   // rest), or allocates them on the GPU of `store`'s rank that the copy
   // belongs to. The caller holds copy.mu.
   absl::Status AllocateCopy(Copy& copy, const ShardStore& store);
-  // The rank whose GPU holds a device copy: the home rank under rank0_only,
-  // else the lowest rank of this node that the scope gathers from (a node
-  // without one uses its first rank).
+  // The rank whose GPU holds a device copy: the node's first rank when the
+  // exchange runs on the device communicator (its GPU is the
+  // communicator's), else the home rank under rank0_only, else the lowest
+  // rank of this node that the scope gathers from (a node without one uses
+  // its first rank).
   int DeviceRank(const Copy& copy, int home_rank) const;
   // Copies this node's ranks' slices into its copy; gradients of ranks
   // without any read as zeros. The caller holds copy.mu and the model's
@@ -181,6 +190,8 @@ class NodeRuntime {
   const int node_;
   ModelRegistry* const registry_;
   std::atomic<Communicator*> communicator_;
+  bool device_exchange_enabled_ = false;
+  std::atomic<Communicator*> device_communicator_{nullptr};
   const absl::Duration collective_timeout_;
   // Session copies' memory, kept warm between gathers.
   const std::shared_ptr<BufferPool> pool_;

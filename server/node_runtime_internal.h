@@ -35,6 +35,9 @@ struct NodeRuntime::Copy {
   // the bytes are in device_params/device_grads, not params/grad_bytes.
   bool on_device = false;
   int device_rank = -1;  // Its GPU is this rank's (DeviceRank).
+  // The exchange between nodes runs on the device communicator, in device
+  // memory on the first rank's GPU (NodeRuntime::EnableDeviceExchange).
+  bool device_exchange = false;
 
   absl::Mutex mu;
   PooledBuffer params ABSL_GUARDED_BY(mu);
@@ -64,6 +67,35 @@ struct NodeRuntime::Copy {
     std::memcpy(HostBytes(grad) + offset, from, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }
+};
+
+// The bytes a gather moves between nodes when they are not the copy itself
+// (node_exchange.cc): this node's packed sends and the received area, in
+// host memory for Gloo, or in device memory on the device communicator's
+// GPU (the node's first rank's) for a device exchange.
+struct NodeRuntime::ExchangeBuffers {
+  std::vector<uint8_t> host_send;
+  std::vector<uint8_t> host_recv;
+  std::unique_ptr<ShardMemory> device_send;
+  std::unique_ptr<ShardMemory> device_recv;
+
+  // This node's `ranges` packed for sending, parameters then (when the
+  // gather has them) gradients, read shard to host or copied shard to
+  // buffer on the device; gradients of ranks without any are zeros. The
+  // caller holds the model's shards lock.
+  absl::Status Pack(const Copy& copy, const ShardStore& store,
+                    const std::vector<core::ShardRange>& ranges);
+  // A received area of `bytes`, where the exchange runs.
+  absl::Status MakeReceive(const Copy& copy, const ShardStore& store,
+                           int64_t bytes, bool device);
+  // What the communicator sends from and receives into (null when empty).
+  const void* SendData() const;
+  void* ReceiveData() const;
+  // [from, from + bytes) of the received area into the copy's params or
+  // grads at `to`: device to device, or host bytes copied in. The caller
+  // holds copy.mu.
+  absl::Status Unpack(Copy& copy, bool grad, int64_t from, int64_t to,
+                      int64_t bytes) const;
 };
 
 }  // namespace summon::server

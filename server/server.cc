@@ -119,10 +119,11 @@ SummonServer::SummonServer(Spec spec,
             spec_.node_rank, spec_.nodes, spec_.local_ranks,
             spec_.heartbeat_interval, spec_.collective_timeout,
             std::max(spec_.heartbeat_interval * 3, absl::Seconds(1)),
-            security_->peer_credentials()},
+            security_->peer_credentials(), spec_.device_communicator},
         kv_store_.get());
     runtime_ = std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(),
                                              nullptr, spec_.collective_timeout);
+    if (spec_.device_communicator != nullptr) runtime_->EnableDeviceExchange();
     cluster_ops_ = std::make_unique<ClusterNodeOps>(
         membership_.get(), runtime_.get(), spec_.collective_timeout,
         failure_timeout + spec_.heartbeat_interval);
@@ -376,6 +377,8 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
     server->membership_->Start(
         [raw]() -> absl::Status {
           raw->runtime_->SetCommunicator(raw->membership_->communicator());
+          raw->runtime_->SetDeviceCommunicator(
+              raw->membership_->device_communicator());
           if (raw->membership_->is_leader()) {
             if (absl::Status formed = raw->sessions_->OnClusterFormed();
                 !formed.ok()) {
@@ -389,6 +392,7 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
           raw->SetServing(false);
           raw->cluster_ops_->CancelInFlight();
           raw->runtime_->SetCommunicator(nullptr);
+          raw->runtime_->SetDeviceCommunicator(nullptr);
           raw->runtime_->Reset();
           raw->sessions_->AbortAll(reason);
         });

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/auth/server_security.h"
+#include "server/comm/communicator.h"
 #include "server/shard_memory.h"
 
 namespace summon::server {
@@ -84,6 +85,12 @@ class SummonServer {
     // provider places them in its (device) memory (summond --device cuda,
     // or a fake device in tests). See ShardStore.
     std::shared_ptr<const ShardMemoryProvider> device;
+    // In a cluster of device-placed nodes: the communicator that gathers
+    // session copies in device memory (summond --gather-transport nccl: one
+    // NCCL rank per node on its first GPU; tests: Gloo over the fake
+    // device's memory). Null: Gloo through host buffers. Every node must set
+    // it alike.
+    DeviceCommunicatorFactory device_communicator;
     // Serve MapSession (read-only session copies mapped by clients on this
     // host through an abstract Unix socket). False: MapSession answers
     // FAILED_PRECONDITION and clients read through ReadTensor.

@@ -32,6 +32,9 @@ class ShardMemory {
   virtual uint8_t* host() const = 0;
   // -1 for host memory, else the CUDA device ordinal.
   virtual int device() const = 0;
+  // The address a device communicator (NCCL) reads and writes: the device
+  // pointer; nullptr for host memory (host() is Gloo's).
+  virtual void* device_data() const = 0;
 
   // Host <-> shard copies of [offset, offset + bytes); OUT_OF_RANGE beyond
   // the memory.
@@ -96,6 +99,7 @@ class HostShardMemory final : public ShardMemory {
   int64_t size() const override { return size_; }
   uint8_t* host() const override { return data_; }
   int device() const override { return -1; }
+  void* device_data() const override { return nullptr; }
   absl::Status Read(int64_t offset, void* to, int64_t bytes) const override;
   absl::Status Write(int64_t offset, const void* from, int64_t bytes) override;
   absl::Status CopyRange(const ShardMemory& from, int64_t from_offset,

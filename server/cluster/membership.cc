@@ -40,7 +40,7 @@ Membership::~Membership() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    if (communicator_) communicator_->Abort();
+    AbortCommunicators();
   }
   if (thread_.joinable()) thread_.join();
 }
@@ -84,6 +84,16 @@ absl::Status Membership::CheckReady() const {
 Communicator* Membership::communicator() const {
   absl::MutexLock lock(&mu_);
   return communicator_.get();
+}
+
+Communicator* Membership::device_communicator() const {
+  absl::MutexLock lock(&mu_);
+  return device_communicator_.get();
+}
+
+void Membership::AbortCommunicators() {
+  if (communicator_) communicator_->Abort();
+  if (device_communicator_) device_communicator_->Abort();
 }
 
 std::shared_ptr<grpc::Channel> Membership::ChannelTo(int node) {
@@ -254,7 +264,7 @@ bool Membership::WaitForEveryNode() {
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> Membership::Connect(
+absl::StatusOr<Membership::Communicators> Membership::Connect(
     uint64_t epoch) {
   std::unique_ptr<KvStore> remote;
   KvStore* store = store_;
@@ -272,7 +282,22 @@ absl::StatusOr<std::unique_ptr<Communicator>> Membership::Connect(
   absl::StatusOr<std::unique_ptr<GlooCommunicator>> communicator =
       GlooCommunicator::Create(gloo, rendezvous);
   if (!communicator.ok()) return communicator.status();
-  return std::unique_ptr<Communicator>(*std::move(communicator));
+  Communicators connected;
+  connected.host = *std::move(communicator);
+  if (spec_.device_communicator == nullptr) return connected;
+  RendezvousStore device_rendezvous(
+      *store, absl::StrCat("summon/", epoch, "/device/"),
+      spec_.collective_timeout);
+  absl::StatusOr<std::unique_ptr<Communicator>> device =
+      spec_.device_communicator(spec_.node_rank, size(),
+                                spec_.collective_timeout, device_rendezvous);
+  if (!device.ok()) {
+    return absl::Status(device.status().code(),
+                        absl::StrCat("the device communicator: ",
+                                     device.status().message()));
+  }
+  connected.device = *std::move(device);
+  return connected;
 }
 
 void Membership::Run(std::function<absl::Status()> on_ready) {
@@ -291,7 +316,7 @@ void Membership::Run(std::function<absl::Status()> on_ready) {
       if (!joined.has_value()) return;
       epoch = *joined;
     }
-    absl::StatusOr<std::unique_ptr<Communicator>> communicator = Connect(epoch);
+    absl::StatusOr<Communicators> communicator = Connect(epoch);
     if (!communicator.ok()) {
       spdlog::error("cluster: node {} could not connect to its peers: {}",
                     spec_.node_rank, communicator.status().ToString());
@@ -304,7 +329,11 @@ void Membership::Run(std::function<absl::Status()> on_ready) {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
       if (communicator_) retired_.push_back(std::move(communicator_));
-      communicator_ = *std::move(communicator);
+      if (device_communicator_) {
+        retired_.push_back(std::move(device_communicator_));
+      }
+      communicator_ = std::move(communicator->host);
+      device_communicator_ = std::move(communicator->device);
       failure_.reset();
       // Heartbeats start now; joins may be long past.
       for (int node = 0; node < size(); ++node) {
@@ -348,7 +377,7 @@ void Membership::Fail(const absl::Status& reason) {
     // Channels to a restarted peer would carry the dead peer's backoff.
     channels_.clear();
     // Nothing may wait for the lost node: blocked collectives fail now.
-    if (communicator_) communicator_->Abort();
+    AbortCommunicators();
   }
   spdlog::error("cluster: {}", reason.ToString());
   if (on_failure_) on_failure_(reason);

@@ -40,6 +40,11 @@ class Membership {
     // How this node dials its peers (TLS and its peer identity); null:
     // plaintext.
     std::shared_ptr<grpc::ChannelCredentials> credentials;
+    // Builds the communicator that gathers session copies in device memory
+    // (NCCL, on GPU nodes) through the same rendezvous as Gloo, under a
+    // prefix of its own; null: none. Every node of a cluster must have one or
+    // none: a gather uses it only where every node does.
+    DeviceCommunicatorFactory device_communicator;
   };
 
   // `store` is the leader's key-value store (used on the leader only).
@@ -64,6 +69,9 @@ class Membership {
   absl::Status CheckReady() const;
   // The communicator between nodes; valid once READY.
   Communicator* communicator() const;
+  // The device communicator (Spec::device_communicator), valid once READY;
+  // null without a factory.
+  Communicator* device_communicator() const;
   // The Peer and Summon stubs' channel to a node (cached).
   std::shared_ptr<grpc::Channel> ChannelTo(int node);
 
@@ -88,7 +96,15 @@ class Membership {
   std::optional<uint64_t> JoinLeader(uint64_t previous_epoch);
   // Leader: until every follower joined and heartbeats. False when stopping.
   bool WaitForEveryNode();
-  absl::StatusOr<std::unique_ptr<Communicator>> Connect(uint64_t epoch);
+  // This epoch's communicators: Gloo's, and the device one when a factory is
+  // given.
+  struct Communicators {
+    std::unique_ptr<Communicator> host;
+    std::unique_ptr<Communicator> device;
+  };
+  absl::StatusOr<Communicators> Connect(uint64_t epoch);
+  // Aborts this epoch's communicators (mu_ held).
+  void AbortCommunicators() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JoinResponse Roster() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLoop(uint64_t epoch);
   // The leader's watch over its followers' heartbeats.
@@ -110,6 +126,7 @@ class Membership {
   std::vector<int> failed_nodes_ ABSL_GUARDED_BY(mu_);
   std::function<void(const absl::Status&)> on_failure_;
   std::unique_ptr<Communicator> communicator_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Communicator> device_communicator_ ABSL_GUARDED_BY(mu_);
   // Communicators of earlier epochs: a runtime may still be returning from
   // an aborted collective on one, so they live as long as the membership.
   std::vector<std::unique_ptr<Communicator>> retired_ ABSL_GUARDED_BY(mu_);

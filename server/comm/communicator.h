@@ -2,10 +2,17 @@
 #define SUMMON_SERVER_COMM_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+
+namespace gloo::rendezvous {
+class Store;
+}  // namespace gloo::rendezvous
 
 namespace summon::server {
 
@@ -75,6 +82,15 @@ class Communicator {
   // call from any thread, any number of times.
   virtual void Abort() = 0;
 };
+
+// Builds one node's communicator for session copies in device memory
+// through the cluster's rendezvous store: rank `rank` of `size`, connected
+// within `timeout`. NCCL on GPU nodes (buffers on the node's first GPU);
+// tests give Gloo over the fake device's memory.
+using DeviceCommunicatorFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Communicator>>(
+        int rank, int size, absl::Duration timeout,
+        gloo::rendezvous::Store& store)>;
 
 }  // namespace summon::server
 

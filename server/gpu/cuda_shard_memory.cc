@@ -24,6 +24,7 @@ class CudaShardMemory final : public ShardMemory {
   int64_t size() const override { return buffer_->size(); }
   uint8_t* host() const override { return nullptr; }
   int device() const override { return buffer_->device(); }
+  void* device_data() const override { return data(); }
   absl::Status Read(int64_t offset, void* to, int64_t bytes) const override {
     return buffer_->CopyToHost(offset, to, bytes);
   }

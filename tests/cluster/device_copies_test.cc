@@ -4,9 +4,15 @@
 // real gRPC and Gloo, shards "on a device" through the fake provider (heap
 // memory reached only by copies, so every device path runs on a CPU), exact
 // values from the seeded init, and the provider's live allocations showing
-// where each copy went. SUMMON_TEST_DEVICE=cuda runs the same on a GPU.
+// where each copy went. Each test runs twice: with the copies' exchange
+// between nodes on Gloo through host buffers, and on a device communicator
+// (summond --gather-transport nccl), here Gloo over the fake device's memory
+// standing in for NCCL and counting the collectives it carries.
+// SUMMON_TEST_DEVICE=cuda runs the first on a GPU (the second needs a GPU
+// per node).
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -20,6 +26,8 @@
 #include "bench/bench_cluster.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "server/comm/communicator.h"
+#include "server/comm/gloo_communicator.h"
 #include "server/fake_device_memory.h"
 #include "server/gpu/cuda_shard_memory.h"
 #include "tests/cluster/cluster_calls.h"
@@ -55,6 +63,80 @@ std::shared_ptr<const server::ShardMemoryProvider> MakeProvider(
   return std::shared_ptr<const server::ShardMemoryProvider>(*std::move(cuda));
 }
 
+// The device communicator of the DeviceExchange runs: Gloo over the fake
+// device's heap bytes (ShardMemory::device_data) where NCCL would take GPU
+// pointers, counting the collectives it carries.
+class CountingCommunicator final : public server::Communicator {
+ public:
+  CountingCommunicator(std::unique_ptr<server::Communicator> inner,
+                       std::atomic<int>* collectives)
+      : inner_(std::move(inner)), collectives_(collectives) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  absl::Status AllGatherV(const void* send, int64_t send_bytes, void* recv,
+                          const std::vector<int64_t>& recv_bytes_per_rank,
+                          const server::CollectiveOptions& options) override {
+    ++*collectives_;
+    return inner_->AllGatherV(send, send_bytes, recv, recv_bytes_per_rank,
+                              options);
+  }
+  absl::Status Gather(const void* send, int64_t send_bytes, void* recv,
+                      const std::vector<int64_t>& recv_bytes_per_rank, int root,
+                      const server::CollectiveOptions& options) override {
+    ++*collectives_;
+    return inner_->Gather(send, send_bytes, recv, recv_bytes_per_rank, root,
+                          options);
+  }
+  absl::Status Scatter(const void* send,
+                       const std::vector<int64_t>& send_bytes_per_rank,
+                       void* recv, int64_t recv_bytes, int root,
+                       const server::CollectiveOptions& options) override {
+    ++*collectives_;
+    return inner_->Scatter(send, send_bytes_per_rank, recv, recv_bytes, root,
+                           options);
+  }
+  absl::Status Broadcast(void* buffer, int64_t bytes, int root,
+                         const server::CollectiveOptions& options) override {
+    ++*collectives_;
+    return inner_->Broadcast(buffer, bytes, root, options);
+  }
+  absl::Status Barrier(const server::CollectiveOptions& options) override {
+    return inner_->Barrier(options);
+  }
+  void Abort() override { inner_->Abort(); }
+
+ private:
+  const std::unique_ptr<server::Communicator> inner_;
+  std::atomic<int>* const collectives_;
+};
+
+server::DeviceCommunicatorFactory GlooOverDeviceMemory(
+    std::atomic<int>* collectives) {
+  return [collectives](int rank, int size, absl::Duration timeout,
+                       gloo::rendezvous::Store& store)
+             -> absl::StatusOr<std::unique_ptr<server::Communicator>> {
+    server::GlooCommunicator::Spec spec;
+    spec.rank = rank;
+    spec.size = size;
+    spec.connect_timeout = timeout;
+    absl::StatusOr<std::unique_ptr<server::GlooCommunicator>> gloo =
+        server::GlooCommunicator::Create(spec, store);
+    if (!gloo.ok()) return gloo.status();
+    return std::unique_ptr<server::Communicator>(
+        std::make_unique<CountingCommunicator>(*std::move(gloo),
+                                               collectives));
+  };
+}
+
+struct GlooThroughHost {
+  static constexpr bool kDeviceExchange = false;
+};
+struct DeviceExchange {
+  static constexpr bool kDeviceExchange = true;
+};
+
+template <typename Transport>
 class DeviceCopiesTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -63,10 +145,17 @@ class DeviceCopiesTest : public testing::Test {
     const std::shared_ptr<const server::ShardMemoryProvider> provider =
         MakeProvider(fake_, skip_reason_);
     if (provider == nullptr) return;
+    if (Transport::kDeviceExchange && *fake_ == nullptr) {
+      *skip_reason_ = "a device exchange between two nodes needs two GPUs";
+      return;
+    }
     bench::BenchCluster::Options options;
     options.nodes = kNodes;
     options.local_ranks = kLocalRanks;
     options.device = provider;
+    if (Transport::kDeviceExchange) {
+      options.device_communicator = GlooOverDeviceMemory(&collectives_);
+    }
     absl::StatusOr<std::unique_ptr<bench::BenchCluster>> started =
         bench::BenchCluster::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
@@ -88,11 +177,9 @@ class DeviceCopiesTest : public testing::Test {
     skip_reason_ = nullptr;
   }
   void SetUp() override {
-    if (!skip_reason_->empty()) {
-      GTEST_SKIP() << "SUMMON_TEST_DEVICE=cuda needs a CUDA device: "
-                   << *skip_reason_;
-    }
+    if (!skip_reason_->empty()) GTEST_SKIP() << *skip_reason_;
     ASSERT_NE(cluster_, nullptr);
+    collectives_before_ = collectives_.load();
   }
 
   const SummonClient& node(int n) const { return (*clients_)[n]; }
@@ -115,6 +202,13 @@ class DeviceCopiesTest : public testing::Test {
     }
     EXPECT_EQ(live(), before);
   }
+  // The collectives the device communicator carried in this test, summed
+  // over the nodes: `gathers` on every node under a device exchange, none
+  // otherwise.
+  void ExpectDeviceCollectives(int gathers) const {
+    EXPECT_EQ(collectives_.load() - collectives_before_,
+              Transport::kDeviceExchange ? gathers * kNodes : 0);
+  }
 
   // Every primary parameter read through `n` equals `values`.
   void ExpectReads(int n, const std::string& session,
@@ -125,105 +219,113 @@ class DeviceCopiesTest : public testing::Test {
     }
   }
 
-  static std::shared_ptr<server::FakeDeviceMemoryProvider>* fake_;
-  static std::string* skip_reason_;
-  static bench::BenchCluster* cluster_;
-  static std::vector<SummonClient>* clients_;
+  static inline std::shared_ptr<server::FakeDeviceMemoryProvider>* fake_ =
+      nullptr;
+  static inline std::string* skip_reason_ = nullptr;
+  static inline bench::BenchCluster* cluster_ = nullptr;
+  static inline std::vector<SummonClient>* clients_ = nullptr;
+  static inline std::atomic<int> collectives_{0};
+  int collectives_before_ = 0;
 };
 
-std::shared_ptr<server::FakeDeviceMemoryProvider>* DeviceCopiesTest::fake_ =
-    nullptr;
-std::string* DeviceCopiesTest::skip_reason_ = nullptr;
-bench::BenchCluster* DeviceCopiesTest::cluster_ = nullptr;
-std::vector<SummonClient>* DeviceCopiesTest::clients_ = nullptr;
+using Transports = testing::Types<GlooThroughHost, DeviceExchange>;
+TYPED_TEST_SUITE(DeviceCopiesTest, Transports);
 
-TEST_F(DeviceCopiesTest, ReadOnlySessionGathersIntoOneDeviceCopyPerNode) {
+TYPED_TEST(DeviceCopiesTest, ReadOnlySessionGathersIntoOneDeviceCopyPerNode) {
   for (v1::ShardingStrategy strategy :
        {v1::SHARDING_STRATEGY_FULL_SHARD, v1::SHARDING_STRATEGY_HYBRID_SHARD}) {
     SCOPED_TRACE(v1::ShardingStrategy_Name(strategy));
     const std::string name = absl::StrCat("read-", strategy);
-    const v1::Model model = CreateSeeded(node(0), name, kLayout, strategy);
-    const int64_t shards = live();
-    const v1::Session session = OpenOk(node(0), name, ReadOnly());
+    const v1::Model model = CreateSeeded(this->node(0), name, kLayout, strategy);
+    const int64_t shards = this->live();
+    const v1::Session session = OpenOk(this->node(0), name, ReadOnly());
     // One copy of the whole model on each node, in device memory.
-    ExpectDeviceCopies(shards, kNodes);
-    for (int n = 0; n < kNodes; ++n) ExpectReads(n, session.id(), SeededModel(model));
+    this->ExpectDeviceCopies(shards, kNodes);
+    for (int n = 0; n < kNodes; ++n) this->ExpectReads(n, session.id(), SeededModel(model));
     // Converted reads come through the host chunk by chunk.
-    EXPECT_EQ(ReadOk(node(1), session.id(), "layers.1.w", false,
+    EXPECT_EQ(ReadOk(this->node(1), session.id(), "layers.1.w", false,
                      v1::DTYPE_BFLOAT16),
               SeededBytes("layers.1.w", 35, v1::DTYPE_BFLOAT16));
-    CloseOk(node(0), session.id());
-    ExpectDeviceCopiesFreed(shards);
-    EXPECT_EQ(ParamChecksums(ChecksumOk(node(0), name)),
+    CloseOk(this->node(0), session.id());
+    this->ExpectDeviceCopiesFreed(shards);
+    EXPECT_EQ(ParamChecksums(ChecksumOk(this->node(0), name)),
               ExpectedChecksums(model, SeededModel(model)));
   }
+  this->ExpectDeviceCollectives(2);
 }
 
-TEST_F(DeviceCopiesTest, Rank0OnlyHoldsOneDeviceCopyOnTheHomeRanksNode) {
-  const v1::Model model = CreateSeeded(node(0), "home", kLayout,
+TYPED_TEST(DeviceCopiesTest, Rank0OnlyHoldsOneDeviceCopyOnTheHomeRanksNode) {
+  const v1::Model model = CreateSeeded(this->node(0), "home", kLayout,
                                        v1::SHARDING_STRATEGY_FULL_SHARD);
-  const int64_t shards = live();
-  const v1::Session session = OpenOk(node(0), "home", Rank0Only(3, ReadOnly()));
-  ExpectDeviceCopies(shards, 1);
+  const int64_t shards = this->live();
+  const v1::Session session = OpenOk(this->node(0), "home", Rank0Only(3, ReadOnly()));
+  this->ExpectDeviceCopies(shards, 1);
   // Node 0 holds none: its reads are served from node 1's copy.
-  for (int n = 0; n < kNodes; ++n) ExpectReads(n, session.id(), SeededModel(model));
-  CloseOk(node(0), session.id());
-  ExpectDeviceCopiesFreed(shards);
+  for (int n = 0; n < kNodes; ++n) this->ExpectReads(n, session.id(), SeededModel(model));
+  CloseOk(this->node(0), session.id());
+  this->ExpectDeviceCopiesFreed(shards);
+  this->ExpectDeviceCollectives(1);  // Gather to the home.
 }
 
-TEST_F(DeviceCopiesTest, OffloadToCpuKeepsTheCopiesInHostMemory) {
-  const v1::Model model = CreateSeeded(node(0), "offload", kLayout,
+TYPED_TEST(DeviceCopiesTest, OffloadToCpuKeepsTheCopiesInHostMemory) {
+  const v1::Model model = CreateSeeded(this->node(0), "offload", kLayout,
                                        v1::SHARDING_STRATEGY_FULL_SHARD);
-  const int64_t shards = live();
+  const int64_t shards = this->live();
   v1::SessionOptions options = ReadOnly();
   options.set_offload_to_cpu(true);
-  const v1::Session session = OpenOk(node(0), "offload", options);
-  ExpectDeviceCopiesFreed(shards);
-  for (int n = 0; n < kNodes; ++n) ExpectReads(n, session.id(), SeededModel(model));
-  CloseOk(node(0), session.id());
+  const v1::Session session = OpenOk(this->node(0), "offload", options);
+  this->ExpectDeviceCopiesFreed(shards);
+  for (int n = 0; n < kNodes; ++n) this->ExpectReads(n, session.id(), SeededModel(model));
+  CloseOk(this->node(0), session.id());
+  this->ExpectDeviceCollectives(0);  // Host copies exchange over Gloo.
 }
 
 // Writebacks leave spare staged allocations behind for a while
 // (ShardStore::kSpareStagingGrace), so they run on a cluster of their own,
 // after the suite above has counted its allocations.
-class DeviceCopiesWritebackTest : public DeviceCopiesTest {};
+template <typename Transport>
+class DeviceCopiesWritebackTest : public DeviceCopiesTest<Transport> {};
+TYPED_TEST_SUITE(DeviceCopiesWritebackTest, Transports);
 
 // Edits land in the device copies of both nodes; the writeback stages each
 // rank's slices device to device (rank0_only: scattered from the home's
 // device copy through the host) and commits them on every rank.
-TEST_F(DeviceCopiesWritebackTest, WritebackFromDeviceCopiesReachesEveryRank) {
+TYPED_TEST(DeviceCopiesWritebackTest, WritebackFromDeviceCopiesReachesEveryRank) {
   for (bool rank0_only : {false, true}) {
     SCOPED_TRACE(rank0_only ? "rank0_only, home rank 3" : "one copy per node");
     const std::string name = absl::StrCat("write-", rank0_only);
-    const v1::Model model = CreateSeeded(node(0), name, kLayout,
+    const v1::Model model = CreateSeeded(this->node(0), name, kLayout,
                                          v1::SHARDING_STRATEGY_FULL_SHARD);
     const v1::Session session = OpenOk(
-        node(0), name, rank0_only ? Rank0Only(3) : v1::SessionOptions());
+        this->node(0), name, rank0_only ? Rank0Only(3) : v1::SessionOptions());
     TensorBytes edited;
     for (const auto& [fqn, numel] : PrimaryParams(model)) {
       edited[fqn] = SeededBytes(fqn, numel, v1::DTYPE_FLOAT32, kEditSeed);
-      WriteOk(node(static_cast<int>(edited.size()) % kNodes), session.id(),
+      WriteOk(this->node(static_cast<int>(edited.size()) % kNodes), session.id(),
               fqn, edited[fqn]);
     }
-    for (int n = 0; n < kNodes; ++n) ExpectReads(n, session.id(), edited);
-    CloseOk(node(1), session.id());
-    EXPECT_EQ(ParamChecksums(ChecksumOk(node(0), name)),
+    for (int n = 0; n < kNodes; ++n) this->ExpectReads(n, session.id(), edited);
+    CloseOk(this->node(1), session.id());
+    EXPECT_EQ(ParamChecksums(ChecksumOk(this->node(0), name)),
               ExpectedChecksums(model, edited));
-    const v1::Session after = OpenOk(node(1), name, ReadOnly());
-    ExpectReads(0, after.id(), edited);
-    CloseOk(node(1), after.id());
+    const v1::Session after = OpenOk(this->node(1), name, ReadOnly());
+    this->ExpectReads(0, after.id(), edited);
+    CloseOk(this->node(1), after.id());
   }
+  // Four gathers; a rank0_only writeback's scatter from the home stays on
+  // Gloo through host buffers.
+  this->ExpectDeviceCollectives(4);
 }
 
-TEST_F(DeviceCopiesTest, GradientsGatherIntoDeviceCopiesWithZerosWhereNone) {
+TYPED_TEST(DeviceCopiesTest, GradientsGatherIntoDeviceCopiesWithZerosWhereNone) {
   const v1::Model model =
-      CreateSeeded(node(0), "grads", kLayout, v1::SHARDING_STRATEGY_FULL_SHARD,
+      CreateSeeded(this->node(0), "grads", kLayout, v1::SHARDING_STRATEGY_FULL_SHARD,
                    std::vector<int32_t>{0, 3});
-  const int64_t shards = live();
+  const int64_t shards = this->live();
   v1::SessionOptions options = ReadOnly();
   options.set_with_grads(true);
-  const v1::Session session = OpenOk(node(0), "grads", options);
-  ExpectDeviceCopies(shards, 2 * kNodes);  // Params and grads on each node.
+  const v1::Session session = OpenOk(this->node(0), "grads", options);
+  this->ExpectDeviceCopies(shards, 2 * kNodes);  // Params and grads on each node.
   const TensorBytes seeded = SeededGrads(model);
   for (const auto& [fqn, numel] : PrimaryParams(model)) {
     // Ranks 1 and 2 hold no gradients: their slices read as zeros.
@@ -234,28 +336,29 @@ TEST_F(DeviceCopiesTest, GradientsGatherIntoDeviceCopiesWithZerosWhereNone) {
     }
     for (int n = 0; n < kNodes; ++n) {
       SCOPED_TRACE(absl::StrCat(fqn, " grad through node ", n));
-      EXPECT_EQ(ReadOk(node(n), session.id(), fqn, /*grad=*/true),
+      EXPECT_EQ(ReadOk(this->node(n), session.id(), fqn, /*grad=*/true),
                 FloatBytes(expected));
     }
   }
-  CloseOk(node(0), session.id());
-  ExpectDeviceCopiesFreed(shards);
+  CloseOk(this->node(0), session.id());
+  this->ExpectDeviceCopiesFreed(shards);
+  this->ExpectDeviceCollectives(1);
 }
 
 // Statistics of a device copy are computed where it is; they equal the
 // seeded values' and those of a host copy of the same tensor.
-TEST_F(DeviceCopiesTest, StatsOfADeviceCopyMatchTheHostCopy) {
-  const v1::Model model = CreateSeeded(node(0), "stats", kLayout,
+TYPED_TEST(DeviceCopiesTest, StatsOfADeviceCopyMatchTheHostCopy) {
+  const v1::Model model = CreateSeeded(this->node(0), "stats", kLayout,
                                        v1::SHARDING_STRATEGY_FULL_SHARD);
-  const v1::Session on_device = OpenOk(node(0), "stats", ReadOnly());
+  const v1::Session on_device = OpenOk(this->node(0), "stats", ReadOnly());
   v1::SessionOptions offload = ReadOnly();
   offload.set_offload_to_cpu(true);
-  const v1::Session on_host = OpenOk(node(0), "stats", offload);
+  const v1::Session on_host = OpenOk(this->node(0), "stats", offload);
   for (int n = 0; n < kNodes; ++n) {
     absl::StatusOr<v1::TensorStatsResponse> device_stats =
-        node(n).TensorStats(on_device.id(), {"layers.0.attn.w"}, false, 8);
+        this->node(n).TensorStats(on_device.id(), {"layers.0.attn.w"}, false, 8);
     absl::StatusOr<v1::TensorStatsResponse> host_stats =
-        node(n).TensorStats(on_host.id(), {"layers.0.attn.w"}, false, 8);
+        this->node(n).TensorStats(on_host.id(), {"layers.0.attn.w"}, false, 8);
     ASSERT_TRUE(device_stats.ok()) << device_stats.status();
     ASSERT_TRUE(host_stats.ok()) << host_stats.status();
     const std::vector<float> values = SeededFloats("layers.0.attn.w", 25);
@@ -275,23 +378,24 @@ TEST_F(DeviceCopiesTest, StatsOfADeviceCopyMatchTheHostCopy) {
     EXPECT_NEAR(stats.mean(), host.mean(), 1e-12 * std::abs(host.mean()));
     EXPECT_NEAR(stats.l2_norm(), host.l2_norm(), 1e-12 * host.l2_norm());
   }
-  CloseOk(node(0), on_device.id());
-  CloseOk(node(0), on_host.id());
+  CloseOk(this->node(0), on_device.id());
+  CloseOk(this->node(0), on_host.id());
+  this->ExpectDeviceCollectives(1);
 }
 
 // A device copy cannot be mapped into a client on the host; the refusal
 // says how to get a mappable one.
-TEST_F(DeviceCopiesTest, MapSessionOfADeviceCopyIsRefusedWithTheWayOut) {
-  CreateSeeded(node(0), "map", kLayout, v1::SHARDING_STRATEGY_FULL_SHARD);
-  const v1::Session session = OpenOk(node(0), "map", ReadOnly());
+TYPED_TEST(DeviceCopiesTest, MapSessionOfADeviceCopyIsRefusedWithTheWayOut) {
+  CreateSeeded(this->node(0), "map", kLayout, v1::SHARDING_STRATEGY_FULL_SHARD);
+  const v1::Session session = OpenOk(this->node(0), "map", ReadOnly());
   absl::StatusOr<client::MappedSession> mapped =
-      node(0).MapSession(session.id());
+      this->node(0).MapSession(session.id());
   ASSERT_FALSE(mapped.ok());
   EXPECT_EQ(mapped.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(mapped.status().message().find("offload_to_cpu"),
             std::string::npos)
       << mapped.status();
-  CloseOk(node(0), session.id());
+  CloseOk(this->node(0), session.id());
 }
 
 }  // namespace
