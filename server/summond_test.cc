@@ -118,6 +118,14 @@ TEST(SummondFlagsTest, BadFlagValuesExitWithInvalidArgument) {
       WaitForExit(Spawn({"--insecure-local", "--listen=", "--unix-socket="})),
       kInvalidArgument);
   EXPECT_EQ(WaitForExit(Spawn({"stray-argument"})), kInvalidArgument);
+  EXPECT_EQ(WaitForExit(Spawn({"--insecure-local", "--device=tpu"})),
+            kInvalidArgument);
+  // NCCL exchanges session copies in GPU memory: only with --device cuda.
+  EXPECT_EQ(WaitForExit(Spawn({"--insecure-local", "--gather-transport=nccl"})),
+            kInvalidArgument);
+  EXPECT_EQ(
+      WaitForExit(Spawn({"--insecure-local", "--gather-transport=carrier"})),
+      kInvalidArgument);
 }
 
 TEST(SummondFlagsTest, RefusesToServeUnsafely) {
