@@ -134,14 +134,14 @@ std::optional<absl::Status> ReadThroughMapping(const SummonClient& client,
   const std::optional<core::DType> stored = CoreDType(tensor->info().dtype());
   const std::optional<core::DType> out = CoreDType(wire);
   if (!stored || !out ||
-      (*stored != *out && (!core::IsFloatingPoint(*stored) ||
-                           !core::IsFloatingPoint(*out)))) {
+      (*stored != *out &&
+       (!core::IsFloatingPoint(*stored) || !core::IsFloatingPoint(*out)))) {
     return std::nullopt;
   }
   absl::StatusOr<int> fd = RedeemMapToken(grant->socket(), grant->token());
   if (!fd.ok()) return std::nullopt;
-  const std::unique_ptr<int, void (*)(int*)> closer(&*fd,
-                                                    [](int* f) { ::close(*f); });
+  const std::unique_ptr<int, void (*)(int*)> closer(
+      &*fd, [](int* f) { ::close(*f); });
   v1::TensorInfo info = tensor->info();
   info.set_dtype(wire);
   if (absl::Status status = on_info(info); !status.ok()) return status;
@@ -161,8 +161,8 @@ std::optional<absl::Status> ReadThroughMapping(const SummonClient& client,
     absl::string_view bytes(in.data(), static_cast<size_t>(n * in_size));
     if (*stored != *out) {
       converted.resize(static_cast<size_t>(n * out_size));
-      if (absl::Status status = core::ConvertElements(
-              *stored, in.data(), *out, converted.data(), n);
+      if (absl::Status status = core::ConvertElements(*stored, in.data(), *out,
+                                                      converted.data(), n);
           !status.ok()) {
         return status;
       }
@@ -203,31 +203,30 @@ absl::Status TensorRead(const CommandContext& c) {
   // Shown in the progress line: how the bytes come.
   std::string route;
   const InfoSink on_info = [&](const v1::TensorInfo& first) -> absl::Status {
-        info = first;
-        const std::optional<core::DType> core_dtype = CoreDType(info.dtype());
-        if (!core_dtype) {
-          return absl::InternalError(absl::StrCat("the server sent dtype ",
-                                                  info.dtype(), " for ",
-                                                  params.tensor.fqn));
-        }
-        if (c.progress) {
-          bar.emplace(c.err, absl::StrCat("read ", params.tensor.fqn, route),
-                      info.numel() *
-                          static_cast<int64_t>(core::ElementSize(*core_dtype)));
-        }
-        absl::StatusOr<std::string> header = EncodeNpyHeader(
-            *core_dtype, core::Shape(info.shape().begin(), info.shape().end()));
-        if (!header.ok()) return header.status();
-        if (!to_stdout) {
-          file.open(temp_path, std::ios::binary | std::ios::trunc);
-          if (!file) {
-            return LocalFileError(
-                absl::ErrnoToStatus(errno,
-                                    absl::StrCat("cannot create ", out_path)),
-                /*input=*/false);
-          }
-        }
-        return write(*header);
+    info = first;
+    const std::optional<core::DType> core_dtype = CoreDType(info.dtype());
+    if (!core_dtype) {
+      return absl::InternalError(absl::StrCat(
+          "the server sent dtype ", info.dtype(), " for ", params.tensor.fqn));
+    }
+    if (c.progress) {
+      bar.emplace(
+          c.err, absl::StrCat("read ", params.tensor.fqn, route),
+          info.numel() * static_cast<int64_t>(core::ElementSize(*core_dtype)));
+    }
+    absl::StatusOr<std::string> header = EncodeNpyHeader(
+        *core_dtype, core::Shape(info.shape().begin(), info.shape().end()));
+    if (!header.ok()) return header.status();
+    if (!to_stdout) {
+      file.open(temp_path, std::ios::binary | std::ios::trunc);
+      if (!file) {
+        return LocalFileError(
+            absl::ErrnoToStatus(errno,
+                                absl::StrCat("cannot create ", out_path)),
+            /*input=*/false);
+      }
+    }
+    return write(*header);
   };
   const BytesSink on_bytes = [&](absl::string_view bytes) {
     if (bar) bar->Add(static_cast<int64_t>(bytes.size()));
@@ -241,9 +240,9 @@ absl::Status TensorRead(const CommandContext& c) {
     mapped = ReadThroughMapping(c.client, params, on_info, on_bytes);
     route.clear();
   }
-  absl::Status read = mapped.has_value()
-                          ? *std::move(mapped)
-                          : c.client.ReadTensorChunks(params, on_info, on_bytes);
+  absl::Status read =
+      mapped.has_value() ? *std::move(mapped)
+                         : c.client.ReadTensorChunks(params, on_info, on_bytes);
   if (bar && read.ok()) bar->Finish();
   if (!to_stdout && file.is_open()) {
     file.close();

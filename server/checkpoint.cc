@@ -257,8 +257,7 @@ absl::Status CreateDurably(const PlannedCheckpointFile& file,
   if (!directory.ok()) return directory.status();
   const std::string name = BaseName(file.temp_path);
   if (::unlinkat(directory->get(), name.c_str(), 0) != 0 && errno != ENOENT) {
-    return absl::ErrnoToStatus(errno,
-                               absl::StrCat("unlink ", file.temp_path));
+    return absl::ErrnoToStatus(errno, absl::StrCat("unlink ", file.temp_path));
   }
   const int created =
       ::openat(directory->get(), name.c_str(),
@@ -378,8 +377,8 @@ absl::Status SyncDirectory(const std::string& directory) {
 
 absl::StatusOr<CheckpointFiles> PlanCheckpoint(
     const std::string& path, const core::ModelSpec& model,
-    const std::map<std::string, std::string>& metadata,
-    int64_t max_file_bytes, const FileAdmission& admit) {
+    const std::map<std::string, std::string>& metadata, int64_t max_file_bytes,
+    const FileAdmission& admit) {
   if (max_file_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_file_bytes must be >= 1, got ", max_file_bytes));
@@ -443,8 +442,7 @@ absl::Status CreateCheckpointFiles(const CheckpointFiles& plan) {
     }
   }
   for (const PlannedCheckpointFile& file : plan.files) {
-    if (absl::Status created = CreateDurably(file, plan.admit);
-        !created.ok()) {
+    if (absl::Status created = CreateDurably(file, plan.admit); !created.ok()) {
       return created;
     }
   }
@@ -499,8 +497,8 @@ void AbandonCheckpointFiles(const CheckpointFiles& plan) {
 absl::StatusOr<SavedCheckpoint> SaveCheckpoint(
     const std::string& path, const core::ModelSpec& model,
     const std::vector<int>& ranks, const core::ShardAddress& shard,
-    const std::map<std::string, std::string>& metadata,
-    int64_t max_file_bytes, const FileAdmission& admit) {
+    const std::map<std::string, std::string>& metadata, int64_t max_file_bytes,
+    const FileAdmission& admit) {
   absl::StatusOr<CheckpointFiles> plan =
       PlanCheckpoint(path, model, metadata, max_file_bytes, admit);
   if (!plan.ok()) return plan.status();

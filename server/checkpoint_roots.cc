@@ -67,9 +67,9 @@ FileAdmission CheckpointRoots::Admission() const {
     const fs::path landed =
         fs::read_symlink(absl::StrCat("/proc/self/fd/", fd), error);
     if (error) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot tell where checkpoint file '", path,
-          "' lies (/proc/self/fd unreadable), so it is not read"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot tell where checkpoint file '", path,
+                       "' lies (/proc/self/fd unreadable), so it is not read"));
     }
     for (const std::string& root : roots) {
       if (IsBeneath(landed.string(), root)) return absl::OkStatus();

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/safetensors.h"
 #include "absl/strings/string_view.h"
+#include "server/safetensors.h"
 
 namespace summon::server {
 

@@ -1,5 +1,4 @@
 #include "server/checkpoint.h"
-#include "server/checkpoint_roots.h"
 
 #include <sys/stat.h>
 
@@ -13,6 +12,7 @@
 #include "core/seeded_init.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint_roots.h"
 #include "server/checkpoint_test_model.h"
 #include "server/safetensors.h"
 
@@ -223,10 +223,10 @@ TEST(SaveCheckpointTest, R20_CreatesAndRenamesOnlyInVettedDirectories) {
   const CheckpointRoots roots({base + "/root"});
   for (const std::string name : {"m.safetensors", "dir"}) {
     SCOPED_TRACE(name);
-    absl::StatusOr<SavedCheckpoint> saved = SaveCheckpoint(
-        base + "/root/swapped/" + name, model, AllRanks(model),
-        shards.Address(), {}, kDefaultMaxCheckpointFileBytes,
-        roots.Admission());
+    absl::StatusOr<SavedCheckpoint> saved =
+        SaveCheckpoint(base + "/root/swapped/" + name, model, AllRanks(model),
+                       shards.Address(), {}, kDefaultMaxCheckpointFileBytes,
+                       roots.Admission());
     ASSERT_FALSE(saved.ok());
     EXPECT_EQ(saved.status().code(), absl::StatusCode::kPermissionDenied)
         << saved.status();

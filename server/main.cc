@@ -254,9 +254,9 @@ int Run(int argc, char** argv) {
     }
     // Device copies of a device-exchange gather sit on the node's first
     // rank's GPU, device 0 of the provider: the communicator's.
-    spec_from_flags.device_communicator =
-        [](int rank, int size, absl::Duration timeout,
-           gloo::rendezvous::Store& store)
+    spec_from_flags.device_communicator = [](int rank, int size,
+                                             absl::Duration timeout,
+                                             gloo::rendezvous::Store& store)
         -> absl::StatusOr<std::unique_ptr<Communicator>> {
       NcclCommunicator::Spec nccl;
       nccl.rank = rank;

@@ -12,14 +12,17 @@
 
 namespace summon::server {
 
-absl::StatusOr<uint8_t*> NodeRuntime::TensorBytes(
-    Copy& copy, const std::string& session_id, int tensor, bool grad,
-    bool for_write) {
+absl::StatusOr<uint8_t*> NodeRuntime::TensorBytes(Copy& copy,
+                                                  const std::string& session_id,
+                                                  int tensor, bool grad,
+                                                  bool for_write) {
   const core::SessionTensor& info = copy.layout.tensors[tensor];
   auto it = copy.privates.find({session_id, tensor, grad});
   if (it != copy.privates.end()) return it->second.data();
   uint8_t* shared = copy.HostBytes(grad);
-  if (!for_write) return shared == nullptr ? nullptr : shared + info.buffer_offset;
+  if (!for_write) {
+    return shared == nullptr ? nullptr : shared + info.buffer_offset;
+  }
   std::vector<uint8_t> own(static_cast<size_t>(info.bytes()));
   if (absl::Status status =
           copy.CopyOut(grad, info.buffer_offset, own.data(), info.bytes());
@@ -55,8 +58,7 @@ absl::Status NodeRuntime::Write(const WriteOp& op) {
   const int64_t size = static_cast<int64_t>(op.bytes.size());
   absl::MutexLock copy_lock(&copy.mu);
   if (!op.private_copy) {
-    return copy.CopyIn(op.grad, info.buffer_offset + at, op.bytes.data(),
-                       size);
+    return copy.CopyIn(op.grad, info.buffer_offset + at, op.bytes.data(), size);
   }
   absl::StatusOr<uint8_t*> data =
       TensorBytes(copy, op.session_id, op.tensor, op.grad, true);
@@ -121,18 +123,17 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
   if (data == nullptr && count > 0) {
     // The shared copy is in device memory: it streams to the host chunk by
     // chunk (through two pinned chunks on a GPU, double-buffered).
-    const ShardMemory& memory =
-        grad ? *copy.device_grads : *copy.device_params;
-    return memory.ReadChunks(
-        info.buffer_offset + offset * in_size, count * in_size,
-        per_chunk * in_size, [&](const uint8_t* in, int64_t bytes) {
-          return deliver(in, bytes / in_size);
-        });
+    const ShardMemory& memory = grad ? *copy.device_grads : *copy.device_params;
+    return memory.ReadChunks(info.buffer_offset + offset * in_size,
+                             count * in_size, per_chunk * in_size,
+                             [&](const uint8_t* in, int64_t bytes) {
+                               return deliver(in, bytes / in_size);
+                             });
   }
   do {
     const int64_t n = std::min(per_chunk, count - done);
-    if (absl::Status status =
-            deliver(data == nullptr ? nullptr : data + (offset + done) * in_size, n);
+    if (absl::Status status = deliver(
+            data == nullptr ? nullptr : data + (offset + done) * in_size, n);
         !status.ok()) {
       return status;
     }
@@ -156,7 +157,8 @@ absl::StatusOr<int> NodeRuntime::ShareCopy(const std::string& gather_id,
   }
   if (copy.on_device) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "gather ", gather_id, "'s copy is in device memory, which cannot be "
+        "gather ", gather_id,
+        "'s copy is in device memory, which cannot be "
         "mapped; read it with ReadTensor, or open the session with "
         "offload_to_cpu"));
   }

@@ -35,11 +35,10 @@ absl::Status NodeRuntime::ExchangeBuffers::Pack(
   // One range of params or grads into the buffer at `at`.
   auto put = [&](int rank, int unit, bool grads, int64_t offset, int64_t at,
                  int64_t n) {
-    return copy.device_exchange
-               ? store.CopyShardTo(rank, unit, grads, offset, *device_send, at,
-                                   n)
-               : store.ReadShard(rank, unit, grads, offset,
-                                 host_send.data() + at, n);
+    return copy.device_exchange ? store.CopyShardTo(rank, unit, grads, offset,
+                                                    *device_send, at, n)
+                                : store.ReadShard(rank, unit, grads, offset,
+                                                  host_send.data() + at, n);
   };
   int64_t at = 0;
   for (const auto& [rank, unit, offset, n] : ranges) {
@@ -77,8 +76,7 @@ const void* NodeRuntime::ExchangeBuffers::SendData() const {
 
 void* NodeRuntime::ExchangeBuffers::ReceiveData() const {
   if (device_recv != nullptr) return device_recv->device_data();
-  return host_recv.empty() ? nullptr
-                           : const_cast<uint8_t*>(host_recv.data());
+  return host_recv.empty() ? nullptr : const_cast<uint8_t*>(host_recv.data());
 }
 
 absl::Status NodeRuntime::ExchangeBuffers::Unpack(Copy& copy, bool grad,

@@ -213,10 +213,9 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     }
   }
   const bool device_placed = (*model)->store != nullptr &&
-                             (*model)->store->on_device() &&
-                             !op.offload_to_cpu;
-  copy->on_device = device_placed && copy->copy_index >= 0 &&
-                    copy->layout.total_bytes > 0;
+                             (*model)->store->on_device() && !op.offload_to_cpu;
+  copy->on_device =
+      device_placed && copy->copy_index >= 0 && copy->layout.total_bytes > 0;
   // Every node decides alike: the same configuration, the same session.
   copy->device_exchange = device_exchange_enabled_ && device_placed &&
                           spec.groups.topology.nodes > 1;
@@ -279,16 +278,16 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     void* into = nullptr;
     const void* mine = nullptr;
     if (in_place) {
-      uint8_t* base = copy->device_exchange
-                          ? static_cast<uint8_t*>(
-                                copy->device_params->device_data())
-                          : copy->params.data();
+      uint8_t* base =
+          copy->device_exchange
+              ? static_cast<uint8_t*>(copy->device_params->device_data())
+              : copy->params.data();
       into = base;
       mine = base + recv_offsets[node_];
     } else {
       if (copy->copy_index >= 0) {
-        if (absl::Status made = buffers.MakeReceive(
-                *copy, store, total, copy->device_exchange);
+        if (absl::Status made =
+                buffers.MakeReceive(*copy, store, total, copy->device_exchange);
             !made.ok()) {
           return made;
         }
@@ -326,12 +325,10 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
           continue;
         }
         const int64_t from =
-            recv_offsets[n] +
-            position.at(
-                core::ShardRange{t.rank, t.unit, t.shard_offset, t.bytes});
-        absl::Status unpacked =
-            buffers.Unpack(*copy, /*grad=*/false, from, t.buffer_offset,
-                           t.bytes);
+            recv_offsets[n] + position.at(core::ShardRange{
+                                  t.rank, t.unit, t.shard_offset, t.bytes});
+        absl::Status unpacked = buffers.Unpack(*copy, /*grad=*/false, from,
+                                               t.buffer_offset, t.bytes);
         if (unpacked.ok() && copy->grads) {
           unpacked = buffers.Unpack(*copy, /*grad=*/true, from + grads_at,
                                     t.buffer_offset, t.bytes);
@@ -410,8 +407,8 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
         absl::Status packed =
             copy.CopyOut(false, t.buffer_offset, out + at, t.bytes);
         if (packed.ok() && copy.grads) {
-          packed = copy.CopyOut(true, t.buffer_offset, out + grads_at + at,
-                                t.bytes);
+          packed =
+              copy.CopyOut(true, t.buffer_offset, out + grads_at + at, t.bytes);
         }
         if (!packed.ok()) return packed;
         at += t.bytes;
@@ -470,9 +467,8 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
             t.shard_offset, grads ? *copy.device_grads : *copy.device_params,
             t.buffer_offset, t.bytes);
       }
-      const uint8_t* from = from_copy
-                                ? copy.HostBytes(grads) + t.buffer_offset
-                                : mine.data() + mine_at;
+      const uint8_t* from = from_copy ? copy.HostBytes(grads) + t.buffer_offset
+                                      : mine.data() + mine_at;
       return model.store->StageBytes(t.rank, t.unit, grads, op.session_id,
                                      target, written, t.shard_offset, from,
                                      t.bytes);

@@ -57,13 +57,15 @@ struct NodeRuntime::Copy {
   // wherever it is.
   absl::Status CopyOut(bool grad, int64_t offset, void* to, int64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (on_device) return (grad ? device_grads : device_params)->Read(offset, to, bytes);
+    if (on_device)
+      return (grad ? device_grads : device_params)->Read(offset, to, bytes);
     std::memcpy(to, HostBytes(grad) + offset, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }
   absl::Status CopyIn(bool grad, int64_t offset, const void* from,
                       int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (on_device) return (grad ? device_grads : device_params)->Write(offset, from, bytes);
+    if (on_device)
+      return (grad ? device_grads : device_params)->Write(offset, from, bytes);
     std::memcpy(HostBytes(grad) + offset, from, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }

@@ -95,10 +95,10 @@ SummonServer::SummonServer(Spec spec,
     std::filesystem::create_directories(root, error);
     checkpoint_roots.push_back(root.string());
   }
-  registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
-      spec_.data_dir, InstanceForDataDir(spec_.data_dir), topology,
-      spec_.node_rank, spec_.device.get(),
-      CheckpointRoots(checkpoint_roots).Admission()});
+  registry_ = std::make_unique<ModelRegistry>(
+      ModelRegistry::Options{spec_.data_dir, InstanceForDataDir(spec_.data_dir),
+                             topology, spec_.node_rank, spec_.device.get(),
+                             CheckpointRoots(checkpoint_roots).Admission()});
   SessionManager::Options session_options;
   session_options.memory_budget_bytes = spec_.memory_budget_bytes;
   // R12: --admins and principals the tokens file makes admin.

@@ -245,10 +245,14 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
         }
       }
       gather->epoch = ops_->Epoch();
-      op = GatherOp{next_sequence_++,     gather->id,
-                    model_name,           options.scope,
-                    options.rank0_only,   options.home_rank,
-                    gather->has_grads,    /*read_only=*/!options.writeback,
+      op = GatherOp{next_sequence_++,
+                    gather->id,
+                    model_name,
+                    options.scope,
+                    options.rank0_only,
+                    options.home_rank,
+                    gather->has_grads,
+                    /*read_only=*/!options.writeback,
                     options.offload_to_cpu};
     }
     ++model->open_sessions;

@@ -345,8 +345,8 @@ class ShardStore {
   // into the staging memory at the given offset.
   absl::Status StageWith(
       int rank, int unit, bool grads, absl::string_view session_id,
-      uint64_t target_generation, const ByteRanges& overwritten,
-      int64_t offset, int64_t bytes,
+      uint64_t target_generation, const ByteRanges& overwritten, int64_t offset,
+      int64_t bytes,
       const std::function<absl::Status(ShardMemory&, int64_t)>& fill);
   // The rank's staging memory with `unit` prepared; the unit's bytes start
   // at unit_offsets_[unit] in it.

@@ -131,9 +131,10 @@ absl::Status ShardStore::StageWith(
         "bytes [", offset, ", ", offset + bytes, ") are outside unit ", unit,
         "'s shard of ", unit_bytes_[unit], " bytes"));
   }
-  absl::StatusOr<ShardMemory*> staging =
-      Staging(**segments, grads ? SegmentKind::kStagedGrads : SegmentKind::kStaged,
-              unit, session_id, target_generation, overwritten);
+  const SegmentKind kind =
+      grads ? SegmentKind::kStagedGrads : SegmentKind::kStaged;
+  absl::StatusOr<ShardMemory*> staging = Staging(
+      **segments, kind, unit, session_id, target_generation, overwritten);
   if (!staging.ok()) return staging.status();
   return fill(**staging, unit_offsets_[unit] + offset);
 }

@@ -127,12 +127,9 @@ int main(int argc, char** argv) {
                             cudaMemcpyDeviceToDevice));
     });
     // NaN with one GPU: there is no peer.
-    const double peer =
-        gpus < 2 ? std::nan("")
-                 : MedianSeconds(iters, [&] {
-                     CHECK_CUDA(cudaMemcpyPeer(copy, 0, buffers[1], 1,
-                                               per_rank * gpus));
-                   });
+    const double peer = gpus < 2 ? std::nan("") : MedianSeconds(iters, [&] {
+      CHECK_CUDA(cudaMemcpyPeer(copy, 0, buffers[1], 1, per_rank * gpus));
+    });
     const double gb = static_cast<double>(per_rank * gpus) / 1e9;
     std::printf(
         "%14zu %12.3f %10.2f %12.3f %10.2f %12.3f %10.2f %10.3f %10.2f %11.3f "

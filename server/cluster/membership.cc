@@ -264,8 +264,7 @@ bool Membership::WaitForEveryNode() {
   return false;
 }
 
-absl::StatusOr<Membership::Communicators> Membership::Connect(
-    uint64_t epoch) {
+absl::StatusOr<Membership::Communicators> Membership::Connect(uint64_t epoch) {
   std::unique_ptr<KvStore> remote;
   KvStore* store = store_;
   if (!is_leader()) {
@@ -285,16 +284,16 @@ absl::StatusOr<Membership::Communicators> Membership::Connect(
   Communicators connected;
   connected.host = *std::move(communicator);
   if (spec_.device_communicator == nullptr) return connected;
-  RendezvousStore device_rendezvous(
-      *store, absl::StrCat("summon/", epoch, "/device/"),
-      spec_.collective_timeout);
+  RendezvousStore device_rendezvous(*store,
+                                    absl::StrCat("summon/", epoch, "/device/"),
+                                    spec_.collective_timeout);
   absl::StatusOr<std::unique_ptr<Communicator>> device =
       spec_.device_communicator(spec_.node_rank, size(),
                                 spec_.collective_timeout, device_rendezvous);
   if (!device.ok()) {
-    return absl::Status(device.status().code(),
-                        absl::StrCat("the device communicator: ",
-                                     device.status().message()));
+    return absl::Status(
+        device.status().code(),
+        absl::StrCat("the device communicator: ", device.status().message()));
   }
   connected.device = *std::move(device);
   return connected;

@@ -50,8 +50,8 @@ class CudaShardMemory final : public ShardMemory {
         static_cast<const uint8_t*>(source->data()) + from_offset, bytes);
   }
   // Kernels on the GPU that holds the bytes; only the numbers come back.
-  absl::StatusOr<TensorStatistics> Statistics(int64_t offset,
-                                              core::DType dtype, int64_t numel,
+  absl::StatusOr<TensorStatistics> Statistics(int64_t offset, core::DType dtype,
+                                              int64_t numel,
                                               int bins) const override {
     if (absl::Status status = CheckTensorRange(offset, dtype, numel, size());
         !status.ok()) {
@@ -79,18 +79,19 @@ class CudaShardMemory final : public ShardMemory {
     if (bytes == 0) return absl::OkStatus();
     std::unique_lock<std::mutex> kept(streamer_mu_, std::try_to_lock);
     std::unique_ptr<PinnedStreamer> own;
-    std::unique_ptr<PinnedStreamer>& streamer = kept.owns_lock() ? streamer_ : own;
+    std::unique_ptr<PinnedStreamer>& streamer =
+        kept.owns_lock() ? streamer_ : own;
     if (streamer == nullptr || streamer->chunk_bytes() != chunk_bytes) {
       absl::StatusOr<std::unique_ptr<PinnedStreamer>> created =
           PinnedStreamer::Create(device(), chunk_bytes);
       if (!created.ok()) return created.status();
       streamer = *std::move(created);
     }
-    return streamer->Read(
-        static_cast<const uint8_t*>(data()) + offset, bytes,
-        [&](const char* chunk, int64_t n) {
-          return sink(reinterpret_cast<const uint8_t*>(chunk), n);
-        });
+    return streamer->Read(static_cast<const uint8_t*>(data()) + offset, bytes,
+                          [&](const char* chunk, int64_t n) {
+                            return sink(reinterpret_cast<const uint8_t*>(chunk),
+                                        n);
+                          });
   }
   absl::StatusOr<std::string> IpcHandle() const override {
     return buffer_->IpcHandle();

@@ -124,8 +124,7 @@ server::DeviceCommunicatorFactory GlooOverDeviceMemory(
         server::GlooCommunicator::Create(spec, store);
     if (!gloo.ok()) return gloo.status();
     return std::unique_ptr<server::Communicator>(
-        std::make_unique<CountingCommunicator>(*std::move(gloo),
-                                               collectives));
+        std::make_unique<CountingCommunicator>(*std::move(gloo), collectives));
   };
 }
 
@@ -211,8 +210,8 @@ class DeviceCopiesTest : public testing::Test {
   }
 
   // Every primary parameter read through `n` equals `values`.
-  void ExpectReads(int n, const std::string& session,
-                   const TensorBytes& values, bool grad = false) {
+  void ExpectReads(int n, const std::string& session, const TensorBytes& values,
+                   bool grad = false) {
     for (const auto& [fqn, bytes] : values) {
       SCOPED_TRACE(absl::StrCat(fqn, " through node ", n));
       EXPECT_EQ(ReadOk(node(n), session, fqn, grad), bytes);
@@ -236,12 +235,14 @@ TYPED_TEST(DeviceCopiesTest, ReadOnlySessionGathersIntoOneDeviceCopyPerNode) {
        {v1::SHARDING_STRATEGY_FULL_SHARD, v1::SHARDING_STRATEGY_HYBRID_SHARD}) {
     SCOPED_TRACE(v1::ShardingStrategy_Name(strategy));
     const std::string name = absl::StrCat("read-", strategy);
-    const v1::Model model = CreateSeeded(this->node(0), name, kLayout, strategy);
+    const v1::Model model =
+        CreateSeeded(this->node(0), name, kLayout, strategy);
     const int64_t shards = this->live();
     const v1::Session session = OpenOk(this->node(0), name, ReadOnly());
     // One copy of the whole model on each node, in device memory.
     this->ExpectDeviceCopies(shards, kNodes);
-    for (int n = 0; n < kNodes; ++n) this->ExpectReads(n, session.id(), SeededModel(model));
+    for (int n = 0; n < kNodes; ++n)
+      this->ExpectReads(n, session.id(), SeededModel(model));
     // Converted reads come through the host chunk by chunk.
     EXPECT_EQ(ReadOk(this->node(1), session.id(), "layers.1.w", false,
                      v1::DTYPE_BFLOAT16),
@@ -258,10 +259,12 @@ TYPED_TEST(DeviceCopiesTest, Rank0OnlyHoldsOneDeviceCopyOnTheHomeRanksNode) {
   const v1::Model model = CreateSeeded(this->node(0), "home", kLayout,
                                        v1::SHARDING_STRATEGY_FULL_SHARD);
   const int64_t shards = this->live();
-  const v1::Session session = OpenOk(this->node(0), "home", Rank0Only(3, ReadOnly()));
+  const v1::Session session =
+      OpenOk(this->node(0), "home", Rank0Only(3, ReadOnly()));
   this->ExpectDeviceCopies(shards, 1);
   // Node 0 holds none: its reads are served from node 1's copy.
-  for (int n = 0; n < kNodes; ++n) this->ExpectReads(n, session.id(), SeededModel(model));
+  for (int n = 0; n < kNodes; ++n)
+    this->ExpectReads(n, session.id(), SeededModel(model));
   CloseOk(this->node(0), session.id());
   this->ExpectDeviceCopiesFreed(shards);
   this->ExpectDeviceCollectives(1);  // Gather to the home.
@@ -275,7 +278,8 @@ TYPED_TEST(DeviceCopiesTest, OffloadToCpuKeepsTheCopiesInHostMemory) {
   options.set_offload_to_cpu(true);
   const v1::Session session = OpenOk(this->node(0), "offload", options);
   this->ExpectDeviceCopiesFreed(shards);
-  for (int n = 0; n < kNodes; ++n) this->ExpectReads(n, session.id(), SeededModel(model));
+  for (int n = 0; n < kNodes; ++n)
+    this->ExpectReads(n, session.id(), SeededModel(model));
   CloseOk(this->node(0), session.id());
   this->ExpectDeviceCollectives(0);  // Host copies exchange over Gloo.
 }
@@ -290,7 +294,8 @@ TYPED_TEST_SUITE(DeviceCopiesWritebackTest, Transports);
 // Edits land in the device copies of both nodes; the writeback stages each
 // rank's slices device to device (rank0_only: scattered from the home's
 // device copy through the host) and commits them on every rank.
-TYPED_TEST(DeviceCopiesWritebackTest, WritebackFromDeviceCopiesReachesEveryRank) {
+TYPED_TEST(DeviceCopiesWritebackTest,
+           WritebackFromDeviceCopiesReachesEveryRank) {
   for (bool rank0_only : {false, true}) {
     SCOPED_TRACE(rank0_only ? "rank0_only, home rank 3" : "one copy per node");
     const std::string name = absl::StrCat("write-", rank0_only);
@@ -301,8 +306,8 @@ TYPED_TEST(DeviceCopiesWritebackTest, WritebackFromDeviceCopiesReachesEveryRank)
     TensorBytes edited;
     for (const auto& [fqn, numel] : PrimaryParams(model)) {
       edited[fqn] = SeededBytes(fqn, numel, v1::DTYPE_FLOAT32, kEditSeed);
-      WriteOk(this->node(static_cast<int>(edited.size()) % kNodes), session.id(),
-              fqn, edited[fqn]);
+      WriteOk(this->node(static_cast<int>(edited.size()) % kNodes),
+              session.id(), fqn, edited[fqn]);
     }
     for (int n = 0; n < kNodes; ++n) this->ExpectReads(n, session.id(), edited);
     CloseOk(this->node(1), session.id());
@@ -317,15 +322,17 @@ TYPED_TEST(DeviceCopiesWritebackTest, WritebackFromDeviceCopiesReachesEveryRank)
   this->ExpectDeviceCollectives(4);
 }
 
-TYPED_TEST(DeviceCopiesTest, GradientsGatherIntoDeviceCopiesWithZerosWhereNone) {
-  const v1::Model model =
-      CreateSeeded(this->node(0), "grads", kLayout, v1::SHARDING_STRATEGY_FULL_SHARD,
-                   std::vector<int32_t>{0, 3});
+TYPED_TEST(DeviceCopiesTest,
+           GradientsGatherIntoDeviceCopiesWithZerosWhereNone) {
+  const v1::Model model = CreateSeeded(this->node(0), "grads", kLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD,
+                                       std::vector<int32_t>{0, 3});
   const int64_t shards = this->live();
   v1::SessionOptions options = ReadOnly();
   options.set_with_grads(true);
   const v1::Session session = OpenOk(this->node(0), "grads", options);
-  this->ExpectDeviceCopies(shards, 2 * kNodes);  // Params and grads on each node.
+  this->ExpectDeviceCopies(shards,
+                           2 * kNodes);  // Params and grads on each node.
   const TensorBytes seeded = SeededGrads(model);
   for (const auto& [fqn, numel] : PrimaryParams(model)) {
     // Ranks 1 and 2 hold no gradients: their slices read as zeros.
@@ -356,7 +363,8 @@ TYPED_TEST(DeviceCopiesTest, StatsOfADeviceCopyMatchTheHostCopy) {
   const v1::Session on_host = OpenOk(this->node(0), "stats", offload);
   for (int n = 0; n < kNodes; ++n) {
     absl::StatusOr<v1::TensorStatsResponse> device_stats =
-        this->node(n).TensorStats(on_device.id(), {"layers.0.attn.w"}, false, 8);
+        this->node(n).TensorStats(on_device.id(), {"layers.0.attn.w"}, false,
+                                  8);
     absl::StatusOr<v1::TensorStatsResponse> host_stats =
         this->node(n).TensorStats(on_host.id(), {"layers.0.attn.w"}, false, 8);
     ASSERT_TRUE(device_stats.ok()) << device_stats.status();
@@ -392,8 +400,7 @@ TYPED_TEST(DeviceCopiesTest, MapSessionOfADeviceCopyIsRefusedWithTheWayOut) {
       this->node(0).MapSession(session.id());
   ASSERT_FALSE(mapped.ok());
   EXPECT_EQ(mapped.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(mapped.status().message().find("offload_to_cpu"),
-            std::string::npos)
+  EXPECT_NE(mapped.status().message().find("offload_to_cpu"), std::string::npos)
       << mapped.status();
   CloseOk(this->node(0), session.id());
 }

@@ -100,7 +100,8 @@ TEST_F(CheckpointPathsTest, R20_IndexedFilesDoNotLeadOutOfTheRoot) {
   StartServer(2);
   CreateSeeded("m");
   ASSERT_TRUE(Save("sharded").ok());
-  const fs::path shard = Root() / "sharded" / "model-00001-of-00001.safetensors";
+  const fs::path shard =
+      Root() / "sharded" / "model-00001-of-00001.safetensors";
   ASSERT_TRUE(fs::exists(shard));
   const fs::path outside = fs::path(data_dir_) / "outside.safetensors";
   fs::rename(shard, outside);
@@ -130,9 +131,9 @@ TEST_F(CheckpointPathsTest, R20_APlantedTemporaryNameIsNotFollowed) {
   std::ofstream(precious) << "precious bytes\n";
   fs::create_symlink(precious, Root() / "m.safetensors.summon-partial");
   fs::create_directories(Root() / "dir");
-  fs::create_symlink(precious,
-                     Root() / "dir" / "model-00001-of-00001.safetensors"
-                                      ".summon-partial");
+  fs::create_symlink(precious, Root() / "dir" /
+                                   "model-00001-of-00001.safetensors"
+                                   ".summon-partial");
   EXPECT_TRUE(Save("m.safetensors").ok());
   EXPECT_TRUE(Save("dir", /*overwrite=*/true).ok());
   std::ifstream in(precious);
