@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <memory>
 #include <optional>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/local_map.h"
@@ -140,8 +140,7 @@ std::optional<absl::Status> ReadThroughMapping(const SummonClient& client,
   }
   absl::StatusOr<int> fd = RedeemMapToken(grant->socket(), grant->token());
   if (!fd.ok()) return std::nullopt;
-  const std::unique_ptr<int, void (*)(int*)> closer(
-      &*fd, [](int* f) { ::close(*f); });
+  const absl::Cleanup close_fd = [fd = *fd] { ::close(fd); };
   v1::TensorInfo info = tensor->info();
   info.set_dtype(wire);
   if (absl::Status status = on_info(info); !status.ok()) return status;
