@@ -468,17 +468,18 @@ absl::StatusOr<v1::TensorStatsResponse> SummonClient::TensorStats(
 }
 
 absl::StatusOr<v1::MapSessionResponse> SummonClient::GrantMapSession(
-    const std::string& session_id, bool grad) const {
+    const std::string& session_id, bool grad, bool host_copy_only) const {
   v1::MapSessionRequest request;
   request.set_session_id(session_id);
   request.set_grad(grad);
+  request.set_host_copy_only(host_copy_only);
   return Unary(*summon_, &v1::Summon::Stub::MapSession, NewContext(), request);
 }
 
 absl::StatusOr<MappedSession> SummonClient::MapSession(
     const std::string& session_id, bool grad) const {
   absl::StatusOr<v1::MapSessionResponse> grant =
-      GrantMapSession(session_id, grad);
+      GrantMapSession(session_id, grad, /*host_copy_only=*/true);
   if (!grant.ok()) return grant.status();
   return MappedSession::Map(*std::move(grant));
 }

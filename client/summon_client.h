@@ -214,10 +214,13 @@ class SummonClient {
   // daemon's host; FAILED_PRECONDITION otherwise and for writable sessions.
   absl::StatusOr<MappedSession> MapSession(const std::string& session_id,
                                            bool grad = false) const;
-  // The grant alone (redeem it with RedeemMapToken), for a reader that
-  // preads the descriptor instead of mapping it.
+  // The grant alone: for a host copy, redeem it with RedeemMapToken (a
+  // reader that preads the descriptor instead of mapping it); for a copy in
+  // device memory it lists each GPU's CUDA IPC handle (device_copies)
+  // unless `host_copy_only` asks for FAILED_PRECONDITION instead.
   absl::StatusOr<v1::MapSessionResponse> GrantMapSession(
-      const std::string& session_id, bool grad = false) const;
+      const std::string& session_id, bool grad = false,
+      bool host_copy_only = false) const;
 
   // Trainer. With `deadline_ms` the call's own deadline is extended by it,
   // since the daemon may wait that long for writable sessions (R3).

@@ -116,7 +116,8 @@ std::optional<absl::Status> ReadThroughMapping(const SummonClient& client,
                                                const InfoSink& on_info,
                                                const BytesSink& on_bytes) {
   absl::StatusOr<v1::MapSessionResponse> grant =
-      client.GrantMapSession(params.tensor.session_id, params.tensor.grad);
+      client.GrantMapSession(params.tensor.session_id, params.tensor.grad,
+                             /*host_copy_only=*/true);
   if (!grant.ok()) return std::nullopt;
   const v1::MappedTensor* tensor = nullptr;
   for (const v1::MappedTensor& listed : grant->tensors()) {

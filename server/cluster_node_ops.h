@@ -37,8 +37,8 @@ class ClusterNodeOps final : public NodeOps {
   absl::StatusOr<std::vector<TensorStatistics>> Stats(
       const std::string& gather_id, const std::string& session_id,
       const std::vector<int>& tensors, bool grad, int bins) override;
-  absl::StatusOr<int> ShareLocalCopy(const std::string& gather_id,
-                                     bool grad) override {
+  absl::StatusOr<LocalCopyShare> ShareLocalCopy(const std::string& gather_id,
+                                                bool grad) override {
     return local_->ShareCopy(gather_id, grad);
   }
   absl::StatusOr<int64_t> Prepare(const PrepareOp& op) override;

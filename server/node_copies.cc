@@ -141,8 +141,8 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> NodeRuntime::ShareCopy(const std::string& gather_id,
-                                           bool grad) {
+absl::StatusOr<LocalCopyShare> NodeRuntime::ShareCopy(
+    const std::string& gather_id, bool grad) {
   absl::StatusOr<std::shared_ptr<Copy>> found = FindCopy(gather_id);
   if (!found.ok()) return found.status();
   Copy& copy = **found;
@@ -155,15 +155,44 @@ absl::StatusOr<int> NodeRuntime::ShareCopy(const std::string& gather_id,
     return absl::NotFoundError(
         absl::StrCat("gather ", gather_id, " has no gradients"));
   }
-  if (copy.on_device) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gather ", gather_id,
-        "'s copy is in device memory, which cannot be "
-        "mapped; read it with ReadTensor, or open the session with "
-        "offload_to_cpu"));
-  }
   absl::MutexLock copy_lock(&copy.mu);
-  return (grad ? copy.grad_bytes : copy.params).ShareReadOnly();
+  LocalCopyShare share;
+  if (!copy.on_device) {
+    absl::StatusOr<int> fd =
+        (grad ? copy.grad_bytes : copy.params).ShareReadOnly();
+    if (!fd.ok()) return fd.status();
+    share.fd = *fd;
+    return share;
+  }
+  auto add = [&](const ShardMemory& memory) -> absl::Status {
+    absl::StatusOr<std::string> handle = memory.IpcHandle();
+    if (!handle.ok()) return handle.status();
+    LocalCopyShare::DeviceCopy device_copy;
+    device_copy.device = memory.device();
+    device_copy.ipc_handle = *std::move(handle);
+    for (int rank : copy.model->local_ranks) {
+      if (copy.model->store->DeviceOf(rank) == memory.device()) {
+        device_copy.ranks.push_back(rank);
+      }
+    }
+    share.device_copies.push_back(std::move(device_copy));
+    return absl::OkStatus();
+  };
+  if (absl::Status added = add(grad ? *copy.device_grads : *copy.device_params);
+      !added.ok()) {
+    return added;
+  }
+  for (const Copy::DeviceReplica& replica : copy.replicas) {
+    if (absl::Status added = add(grad ? *replica.grads : *replica.params);
+        !added.ok()) {
+      return added;
+    }
+  }
+  std::sort(
+      share.device_copies.begin(), share.device_copies.end(),
+      [](const LocalCopyShare::DeviceCopy& a,
+         const LocalCopyShare::DeviceCopy& b) { return a.device < b.device; });
+  return share;
 }
 
 absl::StatusOr<std::vector<TensorStatistics>> NodeRuntime::Stats(

@@ -31,10 +31,10 @@ class NodeOps {
   virtual absl::StatusOr<std::vector<TensorStatistics>> Stats(
       const std::string& gather_id, const std::string& session_id,
       const std::vector<int>& tensors, bool grad, int bins) = 0;
-  // A read-only descriptor of this (the asking) node's copy, for a client on
-  // its host: never another node's, which a descriptor cannot reach.
-  virtual absl::StatusOr<int> ShareLocalCopy(const std::string& gather_id,
-                                             bool grad) = 0;
+  // This (the asking) node's copy, for a client on its host: never another
+  // node's, which neither a descriptor nor a CUDA IPC handle can reach.
+  virtual absl::StatusOr<LocalCopyShare> ShareLocalCopy(
+      const std::string& gather_id, bool grad) = 0;
   // Every node; OK only when every node staged (R8), else nothing commits.
   virtual absl::StatusOr<int64_t> Prepare(const PrepareOp& op) = 0;
   virtual absl::Status Commit(const CommitOp& op) = 0;
@@ -68,8 +68,8 @@ class LocalNodeOps final : public NodeOps {
       const std::vector<int>& tensors, bool grad, int bins) override {
     return runtime_->Stats(gather_id, session_id, tensors, grad, bins);
   }
-  absl::StatusOr<int> ShareLocalCopy(const std::string& gather_id,
-                                     bool grad) override {
+  absl::StatusOr<LocalCopyShare> ShareLocalCopy(const std::string& gather_id,
+                                                bool grad) override {
     return runtime_->ShareCopy(gather_id, grad);
   }
   absl::StatusOr<int64_t> Prepare(const PrepareOp& op) override {

@@ -1,8 +1,6 @@
 #include "server/node_runtime.h"
 
 #include <algorithm>
-#include <cstring>
-#include <set>
 #include <tuple>
 
 #include "absl/status/status.h"
@@ -12,23 +10,6 @@
 #include "server/node_runtime_internal.h"
 
 namespace summon::server {
-
-namespace {
-
-// The copy's bytes no transfer writes: the alignment gaps between tensors.
-// A pooled buffer holds whatever its last user left there, and reads of a
-// whole buffer must not see it.
-void ZeroGaps(const core::SessionBufferLayout& layout, uint8_t* data) {
-  if (layout.total_bytes == 0) return;  // No buffer at all (data is null).
-  int64_t end = 0;
-  for (const core::SessionTensor& tensor : layout.tensors) {
-    std::memset(data + end, 0, tensor.buffer_offset - end);
-    end = tensor.buffer_offset + tensor.bytes();
-  }
-  std::memset(data + end, 0, layout.total_bytes - end);
-}
-
-}  // namespace
 
 NodeRuntime::NodeRuntime(int node, ModelRegistry* registry,
                          Communicator* communicator,
@@ -110,81 +91,6 @@ int64_t NodeRuntime::CopyBytes() const {
     }
   }
   return bytes;
-}
-
-int NodeRuntime::DeviceRank(const Copy& copy, int home_rank) const {
-  if (copy.device_exchange) return copy.model->local_ranks.front();
-  const core::Topology& topology = copy.model->spec.groups.topology;
-  if (copy.rank0_only && topology.NodeOf(home_rank) == node_) return home_rank;
-  int first = -1;
-  for (const core::Transfer& t : copy.plan.transfers) {
-    if (t.copy == copy.copy_index && topology.NodeOf(t.rank) == node_ &&
-        (first < 0 || t.rank < first)) {
-      first = t.rank;
-    }
-  }
-  return first >= 0 ? first : copy.model->local_ranks.front();
-}
-
-absl::Status NodeRuntime::AllocateCopy(Copy& copy, const ShardStore& store) {
-  const int64_t total = copy.layout.total_bytes;
-  if (copy.on_device) {
-    // Fresh device memory is zero-filled, gaps included.
-    absl::StatusOr<std::unique_ptr<ShardMemory>> params =
-        store.AllocateBeside(copy.device_rank, total);
-    if (!params.ok()) return params.status();
-    copy.device_params = *std::move(params);
-    if (!copy.grads) return absl::OkStatus();
-    absl::StatusOr<std::unique_ptr<ShardMemory>> grads =
-        store.AllocateBeside(copy.device_rank, total);
-    if (!grads.ok()) return grads.status();
-    copy.device_grads = *std::move(grads);
-    return absl::OkStatus();
-  }
-  absl::StatusOr<PooledBuffer> params = pool_->Acquire(total);
-  if (!params.ok()) return params.status();
-  copy.params = *std::move(params);
-  ZeroGaps(copy.layout, copy.params.data());
-  if (!copy.grads) return absl::OkStatus();
-  absl::StatusOr<PooledBuffer> grads = pool_->Acquire(total);
-  if (!grads.ok()) return grads.status();
-  copy.grad_bytes = *std::move(grads);
-  ZeroGaps(copy.layout, copy.grad_bytes.data());
-  return absl::OkStatus();
-}
-
-absl::Status NodeRuntime::CopyLocalSlices(Copy& copy, ShardStore& store) {
-  const core::Topology& topology = copy.model->spec.groups.topology;
-  // One transfer of params or grads: device to device for a copy in device
-  // memory, to the host otherwise.
-  auto fill = [&](const core::Transfer& t, bool grads)
-                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) -> absl::Status {
-    if (copy.on_device) {
-      return store.CopyShardTo(t.rank, t.unit, grads, t.shard_offset,
-                               grads ? *copy.device_grads : *copy.device_params,
-                               t.buffer_offset, t.bytes);
-    }
-    return store.ReadShard(t.rank, t.unit, grads, t.shard_offset,
-                           copy.HostBytes(grads) + t.buffer_offset, t.bytes);
-  };
-  for (const core::Transfer& t : copy.plan.transfers) {
-    if (t.copy != copy.copy_index || topology.NodeOf(t.rank) != node_) {
-      continue;
-    }
-    if (absl::Status status = fill(t, /*grads=*/false); !status.ok()) {
-      return status;
-    }
-    if (!copy.grads) continue;
-    if (store.HasGrads(t.rank)) {
-      if (absl::Status status = fill(t, /*grads=*/true); !status.ok()) {
-        return status;
-      }
-    } else if (!copy.on_device) {
-      // Ranks without grads read as zeros (fresh device memory already is).
-      std::memset(copy.HostBytes(true) + t.buffer_offset, 0, t.bytes);
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::Status NodeRuntime::Gather(const GatherOp& op) {
@@ -339,6 +245,15 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
+  // Outside the sequence: the next collective need not wait for the copies
+  // between this node's GPUs, and nothing sees this copy until it is kept.
+  {
+    absl::MutexLock copy_lock(&copy->mu);
+    if (absl::Status replicated = Replicate(*copy, *(*model)->store);
+        !replicated.ok()) {
+      return replicated;
+    }
+  }
   absl::MutexLock lock(&mu_);
   copies_[op.gather_id] = copy;
   return absl::OkStatus();
@@ -462,9 +377,11 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
       const ShardStore::ByteRanges& written = overwritten[{t.rank, t.unit}];
       const uint64_t target = op.target_generations.at(t.unit);
       if (from_copy && copy.on_device) {
+        // From the copy on the rank's own GPU.
         return model.store->StageFrom(
             t.rank, t.unit, grads, op.session_id, target, written,
-            t.shard_offset, grads ? *copy.device_grads : *copy.device_params,
+            t.shard_offset,
+            copy.DeviceCopyOn(model.store->DeviceOf(t.rank), grads),
             t.buffer_offset, t.bytes);
       }
       const uint8_t* from = from_copy ? copy.HostBytes(grads) + t.buffer_offset

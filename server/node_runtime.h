@@ -82,6 +82,19 @@ struct CommitOp {
   std::map<int, uint64_t> target_generations;
 };
 
+// A copy held on this node, handed to a client on its host (MapSession):
+// a host copy as a read-only descriptor, a device copy as the CUDA IPC
+// handle of each GPU's copy.
+struct LocalCopyShare {
+  int fd = -1;  // Host copy: owned by the receiver; -1 for a device copy.
+  struct DeviceCopy {
+    int device = -1;         // CUDA ordinal.
+    std::vector<int> ranks;  // This node's ranks on that GPU.
+    std::string ipc_handle;  // cudaIpcMemHandle_t bytes.
+  };
+  std::vector<DeviceCopy> device_copies;  // By device; empty for a host copy.
+};
+
 // Receives a read in chunks; returning false stops the read (client gone).
 // `bytes` are valid during the call. A non-null `pin` says they are the
 // shared copy of a read-only gather (GatherOp::read_only), unconverted,
@@ -131,11 +144,13 @@ class NodeRuntime {
   absl::StatusOr<std::vector<TensorStatistics>> Stats(
       const std::string& gather_id, const std::string& session_id,
       const std::vector<int>& tensors, bool grad, int bins);
-  // A read-only descriptor of the copy held here (its params or grads
-  // buffer), owned by the caller; the memory is freed, not pooled, when the
-  // gather is released (PooledBuffer::ShareReadOnly).
+  // The copy held here (its params or grads buffer): a host copy as a
+  // read-only descriptor owned by the caller, whose memory is freed, not
+  // pooled, when the gather is released (PooledBuffer::ShareReadOnly); a
+  // device copy as the IPC handles of the primary and every replica.
   // FAILED_PRECONDITION when this node holds no copy of the gather.
-  absl::StatusOr<int> ShareCopy(const std::string& gather_id, bool grad);
+  absl::StatusOr<LocalCopyShare> ShareCopy(const std::string& gather_id,
+                                           bool grad);
 
   // Two-phase writeback. Prepare stages (nothing in the shards changes) and
   // returns the bytes staged here; Commit copies staged data into the shards
@@ -182,6 +197,11 @@ class NodeRuntime {
   // rank of this node that the scope gathers from (a node without one uses
   // its first rank).
   int DeviceRank(const Copy& copy, int home_rank) const;
+  // A device copy's replicas: one on each further GPU of the node's ranks
+  // (none under rank0_only), copied from the gathered primary GPU to GPU.
+  // RESOURCE_EXHAUSTED naming the device when one does not fit. The caller
+  // holds copy.mu.
+  absl::Status Replicate(Copy& copy, const ShardStore& store);
   // Copies this node's ranks' slices into its copy; gradients of ranks
   // without any read as zeros. The caller holds copy.mu and the model's
   // shards lock.

@@ -33,6 +33,8 @@ struct NodeRuntime::Copy {
 
   // In device memory (GatherOp::offload_to_cpu unset, shards on a device):
   // the bytes are in device_params/device_grads, not params/grad_bytes.
+  // That primary copy is gathered into; reads, statistics and rank0_only
+  // scatters use it.
   bool on_device = false;
   int device_rank = -1;  // Its GPU is this rank's (DeviceRank).
   // The exchange between nodes runs on the device communicator, in device
@@ -44,6 +46,18 @@ struct NodeRuntime::Copy {
   PooledBuffer grad_bytes ABSL_GUARDED_BY(mu);
   std::unique_ptr<ShardMemory> device_params ABSL_GUARDED_BY(mu);
   std::unique_ptr<ShardMemory> device_grads ABSL_GUARDED_BY(mu);
+  // The same copy on each further GPU of the node's ranks (DESIGN.md
+  // section 2: one copy per GPU of the scope; none under rank0_only),
+  // filled from the primary after the gather (NodeRuntime::Replicate).
+  // Writes land in every one; a writeback stages each rank's slices from
+  // the copy on that rank's GPU, as FSDP writes each rank's chunk back from
+  // its own unsharded parameters.
+  struct DeviceReplica {
+    int device = -1;
+    std::unique_ptr<ShardMemory> params;
+    std::unique_ptr<ShardMemory> grads;  // Null without gradients.
+  };
+  std::vector<DeviceReplica> replicas ABSL_GUARDED_BY(mu);
   // (session, tensor, grad) -> that session's own copy of the tensor.
   std::map<std::tuple<std::string, int, bool>, std::vector<uint8_t>> privates
       ABSL_GUARDED_BY(mu);
@@ -62,12 +76,31 @@ struct NodeRuntime::Copy {
     std::memcpy(to, HostBytes(grad) + offset, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }
+  // Into every device copy (the primary and its replicas) before returning.
   absl::Status CopyIn(bool grad, int64_t offset, const void* from,
                       int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (on_device)
-      return (grad ? device_grads : device_params)->Write(offset, from, bytes);
-    std::memcpy(HostBytes(grad) + offset, from, static_cast<size_t>(bytes));
-    return absl::OkStatus();
+    if (!on_device) {
+      std::memcpy(HostBytes(grad) + offset, from, static_cast<size_t>(bytes));
+      return absl::OkStatus();
+    }
+    absl::Status status =
+        (grad ? device_grads : device_params)->Write(offset, from, bytes);
+    for (DeviceReplica& replica : replicas) {
+      if (!status.ok()) break;
+      status =
+          (grad ? replica.grads : replica.params)->Write(offset, from, bytes);
+    }
+    return status;
+  }
+  // The device copy on GPU `device` (a replica, or the primary when none is
+  // there): where a writeback reads the slices of a rank on that GPU.
+  const ShardMemory& DeviceCopyOn(int device, bool grad) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (const DeviceReplica& replica : replicas) {
+      if (replica.device == device)
+        return grad ? *replica.grads : *replica.params;
+    }
+    return grad ? *device_grads : *device_params;
   }
 };
 

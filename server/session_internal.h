@@ -29,6 +29,10 @@ struct SessionManager::Gather {
   uint64_t epoch = 0;  // The cluster epoch it was gathered in.
   int64_t network_bytes = 0;
   int holders = 0;     // Guarded by the manager's mutex.
+  // Its device copies were handed out over CUDA IPC (MapSession), which
+  // cannot be made read-only: later opens do not share it. Guarded by the
+  // manager's mutex.
+  bool mapped_on_device = false;
 };
 
 struct SessionManager::Session {

@@ -187,6 +187,7 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
       for (const std::weak_ptr<Gather>& weak : shareable_gathers_) {
         std::shared_ptr<Gather> candidate = weak.lock();
         if (candidate && candidate->holders > 0 &&
+            !candidate->mapped_on_device &&
             core::CanShareGather(candidate->identity, identity)) {
           shared = candidate;
           break;

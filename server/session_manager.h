@@ -151,17 +151,21 @@ class SessionManager {
       const std::string& id, const std::string& fqn, bool grad,
       core::DType dtype, int64_t offset, int64_t count,
       const std::string& principal);
-  // The same-node read path (MapSession): a read-only descriptor of a
-  // read-only session's copy held on this node, with its size and tensors.
-  // FAILED_PRECONDITION for a writable session (its copy changes and is
-  // written back), one with edits of its own (the copy would not show
-  // them), a session not OPEN, or no copy on this node.
+  // The same-node path (MapSession): a session's copy held on this node,
+  // with its size and tensors: a read-only session's host copy as a
+  // read-only descriptor, any session's device copies as CUDA IPC handles
+  // (a gather whose device copies went out is not shared with later
+  // opens). FAILED_PRECONDITION for a writable session's host copy (it
+  // changes and is written back), a session with edits of its own (the copy
+  // would not show them), a session not OPEN, or no copy on this node.
   struct SharedCopy {
-    int fd = -1;  // Owned by the caller.
+    LocalCopyShare share;  // share.fd is owned by the caller.
     int64_t bytes = 0;
     std::vector<core::SessionTensor> tensors;
   };
+  // `host_only`: FAILED_PRECONDITION for a device copy.
   absl::StatusOr<SharedCopy> ShareCopy(const std::string& id, bool grad,
+                                       bool host_only,
                                        const std::string& principal);
   // Whether `id` is OPEN and `principal` may use it (a grant's validity).
   bool IsOpen(const std::string& id, const std::string& principal);

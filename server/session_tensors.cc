@@ -184,7 +184,8 @@ absl::StatusOr<core::SessionTensor> SessionManager::Write(
 }
 
 absl::StatusOr<SessionManager::SharedCopy> SessionManager::ShareCopy(
-    const std::string& id, bool grad, const std::string& principal) {
+    const std::string& id, bool grad, bool host_only,
+    const std::string& principal) {
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
@@ -192,12 +193,25 @@ absl::StatusOr<SessionManager::SharedCopy> SessionManager::ShareCopy(
         FindOpenSession(id, principal);
     if (!found.ok()) return found.status();
     session = *std::move(found);
-    if (session->writable()) {
+    // Device copies go out as CUDA IPC handles, for writable sessions too
+    // (edits on each GPU are written back into the ranks on that GPU).
+    const ShardStore* store = session->model->store.get();
+    const bool device_copy = !session->options.offload_to_cpu &&
+                             store != nullptr && store->on_device();
+    if (session->writable() && !device_copy) {
       return absl::FailedPreconditionError(absl::StrCat(
           "session ", id,
-          " is writable: only a read-only session's copy can be mapped; "
-          "read it with ReadTensor"));
+          " is writable: only a read-only session's host copy can be "
+          "mapped; read it with ReadTensor"));
     }
+    if (device_copy && host_only) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session ", id,
+          "'s copy is in device memory, which a host mapping cannot reach; "
+          "read it with ReadTensor, open the session with offload_to_cpu, "
+          "or map its CUDA IPC handles (MapSession without host_copy_only)"));
+    }
+    if (device_copy) session->gather->mapped_on_device = true;
     if (!session->private_tensors.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "session ", id,
@@ -209,10 +223,11 @@ absl::StatusOr<SessionManager::SharedCopy> SessionManager::ShareCopy(
           absl::StrCat("session ", id, " has no gradients"));
     }
   }
-  absl::StatusOr<int> fd = ops_->ShareLocalCopy(session->gather->id, grad);
-  if (!fd.ok()) return fd.status();
+  absl::StatusOr<LocalCopyShare> share =
+      ops_->ShareLocalCopy(session->gather->id, grad);
+  if (!share.ok()) return share.status();
   SharedCopy shared;
-  shared.fd = *fd;
+  shared.share = *std::move(share);
   shared.bytes = session->gather->layout.total_bytes;
   shared.tensors = session->gather->layout.tensors;
   return shared;

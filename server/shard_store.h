@@ -195,6 +195,9 @@ class ShardStore {
   // held here.
   absl::StatusOr<std::unique_ptr<ShardMemory>> AllocateBeside(
       int rank, int64_t bytes) const;
+  // The CUDA device ordinal local `rank`'s shards are on; -1 on host
+  // placement or for a rank not held here.
+  int DeviceOf(int rank) const;
   // See HostShards. `read`: fill the host copy with the current bytes (not
   // needed when every byte will be overwritten before Flush()).
   absl::StatusOr<HostShards> OnHost(bool grads, bool read) const;

@@ -85,6 +85,13 @@ absl::Status ShardStore::CopyShardTo(int rank, int unit, bool grads,
   return to.CopyRange(**memory, unit_offsets_[unit] + offset, to_offset, bytes);
 }
 
+int ShardStore::DeviceOf(int rank) const {
+  absl::MutexLock lock(&mu_);
+  const RankSegments* segments = FindRank(rank);
+  if (segments == nullptr || segments->params_bytes == nullptr) return -1;
+  return segments->params_bytes->device();
+}
+
 absl::StatusOr<std::unique_ptr<ShardMemory>> ShardStore::AllocateBeside(
     int rank, int64_t bytes) const {
   if (!on_device()) {

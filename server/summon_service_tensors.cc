@@ -1,5 +1,7 @@
 // summon.v1.Summon's tensor streams: ReadTensor, WriteTensor and
 // TensorStats, and the stream slots that bound how many run at once.
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -211,11 +213,6 @@ grpc::Status SummonServiceImpl::MapSession(grpc::ServerContext* context,
       !denied.ok()) {
     return denied;
   }
-  if (fd_broker_ == nullptr) {
-    return ToGrpcStatus(absl::FailedPreconditionError(
-        "this daemon maps no sessions (started without it); read with "
-        "ReadTensor"));
-  }
   if (!IsLocalPeer(context->peer())) {
     return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
         "MapSession is for clients on the daemon's host, over loopback or its "
@@ -235,18 +232,35 @@ grpc::Status SummonServiceImpl::MapSession(grpc::ServerContext* context,
   }
   const std::string principal = PrincipalOf(*context);
   const std::string& id = request->session_id();
-  absl::StatusOr<SessionManager::SharedCopy> shared =
-      sessions_->ShareCopy(id, request->grad(), principal);
+  absl::StatusOr<SessionManager::SharedCopy> shared = sessions_->ShareCopy(
+      id, request->grad(), request->host_copy_only(), principal);
   if (!shared.ok()) return ToGrpcStatus(shared.status());
-  SessionManager* sessions = sessions_;
-  absl::StatusOr<std::string> token = fd_broker_->Grant(
-      shared->fd,
-      [sessions, id, principal] { return sessions->IsOpen(id, principal); });
-  if (!token.ok()) return ToGrpcStatus(token.status());
-  response->set_socket(fd_broker_->address());
-  response->set_token(*token);
-  response->set_token_ttl_ms(
-      static_cast<uint32_t>(absl::ToInt64Milliseconds(fd_broker_->ttl())));
+  for (const LocalCopyShare::DeviceCopy& device_copy :
+       shared->share.device_copies) {
+    v1::DeviceCopy* out = response->add_device_copies();
+    out->set_device(device_copy.device);
+    out->mutable_ranks()->Add(device_copy.ranks.begin(),
+                              device_copy.ranks.end());
+    out->set_ipc_handle(device_copy.ipc_handle);
+  }
+  if (shared->share.fd >= 0) {
+    const int fd = shared->share.fd;
+    if (fd_broker_ == nullptr) {
+      close(fd);
+      return ToGrpcStatus(absl::FailedPreconditionError(
+          "this daemon maps no host copies (started without it); read with "
+          "ReadTensor"));
+    }
+    SessionManager* sessions = sessions_;
+    absl::StatusOr<std::string> token = fd_broker_->Grant(
+        fd,
+        [sessions, id, principal] { return sessions->IsOpen(id, principal); });
+    if (!token.ok()) return ToGrpcStatus(token.status());
+    response->set_socket(fd_broker_->address());
+    response->set_token(*token);
+    response->set_token_ttl_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(fd_broker_->ttl())));
+  }
   response->set_copy_bytes(static_cast<uint64_t>(shared->bytes));
   for (const core::SessionTensor& tensor : shared->tensors) {
     v1::MappedTensor* mapped = response->add_tensors();

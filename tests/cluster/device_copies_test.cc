@@ -4,10 +4,11 @@
 // real gRPC and Gloo, shards "on a device" through the fake provider (heap
 // memory reached only by copies, so every device path runs on a CPU), exact
 // values from the seeded init, and the provider's live allocations showing
-// where each copy went. Each test runs twice: with the copies' exchange
-// between nodes on Gloo through host buffers, and on a device communicator
-// (summond --gather-transport nccl), here Gloo over the fake device's memory
-// standing in for NCCL and counting the collectives it carries.
+// where each copy went (the fake device puts each local rank on a GPU of its
+// own, so every node holds a copy per GPU). Each test runs twice: with the
+// copies' exchange between nodes on Gloo through host buffers, and on a device
+// communicator (summond --gather-transport nccl), here Gloo over the fake
+// device's memory standing in for NCCL and counting the collectives it carries.
 // SUMMON_TEST_DEVICE=cuda runs the first on a GPU (the second needs a GPU
 // per node).
 
@@ -15,6 +16,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,6 +45,16 @@ constexpr const char* kLayout = kUnevenLayout;
 constexpr int kNodes = 2;
 constexpr int kLocalRanks = 2;
 constexpr uint64_t kEditSeed = 99;
+
+// The bytes a fake device's IPC handle names ("fake-ipc:<device>:<address>",
+// FakeDeviceMemoryProvider): this process's heap, where a real handle would
+// be opened with cudaIpcOpenMemHandle in another process.
+uint8_t* FakeDeviceBytes(const std::string& handle) {
+  const std::string text = handle.substr(0, handle.find('\0'));
+  const size_t colon = text.rfind(':');
+  return reinterpret_cast<uint8_t*>(
+      std::strtoull(text.c_str() + colon + 1, nullptr, 10));
+}
 
 // The shards' placement: the fake device by default, real GPU memory with
 // SUMMON_TEST_DEVICE=cuda (tests/gpu/run_on_gpu.sh; every node and rank on
@@ -230,7 +243,7 @@ class DeviceCopiesTest : public testing::Test {
 using Transports = testing::Types<GlooThroughHost, DeviceExchange>;
 TYPED_TEST_SUITE(DeviceCopiesTest, Transports);
 
-TYPED_TEST(DeviceCopiesTest, ReadOnlySessionGathersIntoOneDeviceCopyPerNode) {
+TYPED_TEST(DeviceCopiesTest, ReadOnlySessionGathersIntoACopyOnEveryGpu) {
   for (v1::ShardingStrategy strategy :
        {v1::SHARDING_STRATEGY_FULL_SHARD, v1::SHARDING_STRATEGY_HYBRID_SHARD}) {
     SCOPED_TRACE(v1::ShardingStrategy_Name(strategy));
@@ -239,8 +252,9 @@ TYPED_TEST(DeviceCopiesTest, ReadOnlySessionGathersIntoOneDeviceCopyPerNode) {
         CreateSeeded(this->node(0), name, kLayout, strategy);
     const int64_t shards = this->live();
     const v1::Session session = OpenOk(this->node(0), name, ReadOnly());
-    // One copy of the whole model on each node, in device memory.
-    this->ExpectDeviceCopies(shards, kNodes);
+    // A copy of the whole model on every GPU of both nodes (the fake
+    // device puts each local rank on a GPU of its own).
+    this->ExpectDeviceCopies(shards, kNodes * kLocalRanks);
     for (int n = 0; n < kNodes; ++n)
       this->ExpectReads(n, session.id(), SeededModel(model));
     // Converted reads come through the host chunk by chunk.
@@ -322,6 +336,69 @@ TYPED_TEST(DeviceCopiesWritebackTest,
   this->ExpectDeviceCollectives(4);
 }
 
+// A writable session's device copies can be mapped too: WriteTensor lands
+// in every GPU's copy, and the writeback takes each rank's slices from the
+// copy on that rank's GPU (as FSDP writes each rank's chunk back from its own
+// unsharded parameters), so an edit made in one GPU's copy reaches exactly
+// the ranks on that GPU.
+TYPED_TEST(DeviceCopiesWritebackTest,
+           WritebackTakesEachRanksSlicesFromTheCopyOnItsGpu) {
+  if (!*this->fake_) {
+    GTEST_SKIP() << "a copy is edited through its IPC handle in-process, "
+                    "which only the fake device allows";
+  }
+  const v1::Model model = CreateSeeded(this->node(0), "per-gpu", kLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  const v1::Session session =
+      OpenOk(this->node(0), "per-gpu", v1::SessionOptions());
+  const std::string written =
+      SeededBytes("norm.w", 6, v1::DTYPE_FLOAT32, kEditSeed);
+  WriteOk(this->node(1), session.id(), "norm.w", written);
+
+  absl::StatusOr<v1::MapSessionResponse> grant =
+      this->node(0).GrantMapSession(session.id());
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  ASSERT_EQ(grant->device_copies_size(), kLocalRanks);
+  std::map<std::string, uint64_t> offset_of;
+  for (const v1::MappedTensor& tensor : grant->tensors()) {
+    offset_of[tensor.info().fqn()] = tensor.byte_offset();
+  }
+  for (const v1::DeviceCopy& copy : grant->device_copies()) {
+    SCOPED_TRACE(absl::StrCat("device ", copy.device()));
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(
+                              FakeDeviceBytes(copy.ipc_handle()) +
+                              offset_of.at("norm.w")),
+                          written.size()),
+              written);
+  }
+  // The whole of layers.1.w edited in the copy on rank 1's GPU only.
+  const std::string edit =
+      SeededBytes("layers.1.w", 35, v1::DTYPE_FLOAT32, kEditSeed + 1);
+  ASSERT_EQ(grant->device_copies(1).ranks(0), 1);
+  std::memcpy(FakeDeviceBytes(grant->device_copies(1).ipc_handle()) +
+                  offset_of.at("layers.1.w"),
+              edit.data(), edit.size());
+  CloseOk(this->node(0), session.id());
+
+  std::vector<float> expected = SeededFloats("layers.1.w", 35);
+  const std::vector<float> edited = BytesToFloats(edit);
+  int taken = 0;
+  for (int64_t i = 0; i < 35; ++i) {
+    if (OwningPosition(model, "layers.1.w", i) != 1) continue;
+    expected[i] = edited[i];
+    ++taken;
+  }
+  ASSERT_GT(taken, 0);
+  TensorBytes after = SeededModel(model);
+  after["norm.w"] = written;
+  after["layers.1.w"] = FloatBytes(expected);
+  EXPECT_EQ(ParamChecksums(ChecksumOk(this->node(0), "per-gpu")),
+            ExpectedChecksums(model, after));
+  const v1::Session reopened = OpenOk(this->node(1), "per-gpu", ReadOnly());
+  this->ExpectReads(1, reopened.id(), after);
+  CloseOk(this->node(1), reopened.id());
+}
+
 TYPED_TEST(DeviceCopiesTest,
            GradientsGatherIntoDeviceCopiesWithZerosWhereNone) {
   const v1::Model model = CreateSeeded(this->node(0), "grads", kLayout,
@@ -331,8 +408,8 @@ TYPED_TEST(DeviceCopiesTest,
   v1::SessionOptions options = ReadOnly();
   options.set_with_grads(true);
   const v1::Session session = OpenOk(this->node(0), "grads", options);
-  this->ExpectDeviceCopies(shards,
-                           2 * kNodes);  // Params and grads on each node.
+  // Params and grads on every GPU.
+  this->ExpectDeviceCopies(shards, 2 * kNodes * kLocalRanks);
   const TensorBytes seeded = SeededGrads(model);
   for (const auto& [fqn, numel] : PrimaryParams(model)) {
     // Ranks 1 and 2 hold no gradients: their slices read as zeros.
@@ -391,18 +468,57 @@ TYPED_TEST(DeviceCopiesTest, StatsOfADeviceCopyMatchTheHostCopy) {
   this->ExpectDeviceCollectives(1);
 }
 
-// A device copy cannot be mapped into a client on the host; the refusal
-// says how to get a mappable one.
-TYPED_TEST(DeviceCopiesTest, MapSessionOfADeviceCopyIsRefusedWithTheWayOut) {
-  CreateSeeded(this->node(0), "map", kLayout, v1::SHARDING_STRATEGY_FULL_SHARD);
-  const v1::Session session = OpenOk(this->node(0), "map", ReadOnly());
-  absl::StatusOr<client::MappedSession> mapped =
-      this->node(0).MapSession(session.id());
-  ASSERT_FALSE(mapped.ok());
-  EXPECT_EQ(mapped.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(mapped.status().message().find("offload_to_cpu"), std::string::npos)
-      << mapped.status();
-  CloseOk(this->node(0), session.id());
+// MapSession hands a device copy out as each GPU's CUDA IPC handle, for
+// writable sessions too; a host mapping (MappedSession) is refused with the
+// way out, and a gather whose device copies went out is not shared with
+// later opens (a mapper can write into device memory).
+TYPED_TEST(DeviceCopiesTest, MapSessionHandsOutTheCopyOnEveryGpu) {
+  const v1::Model model = CreateSeeded(this->node(0), "map", kLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  const int64_t shards = this->live();
+  const v1::Session first = OpenOk(this->node(0), "map", ReadOnly());
+  const v1::Session shared = OpenOk(this->node(0), "map", ReadOnly());
+  this->ExpectDeviceCopies(shards, kNodes * kLocalRanks);  // One gather.
+
+  absl::StatusOr<client::MappedSession> on_host =
+      this->node(0).MapSession(first.id());
+  ASSERT_FALSE(on_host.ok());
+  EXPECT_EQ(on_host.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(on_host.status().message().find("offload_to_cpu"),
+            std::string::npos)
+      << on_host.status();
+
+  absl::StatusOr<v1::MapSessionResponse> grant =
+      this->node(0).GrantMapSession(first.id());
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_TRUE(grant->socket().empty());
+  EXPECT_TRUE(grant->token().empty());
+  ASSERT_EQ(grant->device_copies_size(), kLocalRanks);
+  for (int local = 0; local < kLocalRanks; ++local) {
+    const v1::DeviceCopy& copy = grant->device_copies(local);
+    EXPECT_EQ(copy.ipc_handle().size(), 64u);
+    ASSERT_EQ(copy.ranks_size(), 1);
+    EXPECT_EQ(copy.ranks(0), local);  // Node 0: ranks 0 and 1.
+    if (!*this->fake_) continue;      // A real handle opens in another process.
+    EXPECT_EQ(copy.device(), local);
+    const uint8_t* bytes = FakeDeviceBytes(copy.ipc_handle());
+    for (const v1::MappedTensor& tensor : grant->tensors()) {
+      SCOPED_TRACE(absl::StrCat(tensor.info().fqn(), " on device ", local));
+      EXPECT_EQ(std::string(
+                    reinterpret_cast<const char*>(bytes) + tensor.byte_offset(),
+                    static_cast<size_t>(tensor.info().numel() * 4)),
+                SeededBytes(tensor.info().fqn(), tensor.info().numel(),
+                            v1::DTYPE_FLOAT32));
+    }
+  }
+  // The next read-only open gathers copies of its own.
+  const v1::Session later = OpenOk(this->node(0), "map", ReadOnly());
+  this->ExpectDeviceCopies(shards, 2 * kNodes * kLocalRanks);
+  this->ExpectReads(1, later.id(), SeededModel(model));
+  for (const v1::Session& session : {first, shared, later}) {
+    CloseOk(this->node(0), session.id());
+  }
+  this->ExpectDeviceCopiesFreed(shards);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ done
 run "device_copies_test (SUMMON_TEST_DEVICE=cuda, 2 nodes x 2 ranks)" env SUMMON_TEST_DEVICE=cuda "$G/bin/device_copies_test" --gtest_brief=1
 rm -rf client/python/summon/v1 && cp -r "$G/stubs_v1" client/python/summon/v1
 run torch_ipc_check env PYTHONPATH=client/python python3 tests/gpu/torch_ipc_check.py --summond "$G/bin/summond"
+run torch_session_copy_check env PYTHONPATH=client/python python3 tests/gpu/torch_session_copy_check.py --summond "$G/bin/summond"
 run gpu_bench bash bench/gpu_bench.sh "$G/bin"
 echo "run_on_gpu: $failed failed"
 [ "$failed" -eq 0 ]

@@ -359,6 +359,18 @@ def test_map_session_refuses_writable_sessions(client: summon.Client, model: str
     client.close_session(session.id, abort=True)
 
 
+def test_device_copies_are_only_for_copies_in_gpu_memory(client: summon.Client,
+                                                        model: str) -> None:
+    """A host copy has no CUDA IPC handles; the error says to map it instead."""
+    session = client.open_session(model, scope="f16", writeback=False)
+    with pytest.raises(summon.SummonError) as error:
+        client.grant_device_copies(session.id)
+    assert error.value.code == "FAILED_PRECONDITION" and "map_session" in str(error.value)
+    with client.map_session(session.id) as mapping:  # The host copy still maps.
+        assert set(mapping.tensors) == {"f16.w"}
+    client.close_session(session.id)
+
+
 def test_a_map_token_is_good_once(client: summon.Client, model: str) -> None:
     from summon.mapping import redeem
     session = client.open_session(model, scope="f16", writeback=False)

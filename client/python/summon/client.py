@@ -409,8 +409,29 @@ class Client:
         """
         from summon.mapping import SessionMapping
         grant = self._call(self._summon.MapSession,
-                           summon_pb2.MapSessionRequest(session_id=session_id, grad=grad))
+                           summon_pb2.MapSessionRequest(session_id=session_id, grad=grad,
+                                                          host_copy_only=True))
         return SessionMapping(grant)
+
+    def grant_device_copies(self, session_id: str,
+                            grad: bool = False) -> summon_pb2.MapSessionResponse:
+        """A session's copies in GPU memory as CUDA IPC handles (MapSession).
+
+        On a node whose shards are in GPU memory (summond --device cuda) a
+        session's copy is on every GPU of the node's ranks; the reply lists
+        each (`device_copies`: device, ranks, ipc_handle) with `copy_bytes`
+        and every tensor's `byte_offset`. Only on the daemon's host; for
+        writable sessions too. summon.torch.DeviceSessionCopy opens one.
+        FAILED_PRECONDITION (as SummonError) for a copy in host memory: map
+        that with map_session.
+        """
+        grant = self._call(self._summon.MapSession,
+                           summon_pb2.MapSessionRequest(session_id=session_id, grad=grad))
+        if not grant.device_copies:
+            raise SummonError("FAILED_PRECONDITION",
+                              f"session {session_id}'s copy is in host memory: map it "
+                              "with map_session")
+        return grant
 
     def write_tensor(self, session_id: str, fqn: str, data: np.ndarray, grad: bool = False,
                      dtype: Optional[str] = None, offset: int = 0,
