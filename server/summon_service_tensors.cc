@@ -1,7 +1,5 @@
 // summon.v1.Summon's tensor streams: ReadTensor, WriteTensor and
 // TensorStats, and the stream slots that bound how many run at once.
-#include <unistd.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -213,6 +211,11 @@ grpc::Status SummonServiceImpl::MapSession(grpc::ServerContext* context,
       !denied.ok()) {
     return denied;
   }
+  if (fd_broker_ == nullptr) {
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        "this daemon maps no sessions (started with --map-sessions=false); "
+        "read with ReadTensor"));
+  }
   if (!IsLocalPeer(context->peer())) {
     return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
         "MapSession is for clients on the daemon's host, over loopback or its "
@@ -245,12 +248,6 @@ grpc::Status SummonServiceImpl::MapSession(grpc::ServerContext* context,
   }
   if (shared->share.fd >= 0) {
     const int fd = shared->share.fd;
-    if (fd_broker_ == nullptr) {
-      close(fd);
-      return ToGrpcStatus(absl::FailedPreconditionError(
-          "this daemon maps no host copies (started without it); read with "
-          "ReadTensor"));
-    }
     SessionManager* sessions = sessions_;
     absl::StatusOr<std::string> token = fd_broker_->Grant(
         fd,

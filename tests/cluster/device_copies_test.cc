@@ -493,22 +493,36 @@ TYPED_TEST(DeviceCopiesTest, MapSessionHandsOutTheCopyOnEveryGpu) {
   ASSERT_TRUE(grant.ok()) << grant.status();
   EXPECT_TRUE(grant->socket().empty());
   EXPECT_TRUE(grant->token().empty());
-  ASSERT_EQ(grant->device_copies_size(), kLocalRanks);
-  for (int local = 0; local < kLocalRanks; ++local) {
-    const v1::DeviceCopy& copy = grant->device_copies(local);
+  // One copy per GPU, listing node 0's ranks on it (ranks 0 and 1 between
+  // them); the fake device puts each rank on a GPU of its own.
+  std::vector<int32_t> ranks;
+  std::vector<int32_t> devices;
+  for (const v1::DeviceCopy& copy : grant->device_copies()) {
     EXPECT_EQ(copy.ipc_handle().size(), 64u);
-    ASSERT_EQ(copy.ranks_size(), 1);
-    EXPECT_EQ(copy.ranks(0), local);  // Node 0: ranks 0 and 1.
-    if (!*this->fake_) continue;      // A real handle opens in another process.
-    EXPECT_EQ(copy.device(), local);
-    const uint8_t* bytes = FakeDeviceBytes(copy.ipc_handle());
-    for (const v1::MappedTensor& tensor : grant->tensors()) {
-      SCOPED_TRACE(absl::StrCat(tensor.info().fqn(), " on device ", local));
-      EXPECT_EQ(std::string(
-                    reinterpret_cast<const char*>(bytes) + tensor.byte_offset(),
-                    static_cast<size_t>(tensor.info().numel() * 4)),
-                SeededBytes(tensor.info().fqn(), tensor.info().numel(),
-                            v1::DTYPE_FLOAT32));
+    ranks.insert(ranks.end(), copy.ranks().begin(), copy.ranks().end());
+    devices.push_back(copy.device());
+  }
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(ranks, (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(std::is_sorted(devices.begin(), devices.end()) &&
+              std::adjacent_find(devices.begin(), devices.end()) ==
+                  devices.end());
+  if (*this->fake_) {  // A real handle opens only in another process.
+    ASSERT_EQ(grant->device_copies_size(), kLocalRanks);
+    for (int local = 0; local < kLocalRanks; ++local) {
+      const v1::DeviceCopy& copy = grant->device_copies(local);
+      EXPECT_EQ(copy.device(), local);
+      ASSERT_EQ(copy.ranks_size(), 1);
+      EXPECT_EQ(copy.ranks(0), local);
+      const uint8_t* bytes = FakeDeviceBytes(copy.ipc_handle());
+      for (const v1::MappedTensor& tensor : grant->tensors()) {
+        SCOPED_TRACE(absl::StrCat(tensor.info().fqn(), " on device ", local));
+        EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes) +
+                                  tensor.byte_offset(),
+                              static_cast<size_t>(tensor.info().numel() * 4)),
+                  SeededBytes(tensor.info().fqn(), tensor.info().numel(),
+                              v1::DTYPE_FLOAT32));
+      }
     }
   }
   // The next read-only open gathers copies of its own.
