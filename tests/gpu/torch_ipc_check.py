@@ -14,36 +14,21 @@ Exit 0 when every check held; prints one line per check.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from gpu_checks import LAYOUT, SEED, SHAPES, Checks
 
-import summon  # noqa: E402
+import summon  # noqa: E402  (gpu_checks puts the package on the path)
 from summon.local import LocalDaemon  # noqa: E402
 from summon.torch import ShardViews  # noqa: E402
 from seeded import seeded_float32  # noqa: E402
 
-SEED = 7
-LAYOUT = {"strategy": "FULL_SHARD", "units": [
-    {"fqn": "", "params": [{"fqn": "embed.w", "shape": [1000, 64], "dtype": "float32"}]},
-    {"fqn": "layers.0", "params": [
-        {"fqn": "layers.0.w", "shape": [256, 256], "dtype": "float32"},
-        {"fqn": "layers.0.b", "shape": [256], "dtype": "float32"}]}]}
-PARAMS = {"embed.w": 64000, "layers.0.w": 65536, "layers.0.b": 256}
-
-failures = 0
-
-
-def check(what: str, ok: bool, detail: str = "") -> None:
-    global failures
-    failures += 0 if ok else 1
-    print(f"{'OK  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
+PARAMS = {fqn: int(np.prod(shape)) for fqn, shape in SHAPES.items()}
+check = Checks("torch_ipc_check")
 
 
 def read_all(client: summon.Client) -> dict[str, np.ndarray]:
@@ -107,8 +92,7 @@ def main() -> int:
                              seeded["layers.0.w"] * 2 + 1))
         views._params_segment.close()
         client.delete_model("m")
-    print(f"torch_ipc_check: {failures} failed", flush=True)
-    return 1 if failures else 0
+    return check.exit_code()
 
 
 if __name__ == "__main__":

@@ -13,35 +13,19 @@ Exit 0 when every check held; prints one line per check.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from gpu_checks import LAYOUT, SEED, SHAPES, Checks
 
-import summon  # noqa: E402
+import summon  # noqa: E402  (gpu_checks puts the package on the path)
 from summon.device_copy import DeviceSessionCopy  # noqa: E402
 from summon.local import LocalDaemon  # noqa: E402
 from seeded import seeded_float32  # noqa: E402
 
-SEED = 7
-LAYOUT = {"strategy": "FULL_SHARD", "units": [
-    {"fqn": "", "params": [{"fqn": "embed.w", "shape": [1000, 64], "dtype": "float32"}]},
-    {"fqn": "layers.0", "params": [
-        {"fqn": "layers.0.w", "shape": [256, 256], "dtype": "float32"},
-        {"fqn": "layers.0.b", "shape": [256], "dtype": "float32"}]}]}
-SHAPES = {"embed.w": (1000, 64), "layers.0.w": (256, 256), "layers.0.b": (256,)}
-
-failures = 0
-
-
-def check(what: str, ok: bool, detail: str = "") -> None:
-    global failures
-    failures += 0 if ok else 1
-    print(f"{'OK  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
+check = Checks("torch_session_copy_check")
 
 
 def main() -> int:
@@ -89,8 +73,7 @@ def main() -> int:
         check("units outside the scope kept their values",
               np.array_equal(got["embed.w"], seeded["embed.w"]))
         client.delete_model("m")
-    print(f"torch_session_copy_check: {failures} failed", flush=True)
-    return 1 if failures else 0
+    return check.exit_code()
 
 
 if __name__ == "__main__":
