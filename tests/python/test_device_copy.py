@@ -44,9 +44,13 @@ class StandIn:
 
     def __init__(self, grant: Any):
         self.grant = grant
+        self.before: list[Any] = []
 
     def grant_device_copies(self, session_id: str, grad: bool = False) -> Any:
         return self.grant
+
+    def before_close(self, session_id: str, callback: Any) -> None:
+        self.before.append((session_id, callback))
 
 
 @pytest.fixture
@@ -97,6 +101,8 @@ def test_the_copy_on_a_ranks_gpu_views_every_tensor_in_place(two_gpus: Any) -> N
         copy["layers.0.w"][0, 0] = -1.0  # A view, not a copy: the memory changes.
         assert on_device[1].tensor.numpy()[:].view(np.float32).tolist().count(-1.0) == 1
     assert on_device[1].closed and not on_device[0].closed
+    assert [(session, callback.__self__) for session, callback in stand_in.before] == [
+        ("s", copy)]  # Closed again, harmlessly, when the client closes "s".
     with DeviceSessionCopy(stand_in, "s", device=0) as copy:
         np.testing.assert_array_equal(copy["layers.0.b"].numpy(), seeded["layers.0.b"])
 
@@ -108,3 +114,16 @@ def test_a_rank_without_a_copy_is_named_with_what_there_is(two_gpus: Any) -> Non
     assert str(error.value) == ("session s has no copy for rank 3; the daemon holds: "
                                 "device 0 (ranks [0]), device 1 (ranks [1, 2])")
     assert opened == []
+
+
+def test_close_session_runs_what_must_happen_before_it(client: summon.Client) -> None:
+    """DeviceSessionCopy unmaps through this hook while the session is OPEN."""
+    client.create_model("m", LAYOUT, init=f"seeded:{SEED}")
+    session = client.open_session("m", writeback=False)
+    seen: list[str] = []
+    client.before_close(session.id, lambda: seen.append(client.get_session(session.id).state))
+    client.close_session(session.id)
+    assert seen == ["OPEN"]
+    other = client.open_session("m", writeback=False)
+    client.close_session(other.id)
+    assert seen == ["OPEN"]  # Hooks belong to their session and run once.

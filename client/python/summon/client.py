@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import grpc
 import numpy as np
@@ -165,6 +165,10 @@ class Client:
         self.timeout = timeout
         self.principal = principal
         self._metadata = (("summon-principal", principal),) if principal else None
+        # Per session: what must happen in this process before it closes
+        # (unmapping its GPU copies: CUDA leaves freeing memory another
+        # process still maps undefined).
+        self._before_close: dict[str, list[Callable[[], None]]] = {}
         if token is None and os.environ.get("SUMMON_TOKEN_FILE"):
             token = _first_line(os.environ["SUMMON_TOKEN_FILE"])
         options = [
@@ -324,7 +328,13 @@ class Client:
 
     def close_session(self, session_id: str, abort: bool = False,
                       force: bool = False) -> CloseResult:
-        """Ends a session: writeback unless read-only or `abort` (R7: `force`)."""
+        """Ends a session: writeback unless read-only or `abort` (R7: `force`).
+
+        Copies of it this client opened on a GPU (DeviceSessionCopy) are
+        closed first.
+        """
+        for unmap in self._before_close.pop(session_id, []):
+            unmap()
         return CloseResult.from_proto(self._call(
             self._summon.CloseSession,
             summon_pb2.CloseSessionRequest(session_id=session_id, abort=abort,
@@ -432,6 +442,10 @@ class Client:
                               f"session {session_id}'s copy is in host memory: map it "
                               "with map_session")
         return grant
+
+    def before_close(self, session_id: str, callback: Callable[[], None]) -> None:
+        """Runs `callback` when this client closes `session_id` (before the call)."""
+        self._before_close.setdefault(session_id, []).append(callback)
 
     def write_tensor(self, session_id: str, fqn: str, data: np.ndarray, grad: bool = False,
                      dtype: Optional[str] = None, offset: int = 0,

@@ -10,14 +10,15 @@ the full parameters there, as a rank does inside FSDP's summon_full_params:
     logits = functional_call(model, copy.tensors, batch)
     copy.close()
 
-The tensors are CUDA tensors over the daemon's memory (no copy). A writable
+The tensors are CUDA tensors over the daemon's memory (no copy); the
+client's close_session closes the copy first (the daemon frees it then, and
+CUDA leaves freeing memory another process still maps undefined). A writable
 session's edits made here are written back at close into the ranks whose
 shards are on this GPU, each rank its own slice (FSDP's writeback); a
 read-only session's copy must only be read: CUDA cannot make device memory
 read-only for another process, its edits are never written back, and a
 session that shared the gather before it was mapped would see them. The
-mapping is valid while the session is OPEN: close() it before closing the
-session.
+mapping is valid while the session is OPEN: keep its lease renewed.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class DeviceSessionCopy:
             wanted = f"rank {rank}" if rank is not None else f"device {device}"
             raise ValueError(f"session {session_id} has no copy for {wanted}; "
                              f"the daemon holds: {held}")
+        client.before_close(session_id, self.close)
         self.device: int = chosen.device
         self.ranks: list[int] = list(chosen.ranks)
         self._allocation = cuda_ipc.open_allocation(chosen.device, chosen.ipc_handle,
