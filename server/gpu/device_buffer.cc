@@ -20,6 +20,19 @@ absl::Status CheckRange(int64_t offset, int64_t bytes, int64_t size) {
   return absl::OkStatus();
 }
 
+// Copies into device memory (from the device, and from pageable host
+// memory past its staging) may return before they finish, but callers count
+// on the bytes being there when the call returns: another process may read
+// them through CUDA IPC next (a session copy handed out, a committed
+// shard). Waits for `device`'s work.
+absl::Status WaitForDevice(int device, const char* what) {
+  if (absl::Status set = FromCudaError(cudaSetDevice(device), "cudaSetDevice");
+      !set.ok()) {
+    return set;
+  }
+  return FromCudaError(cudaDeviceSynchronize(), what);
+}
+
 }  // namespace
 
 absl::Status CopyToDevice(int device, void* device_ptr, const void* host,
@@ -28,9 +41,14 @@ absl::Status CopyToDevice(int device, void* device_ptr, const void* host,
       !set.ok()) {
     return set;
   }
-  return FromCudaError(cudaMemcpy(device_ptr, host, static_cast<size_t>(bytes),
-                                  cudaMemcpyHostToDevice),
-                       "copy to the device");
+  if (absl::Status copied = FromCudaError(
+          cudaMemcpy(device_ptr, host, static_cast<size_t>(bytes),
+                     cudaMemcpyHostToDevice),
+          "copy to the device");
+      !copied.ok()) {
+    return copied;
+  }
+  return WaitForDevice(device, "copy to the device");
 }
 
 absl::Status CopyFromDevice(int device, const void* device_ptr, void* host,
@@ -50,17 +68,31 @@ absl::Status CopyOnDevice(int device, void* to, const void* from,
       !set.ok()) {
     return set;
   }
-  return FromCudaError(cudaMemcpy(to, from, static_cast<size_t>(bytes),
-                                  cudaMemcpyDeviceToDevice),
-                       "copy on the device");
+  if (absl::Status copied =
+          FromCudaError(cudaMemcpy(to, from, static_cast<size_t>(bytes),
+                                   cudaMemcpyDeviceToDevice),
+                        "copy on the device");
+      !copied.ok()) {
+    return copied;
+  }
+  return WaitForDevice(device, "copy on the device");
 }
 
 absl::Status CopyBetweenDevices(int to_device, void* to, int from_device,
                                 const void* from, int64_t bytes) {
   if (to_device == from_device) return CopyOnDevice(to_device, to, from, bytes);
-  return FromCudaError(cudaMemcpyPeer(to, to_device, from, from_device,
-                                      static_cast<size_t>(bytes)),
-                       "copy between devices");
+  if (absl::Status copied = FromCudaError(
+          cudaMemcpyPeer(to, to_device, from, from_device,
+                         static_cast<size_t>(bytes)),
+          "copy between devices");
+      !copied.ok()) {
+    return copied;
+  }
+  if (absl::Status done = WaitForDevice(from_device, "copy between devices");
+      !done.ok()) {
+    return done;
+  }
+  return WaitForDevice(to_device, "copy between devices");
 }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
