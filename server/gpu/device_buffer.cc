@@ -41,10 +41,10 @@ absl::Status CopyToDevice(int device, void* device_ptr, const void* host,
       !set.ok()) {
     return set;
   }
-  if (absl::Status copied = FromCudaError(
-          cudaMemcpy(device_ptr, host, static_cast<size_t>(bytes),
-                     cudaMemcpyHostToDevice),
-          "copy to the device");
+  if (absl::Status copied =
+          FromCudaError(cudaMemcpy(device_ptr, host, static_cast<size_t>(bytes),
+                                   cudaMemcpyHostToDevice),
+                        "copy to the device");
       !copied.ok()) {
     return copied;
   }
@@ -81,10 +81,10 @@ absl::Status CopyOnDevice(int device, void* to, const void* from,
 absl::Status CopyBetweenDevices(int to_device, void* to, int from_device,
                                 const void* from, int64_t bytes) {
   if (to_device == from_device) return CopyOnDevice(to_device, to, from, bytes);
-  if (absl::Status copied = FromCudaError(
-          cudaMemcpyPeer(to, to_device, from, from_device,
-                         static_cast<size_t>(bytes)),
-          "copy between devices");
+  if (absl::Status copied =
+          FromCudaError(cudaMemcpyPeer(to, to_device, from, from_device,
+                                       static_cast<size_t>(bytes)),
+                        "copy between devices");
       !copied.ok()) {
     return copied;
   }
