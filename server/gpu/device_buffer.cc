@@ -20,15 +20,22 @@ absl::Status CheckRange(int64_t offset, int64_t bytes, int64_t size) {
   return absl::OkStatus();
 }
 
-// Copies into device memory (from the device, and from pageable host
-// memory past its staging) may return before they finish, but callers count
-// on the bytes being there when the call returns: another process may read
-// them through CUDA IPC next (a session copy handed out, a committed
-// shard). Waits for `device`'s work.
-absl::Status WaitForDevice(int device, const char* what) {
+// cudaMemcpy on `device`. Copies into device memory (from the device, and
+// from pageable host memory past its staging) may return before they
+// finish, but callers count on the bytes being there when the call returns:
+// another process may read them through CUDA IPC next (a session copy
+// handed out, a committed shard), so those wait for the device. A copy to
+// pageable host memory returns complete.
+absl::Status Memcpy(int device, void* to, const void* from, int64_t bytes,
+                    cudaMemcpyKind kind, const char* what) {
   if (absl::Status set = FromCudaError(cudaSetDevice(device), "cudaSetDevice");
       !set.ok()) {
     return set;
+  }
+  if (absl::Status copied = FromCudaError(
+          cudaMemcpy(to, from, static_cast<size_t>(bytes), kind), what);
+      !copied.ok() || kind == cudaMemcpyDeviceToHost) {
+    return copied;
   }
   return FromCudaError(cudaDeviceSynchronize(), what);
 }
@@ -37,45 +44,20 @@ absl::Status WaitForDevice(int device, const char* what) {
 
 absl::Status CopyToDevice(int device, void* device_ptr, const void* host,
                           int64_t bytes) {
-  if (absl::Status set = FromCudaError(cudaSetDevice(device), "cudaSetDevice");
-      !set.ok()) {
-    return set;
-  }
-  if (absl::Status copied =
-          FromCudaError(cudaMemcpy(device_ptr, host, static_cast<size_t>(bytes),
-                                   cudaMemcpyHostToDevice),
-                        "copy to the device");
-      !copied.ok()) {
-    return copied;
-  }
-  return WaitForDevice(device, "copy to the device");
+  return Memcpy(device, device_ptr, host, bytes, cudaMemcpyHostToDevice,
+                "copy to the device");
 }
 
 absl::Status CopyFromDevice(int device, const void* device_ptr, void* host,
                             int64_t bytes) {
-  if (absl::Status set = FromCudaError(cudaSetDevice(device), "cudaSetDevice");
-      !set.ok()) {
-    return set;
-  }
-  return FromCudaError(cudaMemcpy(host, device_ptr, static_cast<size_t>(bytes),
-                                  cudaMemcpyDeviceToHost),
-                       "copy from the device");
+  return Memcpy(device, host, device_ptr, bytes, cudaMemcpyDeviceToHost,
+                "copy from the device");
 }
 
 absl::Status CopyOnDevice(int device, void* to, const void* from,
                           int64_t bytes) {
-  if (absl::Status set = FromCudaError(cudaSetDevice(device), "cudaSetDevice");
-      !set.ok()) {
-    return set;
-  }
-  if (absl::Status copied =
-          FromCudaError(cudaMemcpy(to, from, static_cast<size_t>(bytes),
-                                   cudaMemcpyDeviceToDevice),
-                        "copy on the device");
-      !copied.ok()) {
-    return copied;
-  }
-  return WaitForDevice(device, "copy on the device");
+  return Memcpy(device, to, from, bytes, cudaMemcpyDeviceToDevice,
+                "copy on the device");
 }
 
 absl::Status CopyBetweenDevices(int to_device, void* to, int from_device,
@@ -88,11 +70,20 @@ absl::Status CopyBetweenDevices(int to_device, void* to, int from_device,
       !copied.ok()) {
     return copied;
   }
-  if (absl::Status done = WaitForDevice(from_device, "copy between devices");
-      !done.ok()) {
-    return done;
+  // Serialized with both devices' work: waiting for both sees it done.
+  for (int device : {from_device, to_device}) {
+    if (absl::Status done =
+            FromCudaError(cudaSetDevice(device), "cudaSetDevice");
+        !done.ok()) {
+      return done;
+    }
+    if (absl::Status done =
+            FromCudaError(cudaDeviceSynchronize(), "copy between devices");
+        !done.ok()) {
+      return done;
+    }
   }
-  return WaitForDevice(to_device, "copy between devices");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
