@@ -14,7 +14,8 @@ from summon._stubs import ensure_stubs as _ensure_stubs
 
 _ensure_stubs()
 
-from summon.client import Client, SummonError, UnitWatch  # noqa: E402
+from summon.client import Client, UnitWatch  # noqa: E402
+from summon.errors import SummonError  # noqa: E402
 from summon.messages import (Attachment, CloseResult, Model, ModelSummary,  # noqa: E402
                              Parameter, PhaseReport, Session, SessionOptions,
                              ShardChecksum, ShardMap, TensorInfo, TensorStats, Unit,

@@ -19,6 +19,7 @@ import grpc
 import numpy as np
 
 from summon import dtypes
+from summon.errors import SummonError
 from summon.messages import (Attachment, CloseResult, LoadResult, Model, ModelSummary,
                           PhaseReport, SaveResult, Session, ShardChecksum, ShardMap,
                           TensorInfo, TensorStats, UnitGeneration, phase_value,
@@ -39,22 +40,6 @@ WRITE_CHUNK_BYTES = 1 << 20
 _MAX_MESSAGE_BYTES = 16 << 20
 
 InitSpec = Union[None, str, int]
-
-
-class SummonError(Exception):
-    """A failed summon call: `code` is the gRPC status name ("FAILED_PRECONDITION"),
-    `message` the daemon's explanation."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-    @classmethod
-    def from_rpc(cls, error: grpc.RpcError) -> "SummonError":
-        code = error.code() if hasattr(error, "code") else None
-        details = error.details() if hasattr(error, "details") else str(error)
-        return cls(code.name if code is not None else "UNKNOWN", details or "")
 
 
 def _init_method(init: InitSpec) -> Optional[types_pb2.InitMethod]:

@@ -21,12 +21,12 @@ from typing import Any, Optional
 import numpy as np
 
 from summon import dtypes
+from summon.errors import SummonError
 from summon.messages import TensorInfo
 
 
 def redeem(address: str, token: bytes) -> int:
     """The descriptor the daemon's broker hands over for `token` (caller closes it)."""
-    from summon.client import SummonError
     name = "\0" + address[1:] if address.startswith("@") else address
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         try:

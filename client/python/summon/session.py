@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 import numpy as np
 
 from summon import dtypes
+from summon.errors import SummonError
 from summon.messages import CloseResult, Session, TensorInfo, TensorStats
 from summon.v1 import types_pb2
 
@@ -126,7 +127,6 @@ class FullParams:
         for info in self.grads if grad else self.params:
             if info.fqn == fqn:
                 return info
-        from summon.client import SummonError
         raise SummonError("NOT_FOUND", f"session {self.id} has no "
                           f"{'gradient' if grad else 'parameter'} '{fqn}'")
 

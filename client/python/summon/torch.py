@@ -31,7 +31,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 import torch
 
 from summon import cuda_ipc
-from summon.client import Client, SummonError
+from summon.client import Client
+from summon.errors import SummonError
 from summon.messages import (Attachment, Model, PhaseReport, ShardMap, UnitGeneration,
                              UnitShard)
 
