@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/model_registry.h"
-#include "server/shard_store.h"
+#include "server/model/model_registry.h"
+#include "server/store/shard_store.h"
 
 namespace summon::bench {
 namespace {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/time/clock.h"
-#include "client/fake_summon_service.h"
+#include "client/testing/fake_summon_service.h"
 #include "gtest/gtest.h"
 
 namespace summon::client {

@@ -8,13 +8,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/read_chunk_wire.h"
 #include "client/stream_watchdog.h"
 #include "client/wire_dtype.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "proto/read_chunk_wire.h"
 
 namespace summon::client {
 namespace {
@@ -79,7 +79,7 @@ class ChunkChecker {
   explicit ChunkChecker(const ReadTensorParams& params) : params_(params) {}
 
   // OK when `chunk` continues the stream; sets *first for the first chunk.
-  absl::Status Add(const ReadChunkView& chunk, bool* first) {
+  absl::Status Add(const wire::ReadChunkView& chunk, bool* first) {
     *first = element_size_ == 0;
     if (*first) {
       if (!chunk.has_info) return ReadStreamError("first chunk has no info");
@@ -350,17 +350,17 @@ absl::Status SummonClient::ReadTensorChunks(
   if (!context.ok()) return context.status();
   StreamWatchdog watchdog(context->get(), options_.timeout);
   // Replies are read as raw byte buffers and the data handed on from gRPC's
-  // own slices: no protobuf copy of the bytes (client/read_chunk_wire.h).
+  // own slices: no protobuf copy of the bytes (proto/read_chunk_wire.h).
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader =
-      StartRawReadTensor(channel_.get(), context->get(), request);
+      wire::StartRawReadTensor(channel_.get(), context->get(), request);
   ChunkChecker checker(params);
   absl::Status handled;
   grpc::ByteBuffer message;
-  ReadChunkView chunk;
+  wire::ReadChunkView chunk;
   while (reader->Read(&message)) {
     watchdog.Progress();
     bool first = false;
-    handled = DecodeReadChunk(message, &chunk);
+    handled = wire::DecodeReadChunk(message, &chunk);
     message.Clear();
     if (handled.ok()) handled = checker.Add(chunk, &first);
     if (handled.ok() && first) handled = on_info(chunk.info);

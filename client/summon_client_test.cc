@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/fake_summon_service.h"
+#include "client/testing/fake_summon_service.h"
 #include "client/wire_dtype.h"
 #include "gtest/gtest.h"
 

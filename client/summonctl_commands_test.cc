@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "client/summonctl_test_fixture.h"
+#include "client/testing/summonctl_test_fixture.h"
 #include "gtest/gtest.h"
 
 namespace summon::client {
@@ -75,12 +75,13 @@ TEST_F(SummonctlTest, BadValuesExitWithInvalidArgumentBeforeAnyCall) {
 TEST_F(SummonctlTest, HelpPrintsEveryCommandAndExitsZero) {
   const SummonctlResult result = Run({"--help"});
   EXPECT_EQ(result.exit_code, 0);
-  EXPECT_EQ(result.out.rfind(
-                "usage: summonctl [--server ADDR] [--output "
-                "table|json|yaml] [--principal P] [--tls-ca PEM] [--tls-cert PEM] "
-                "[--tls-key PEM] [--token-file FILE] [--quiet] NOUN VERB ...\n",
-                0),
-            0u)
+  EXPECT_EQ(
+      result.out.rfind(
+          "usage: summonctl [--server ADDR] [--output "
+          "table|json|yaml] [--principal P] [--tls-ca PEM] [--tls-cert PEM] "
+          "[--tls-key PEM] [--token-file FILE] [--quiet] NOUN VERB ...\n",
+          0),
+      0u)
       << result.out;
   for (const CommandSpec& command : SummonctlCommands()) {
     EXPECT_NE(result.out.find(UsageLine("summonctl", command)),

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "client/npy.h"
-#include "client/summonctl_test_fixture.h"
+#include "client/testing/summonctl_test_fixture.h"
 #include "gtest/gtest.h"
 
 namespace summon::client {

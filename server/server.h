@@ -11,7 +11,7 @@
 #include "grpcpp/server.h"
 #include "server/auth/server_security.h"
 #include "server/comm/communicator.h"
-#include "server/shard_memory.h"
+#include "server/store/shard_memory.h"
 
 namespace summon::server {
 

@@ -5,7 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/message.h"
-#include "server/status_conversion.h"
+#include "server/rpc/status_conversion.h"
 
 namespace summon::server::auth {
 namespace {

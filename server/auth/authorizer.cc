@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "server/status_conversion.h"
+#include "server/rpc/status_conversion.h"
 
 namespace summon::server::auth {
 namespace {

@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/server_context.h"
-#include "server/status_conversion.h"
+#include "server/rpc/status_conversion.h"
 
 namespace summon::server {
 namespace {

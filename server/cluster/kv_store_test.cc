@@ -11,7 +11,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "server/cluster/kv_store_testing.h"
+#include "server/testing/kv_store_test_server.h"
 
 namespace summon::server {
 namespace {

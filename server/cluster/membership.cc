@@ -8,9 +8,9 @@
 #include "absl/strings/str_join.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "server/cluster/rendezvous_store.h"
 #include "server/comm/gloo_communicator.h"
-#include "server/comm/rendezvous_store.h"
-#include "server/status_conversion.h"
+#include "server/rpc/status_conversion.h"
 #include "spdlog/spdlog.h"
 
 namespace summon::server {

@@ -15,9 +15,9 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gtest/gtest.h"
 #include "server/cluster/kv_store.h"
-#include "server/cluster/kv_store_testing.h"
-#include "server/comm/comm_testing.h"
-#include "server/comm/rendezvous_store.h"
+#include "server/cluster/rendezvous_store.h"
+#include "server/testing/comm_patterns.h"
+#include "server/testing/kv_store_test_server.h"
 
 namespace summon::server {
 namespace {

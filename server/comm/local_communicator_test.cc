@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/comm/comm_testing.h"
+#include "server/testing/comm_patterns.h"
 
 namespace summon::server {
 namespace {

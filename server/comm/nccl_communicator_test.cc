@@ -9,7 +9,7 @@
 #include "cuda_runtime.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
-#include "server/comm/comm_testing.h"
+#include "server/testing/comm_patterns.h"
 
 namespace summon::server {
 namespace {

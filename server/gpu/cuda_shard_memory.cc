@@ -28,8 +28,7 @@ class CudaShardMemory final : public ShardMemory {
   absl::Status Read(int64_t offset, void* to, int64_t bytes) const override {
     return buffer_->CopyToHost(offset, to, bytes);
   }
-  absl::Status Write(int64_t offset, const void* from,
-                     int64_t bytes) override {
+  absl::Status Write(int64_t offset, const void* from, int64_t bytes) override {
     return buffer_->CopyFromHost(offset, from, bytes);
   }
   absl::Status CopyRange(const ShardMemory& from, int64_t from_offset,
@@ -50,9 +49,10 @@ class CudaShardMemory final : public ShardMemory {
         static_cast<const uint8_t*>(source->data()) + from_offset, bytes);
   }
   // Kernels on the GPU that holds the bytes; only the numbers come back.
-  absl::StatusOr<TensorStatistics> Statistics(int64_t offset, core::DType dtype,
-                                              int64_t numel,
-                                              int bins) const override {
+  absl::StatusOr<core::TensorStatistics> Statistics(int64_t offset,
+                                                    core::DType dtype,
+                                                    int64_t numel,
+                                                    int bins) const override {
     if (absl::Status status = CheckTensorRange(offset, dtype, numel, size());
         !status.ok()) {
       return status;

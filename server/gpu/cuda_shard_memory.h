@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/shard_memory.h"
+#include "server/store/shard_memory.h"
 
 namespace summon::server::gpu {
 

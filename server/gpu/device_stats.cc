@@ -25,9 +25,10 @@ absl::Status CudaDeviceAvailable() {
       absl::StrCat("no CUDA device: ", CudaErrorText(-count)));
 }
 
-absl::StatusOr<TensorStatistics> ComputeDeviceTensorStatistics(
+absl::StatusOr<core::TensorStatistics> ComputeDeviceTensorStatistics(
     core::DType dtype, const void* device_data, int64_t numel, int bins) {
-  if (absl::Status valid = CheckStatisticsArguments(dtype, bins); !valid.ok()) {
+  if (absl::Status valid = core::CheckStatisticsArguments(dtype, bins);
+      !valid.ok()) {
     return valid;
   }
   StatsElement element = StatsElement::kFloat32;
@@ -44,7 +45,7 @@ absl::StatusOr<TensorStatistics> ComputeDeviceTensorStatistics(
     default:  // float32: the other floating dtypes are refused above
       break;
   }
-  TensorStatistics stats;
+  core::TensorStatistics stats;
   stats.numel = numel;
   stats.histogram.assign(bins, 0);
   std::vector<StatsPartial> partials(kMaxStatsBlocks);

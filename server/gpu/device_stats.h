@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
-#include "server/tensor_stats.h"
+#include "core/tensor_stats.h"
 
 namespace summon::server::gpu {
 
@@ -14,14 +14,14 @@ namespace summon::server::gpu {
 // (no driver, no device), for tests to print when they skip.
 absl::Status CudaDeviceAvailable();
 
-// ComputeTensorStatistics (server/tensor_stats.h) for `numel` elements in
+// core::ComputeTensorStatistics (server/tensor_stats.h) for `numel` elements in
 // device memory at `device_data`, computed by CUDA kernels on the device
 // that holds them: only the numbers come back. The same contract: NaN and
 // Inf counted and left out, min/max/counts/histogram exactly as on the CPU;
 // mean and L2 norm equal up to the order of the sums. INVALID_ARGUMENT for a
 // non-floating dtype or bins outside [0, 4096]; INTERNAL naming the CUDA
 // error when a kernel or copy fails.
-absl::StatusOr<TensorStatistics> ComputeDeviceTensorStatistics(
+absl::StatusOr<core::TensorStatistics> ComputeDeviceTensorStatistics(
     core::DType dtype, const void* device_data, int64_t numel, int bins);
 
 }  // namespace summon::server::gpu

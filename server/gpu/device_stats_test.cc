@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/seeded_init.h"
+#include "core/tensor_stats.h"
 #include "gtest/gtest.h"
-#include "server/tensor_stats.h"
 
 namespace summon::server::gpu {
 namespace {
@@ -78,9 +78,9 @@ TEST_P(DeviceStatsOnGpuTest, MatchesTheCpuOnSeededValuesWithNanAndInf) {
             cudaSuccess);
   for (int bins : {0, 1, 16, 4096}) {
     SCOPED_TRACE(bins);
-    absl::StatusOr<TensorStatistics> cpu =
-        ComputeTensorStatistics(dtype, host.data(), numel, bins);
-    absl::StatusOr<TensorStatistics> gpu =
+    absl::StatusOr<core::TensorStatistics> cpu =
+        core::ComputeTensorStatistics(dtype, host.data(), numel, bins);
+    absl::StatusOr<core::TensorStatistics> gpu =
         ComputeDeviceTensorStatistics(dtype, device, numel, bins);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     ASSERT_TRUE(gpu.ok()) << gpu.status();

@@ -1,7 +1,7 @@
 // Tensor statistics where the data is: a grid-stride pass folding min, max,
 // sum, sum of squares and the finite/NaN/Inf counts per block, and a
 // histogram pass with per-block bins in shared memory. Values are taken as
-// doubles, as the CPU version (server/tensor_stats.cc) does, so min, max,
+// doubles, as the CPU version (core/tensor_stats.cc) does, so min, max,
 // the counts and every bin agree exactly; sums differ only by order.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

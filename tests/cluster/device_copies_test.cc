@@ -31,8 +31,8 @@
 #include "gtest/gtest.h"
 #include "server/comm/communicator.h"
 #include "server/comm/gloo_communicator.h"
-#include "server/fake_device_memory.h"
 #include "server/gpu/cuda_shard_memory.h"
+#include "server/testing/fake_device_memory.h"
 #include "tests/cluster/cluster_calls.h"
 #include "tests/cluster/cluster_values.h"
 

@@ -23,8 +23,8 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "server/model_registry.h"
-#include "server/shard_store.h"
+#include "server/model/model_registry.h"
+#include "server/store/shard_store.h"
 #include "tests/cluster/daemon_testing.h"
 
 extern char** environ;

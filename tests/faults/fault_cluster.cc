@@ -22,8 +22,8 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
-#include "server/model_registry.h"
-#include "server/shard_store.h"
+#include "server/model/model_registry.h"
+#include "server/store/shard_store.h"
 #include "tests/cluster/daemon_testing.h"
 
 namespace summon::tests {

@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/safetensors.h"
+#include "server/checkpoint/safetensors.h"
 
 namespace {
 

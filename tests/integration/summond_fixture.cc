@@ -8,10 +8,10 @@
 #include <filesystem>
 
 #include "core/seeded_init.h"
-#include "server/fake_device_memory.h"
 #include "server/gpu/cuda_shard_memory.h"
-#include "server/model_registry.h"
-#include "server/shard_store.h"
+#include "server/model/model_registry.h"
+#include "server/store/shard_store.h"
+#include "server/testing/fake_device_memory.h"
 
 namespace summon::tests {
 namespace {

@@ -17,8 +17,8 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/auth/tokens.h"
-#include "server/model_registry.h"
-#include "server/shard_store.h"
+#include "server/model/model_registry.h"
+#include "server/store/shard_store.h"
 #include "tests/cluster/daemon_testing.h"
 
 namespace summon::tests {

@@ -1,0 +1,199 @@
+#ifndef SUMMON_SERVER_MODEL_MODEL_REGISTRY_H_
+#define SUMMON_SERVER_MODEL_MODEL_REGISTRY_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/model_spec.h"
+#include "core/session_rules.h"
+#include "server/checkpoint/checkpoint.h"
+#include "server/store/shard_store.h"
+
+namespace summon::server {
+
+// How a new model's shards get their first values. Seeded gradients use the
+// seeded init of "<fqn>.grad", so they differ from the parameters even with
+// the same seed.
+struct ModelInit {
+  // kExternal: zeros until the attached trainer writes its own values and
+  // calls Trainer.MarkInitialized; the model is AWAITING_INIT until then.
+  enum class Kind { kZeros, kSeeded, kExternal };
+  Kind kind = Kind::kZeros;
+  uint64_t seed = 0;
+};
+
+// One model hosted by this node: its spec, its local shards and the runtime
+// state the rules look at.
+struct ModelEntry {
+  std::string name;
+  std::string layout_json;  // As created; persisted for re-attach.
+  core::ModelSpec spec;
+  std::vector<int> local_ranks;  // Global ranks whose shards live here.
+  // Which global ranks (on any node) hold gradient shards.
+  std::vector<bool> grads_by_rank;
+  // Null while the model is MISSING_SHARDS: a restarted daemon found a
+  // segment gone; `missing_detail` says which. Only ModelRegistry::Find
+  // hands such an entry out (to list, describe, load and delete it).
+  std::unique_ptr<ShardStore> store;
+  std::string missing_detail;
+
+  // Guards the fields below. Lock order: the session manager's mutex (or
+  // the trainer leases' mutex), then this, then `shards_mu`.
+  absl::Mutex runtime_mu;
+  core::ModelRuntimeState runtime ABSL_GUARDED_BY(runtime_mu);
+  std::vector<std::optional<int64_t>> steps ABSL_GUARDED_BY(runtime_mu);
+  int open_sessions ABSL_GUARDED_BY(runtime_mu) = 0;
+  // Init external: sessions are refused until the trainer marks it done.
+  bool awaiting_init ABSL_GUARDED_BY(runtime_mu) = false;
+  // One optimizer step moves the generations once (CountOptimizerStep): the
+  // last step counted, and per rank how often it entered OPTIMIZER (the
+  // step key of trainers that report no step numbers).
+  std::optional<int64_t> last_optimizer_step ABSL_GUARDED_BY(runtime_mu);
+  std::vector<int64_t> optimizer_entries ABSL_GUARDED_BY(runtime_mu);
+
+  // Readers copy shards out (gathers, checksums, saves); writers change them
+  // (writeback commits, checkpoint loads, init).
+  absl::Mutex shards_mu;
+  // Held by one writeback (PREPARE through COMMIT) at a time: a rank stages
+  // one session's data at a time.
+  absl::Mutex writeback_mu;
+
+  // Base address of a local rank's shard of a unit (params or grads; grads
+  // may be null when the rank has none).
+  uint8_t* ParamShard(int rank, int unit) const {
+    return store->ParamShard(rank, unit);
+  }
+};
+
+// The model's state for clients (ModelState in the proto), with why it is
+// not READY. Takes `runtime_mu`.
+enum class ModelHealth { kReady, kAwaitingInit, kDegraded, kMissingShards };
+ModelHealth HealthOf(ModelEntry& model, std::string* detail);
+
+struct ShardChecksums {
+  int rank = 0;
+  int unit = 0;
+  uint64_t params = 0;
+  std::optional<uint64_t> grads;
+  uint64_t generation = 0;
+};
+
+// The models of one node. Models persist as small JSON files in the data
+// directory and their shards in shared memory, so a restarted daemon
+// re-attaches every model with nothing lost.
+class ModelRegistry {
+ public:
+  struct Options {
+    std::string data_dir;  // Empty: nothing persists across restarts.
+    std::string instance;  // Shared-memory name prefix (see ShardStore).
+    core::Topology topology;
+    int node = 0;
+    // Device placement of every model's shards (summond --device); null:
+    // host shared memory. Not owned; outlives the registry.
+    const ShardMemoryProvider* device = nullptr;
+    // Vets every file a checkpoint load opens (the daemon's: beneath a
+    // checkpoint root, CheckpointRoots::Admission); null: any file.
+    FileAdmission checkpoint_admission = nullptr;
+  };
+
+  explicit ModelRegistry(Options options);
+  // Without a data directory nothing could re-attach the shards later, so
+  // they are unlinked with the registry; with one they stay for a restart.
+  ~ModelRegistry();
+
+  // Re-attaches the models recorded in the data directory. Models whose
+  // shards are gone (e.g. after a reboot) are reported, not silently
+  // recreated.
+  absl::Status Recover();
+
+  absl::StatusOr<std::shared_ptr<ModelEntry>> Create(
+      const std::string& name, const std::string& layout_json,
+      std::optional<core::Strategy> strategy, const ModelInit& init,
+      const std::vector<int>& grad_ranks, const ModelInit& grad_init);
+
+  // Creates a model whose layout comes from a checkpoint's tensors (units
+  // per `wrap_patterns`) and loads it.
+  absl::StatusOr<std::shared_ptr<ModelEntry>> CreateFromCheckpoint(
+      const std::string& name, const std::string& path,
+      const std::vector<std::string>& wrap_patterns, core::Strategy strategy,
+      bool use_orig_params, int64_t* bytes_read);
+
+  // NOT_FOUND (R11) naming the model; FAILED_PRECONDITION for a model whose
+  // shards are missing, saying how to recover it.
+  absl::StatusOr<std::shared_ptr<ModelEntry>> Get(
+      const std::string& name) const;
+  // Like Get, but also a MISSING_SHARDS model (store null).
+  absl::StatusOr<std::shared_ptr<ModelEntry>> Find(
+      const std::string& name) const;
+  // Get, after giving a MISSING_SHARDS model fresh zero-filled shards (the
+  // start of a load that refills it).
+  absl::StatusOr<std::shared_ptr<ModelEntry>> GetRecreatingShards(
+      const std::string& name);
+  // Ends init external (Trainer.MarkInitialized): the model becomes
+  // openable and, on this node, every unit's generation moves.
+  // FAILED_PRECONDITION when the model is not awaiting init.
+  absl::Status MarkInitialized(ModelEntry& model);
+  std::vector<std::shared_ptr<ModelEntry>> List() const;
+
+  // Loads safetensors into an existing model's shards (each local rank reads
+  // only its ranges); bumps every unit's generation and external-write
+  // counter (R18). Refused while sessions are open on the model; callers
+  // take SessionManager::LockForShardWrite first (R15).
+  absl::StatusOr<int64_t> LoadCheckpoint(ModelEntry& model,
+                                         const std::string& path,
+                                         bool convert = false);
+  absl::StatusOr<std::vector<std::string>> SaveCheckpoint(
+      ModelEntry& model, const std::string& path, int64_t max_file_bytes);
+
+  // The checkpoint files a save of `model` to `path` writes; the same on
+  // every node of a cluster.
+  absl::StatusOr<CheckpointFiles> PlanSave(const ModelEntry& model,
+                                           const std::string& path,
+                                           int64_t max_file_bytes) const;
+  // This node's ranks' ranges of a planned save, into files the leader
+  // created. Returns the bytes written.
+  absl::StatusOr<int64_t> WriteSaveRanges(ModelEntry& model,
+                                          const CheckpointFiles& plan);
+
+  // FAILED_PRECONDITION/UNAVAILABLE when device shards cannot be read.
+  absl::StatusOr<std::vector<ShardChecksums>> Checksums(ModelEntry& model);
+
+  // Forgets a model and unlinks its shared memory. Refused while sessions
+  // are open on it.
+  absl::Status Remove(const std::string& name);
+
+  const Options& options() const { return options_; }
+
+ private:
+  // The entry's spec and ranks, without shards or runtime state.
+  absl::StatusOr<std::shared_ptr<ModelEntry>> NewEntry(
+      const std::string& name, const std::string& layout_json,
+      std::optional<core::Strategy> strategy) const;
+  absl::StatusOr<std::shared_ptr<ModelEntry>> Build(
+      const std::string& name, const std::string& layout_json,
+      std::optional<core::Strategy> strategy, AttachMode mode);
+  // The entry of a recorded model whose shards could not be re-attached.
+  absl::StatusOr<std::shared_ptr<ModelEntry>> BuildMissing(
+      const std::string& name, const std::string& layout_json,
+      core::Strategy strategy, const absl::Status& why);
+  absl::Status Persist(ModelEntry& model) const;
+
+  Options options_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<ModelEntry>> models_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// The node's shared-memory instance name for a data directory: stable across
+// restarts, distinct between daemons with different data directories.
+std::string InstanceForDataDir(const std::string& data_dir);
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_MODEL_MODEL_REGISTRY_H_

@@ -1,0 +1,469 @@
+#include "server/runtime/node_runtime.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/trainer_rules.h"
+#include "server/runtime/fault_points.h"
+#include "server/runtime/node_runtime_internal.h"
+
+namespace summon::server {
+
+NodeRuntime::NodeRuntime(int node, ModelRegistry* registry,
+                         Communicator* communicator,
+                         absl::Duration collective_timeout)
+    : node_(node),
+      registry_(registry),
+      communicator_(communicator),
+      collective_timeout_(collective_timeout),
+      pool_(BufferPool::Create()) {}
+
+NodeRuntime::~NodeRuntime() = default;
+
+void NodeRuntime::SetCommunicator(Communicator* communicator) {
+  communicator_.store(communicator);
+}
+
+void NodeRuntime::SetDeviceCommunicator(Communicator* communicator) {
+  device_communicator_.store(communicator);
+}
+
+CollectiveOptions NodeRuntime::Collective(uint64_t sequence) const {
+  CollectiveOptions options;
+  options.tag = sequence;
+  options.timeout = collective_timeout_;
+  return options;
+}
+
+absl::Status NodeRuntime::InSequence(
+    uint64_t sequence, const std::function<absl::Status()>& body) {
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t resets = resets_;
+    auto turn = [this, sequence, resets]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return next_sequence_ >= sequence || resets_ != resets;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&turn), collective_timeout_)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "node ", node_, " waited ", absl::FormatDuration(collective_timeout_),
+          " for operation ", sequence, " but is still at ", next_sequence_));
+    }
+    if (resets_ != resets) {
+      return absl::AbortedError(absl::StrCat(
+          "operation ", sequence, " belongs to a cluster epoch that ended"));
+    }
+    if (next_sequence_ != sequence) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("operation ", sequence, " arrived after node ", node_,
+                       " moved on to ", next_sequence_));
+    }
+  }
+  absl::Status status = body();
+  absl::MutexLock lock(&mu_);
+  ++next_sequence_;
+  return status;
+}
+
+absl::StatusOr<std::shared_ptr<NodeRuntime::Copy>> NodeRuntime::FindCopy(
+    const std::string& gather_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = copies_.find(gather_id);
+  if (it == copies_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("node ", node_, " has no gather ", gather_id));
+  }
+  return it->second;
+}
+
+bool NodeRuntime::HasCopy(const std::string& gather_id) const {
+  absl::StatusOr<std::shared_ptr<Copy>> copy = FindCopy(gather_id);
+  return copy.ok() && (*copy)->copy_index >= 0;
+}
+
+int64_t NodeRuntime::CopyBytes() const {
+  absl::MutexLock lock(&mu_);
+  int64_t bytes = 0;
+  for (const auto& [id, copy] : copies_) {
+    if (copy->copy_index >= 0) {
+      bytes += copy->layout.total_bytes * (copy->grads ? 2 : 1);
+    }
+  }
+  return bytes;
+}
+
+absl::Status NodeRuntime::Gather(const GatherOp& op) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry_->Get(op.model);
+  if (!model.ok()) return model.status();
+  const core::ModelSpec& spec = (*model)->spec;
+  absl::StatusOr<core::Scope> scope = core::ResolveScope(spec, op.scope);
+  if (!scope.ok()) return scope.status();
+  auto copy = std::make_shared<Copy>();
+  copy->model = *model;
+  copy->layout = core::LayoutSessionBuffer(spec, *scope);
+  absl::StatusOr<core::GatherPlan> plan = core::PlanGather(
+      spec, copy->layout,
+      op.rank0_only ? core::Placement::kHomeRank : core::Placement::kPerNode,
+      op.home_rank);
+  if (!plan.ok()) return plan.status();
+  copy->plan = *std::move(plan);
+  copy->rank0_only = op.rank0_only;
+  copy->home_node = spec.groups.topology.NodeOf(op.home_rank);
+  copy->grads = op.grads;
+  copy->read_only = op.read_only;
+  for (size_t c = 0; c < copy->plan.copies.size(); ++c) {
+    if (copy->plan.copies[c].node == node_) {
+      copy->copy_index = static_cast<int>(c);
+      break;
+    }
+  }
+  const bool device_placed = (*model)->store != nullptr &&
+                             (*model)->store->on_device() && !op.offload_to_cpu;
+  copy->on_device =
+      device_placed && copy->copy_index >= 0 && copy->layout.total_bytes > 0;
+  // Every node decides alike: the same configuration, the same session.
+  copy->device_exchange = device_exchange_enabled_ && device_placed &&
+                          spec.groups.topology.nodes > 1;
+  if (copy->on_device) copy->device_rank = DeviceRank(*copy, op.home_rank);
+
+  absl::Status status = InSequence(op.sequence, [&]() -> absl::Status {
+    ModelEntry& entry = **model;
+    ShardStore& store = *entry.store;
+    const int nodes = spec.groups.topology.nodes;
+    const std::vector<std::vector<core::ShardRange>> sent =
+        core::RangesSentByNode(spec, copy->plan);
+    const int grads_factor = copy->grads ? 2 : 1;
+    absl::MutexLock copy_lock(&copy->mu);
+    if (copy->copy_index >= 0) {
+      if (absl::Status allocated = AllocateCopy(*copy, store);
+          !allocated.ok()) {
+        return allocated;
+      }
+    }
+    // When the exchange's layout is the copy's (and no gradients ride
+    // along), peers' ranges are received straight into the copy and this
+    // node's part is sent from it in place: no packing, no receive buffer,
+    // no unpacking.
+    // (The copy must sit where the exchange runs: host memory for Gloo,
+    // the device communicator's GPU for a device exchange.)
+    const bool in_place =
+        nodes > 1 && copy->copy_index >= 0 && !copy->grads &&
+        copy->on_device == copy->device_exchange &&
+        core::ExchangeLandsInCopy(spec, copy->plan, copy->copy_index);
+    ExchangeBuffers buffers;
+    // Pack what this node sends and copy its local slices into its own copy
+    // under one shard lock: the node's part of the snapshot is consistent.
+    {
+      absl::ReaderMutexLock shards_lock(&entry.shards_mu);
+      if (!in_place && nodes > 1) {
+        if (absl::Status packed = buffers.Pack(*copy, store, sent[node_]);
+            !packed.ok()) {
+          return packed;
+        }
+      }
+      if (copy->copy_index >= 0) {
+        if (absl::Status copied = CopyLocalSlices(*copy, store); !copied.ok()) {
+          return copied;
+        }
+      }
+    }
+    if (nodes == 1) return absl::OkStatus();
+    FaultPoint("gather.before_exchange");
+
+    // Exchange: every node's ranges reach the nodes holding copies.
+    std::vector<int64_t> recv_sizes(nodes);
+    std::vector<int64_t> recv_offsets(nodes);
+    int64_t total = 0;
+    for (int n = 0; n < nodes; ++n) {
+      recv_sizes[n] = core::RangesBytes(sent[n]) * grads_factor;
+      recv_offsets[n] = total;
+      total += recv_sizes[n];
+    }
+    void* into = nullptr;
+    const void* mine = nullptr;
+    if (in_place) {
+      uint8_t* base =
+          copy->device_exchange
+              ? static_cast<uint8_t*>(copy->device_params->device_data())
+              : copy->params.data();
+      into = base;
+      mine = base + recv_offsets[node_];
+    } else {
+      if (copy->copy_index >= 0) {
+        if (absl::Status made =
+                buffers.MakeReceive(*copy, store, total, copy->device_exchange);
+            !made.ok()) {
+          return made;
+        }
+      }
+      into = buffers.ReceiveData();
+      mine = buffers.SendData();
+    }
+    Communicator* communicator = copy->device_exchange
+                                     ? device_communicator_.load()
+                                     : communicator_.load();
+    if (communicator == nullptr) {
+      return absl::UnavailableError("the cluster is not connected yet");
+    }
+    absl::Status exchanged =
+        copy->rank0_only
+            ? communicator->Gather(mine, recv_sizes[node_], into, recv_sizes,
+                                   copy->home_node, Collective(op.sequence))
+            : communicator->AllGatherV(mine, recv_sizes[node_], into,
+                                       recv_sizes, Collective(op.sequence));
+    if (!exchanged.ok() || copy->copy_index < 0 || in_place) return exchanged;
+
+    // Unpack the remote slices this node's copy needs.
+    for (int n = 0; n < nodes; ++n) {
+      if (n == node_) continue;
+      int64_t at = 0;
+      std::map<core::ShardRange, int64_t> position;
+      for (const core::ShardRange& range : sent[n]) {
+        position[range] = at;
+        at += std::get<3>(range);
+      }
+      const int64_t grads_at = core::RangesBytes(sent[n]);
+      for (const core::Transfer& t : copy->plan.transfers) {
+        if (t.copy != copy->copy_index ||
+            spec.groups.topology.NodeOf(t.rank) != n) {
+          continue;
+        }
+        const int64_t from =
+            recv_offsets[n] + position.at(core::ShardRange{
+                                  t.rank, t.unit, t.shard_offset, t.bytes});
+        absl::Status unpacked = buffers.Unpack(*copy, /*grad=*/false, from,
+                                               t.buffer_offset, t.bytes);
+        if (unpacked.ok() && copy->grads) {
+          unpacked = buffers.Unpack(*copy, /*grad=*/true, from + grads_at,
+                                    t.buffer_offset, t.bytes);
+        }
+        if (!unpacked.ok()) return unpacked;
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  // Outside the sequence: the next collective need not wait for the copies
+  // between this node's GPUs, and nothing sees this copy until it is kept.
+  {
+    absl::MutexLock copy_lock(&copy->mu);
+    if (absl::Status replicated = Replicate(*copy, *(*model)->store);
+        !replicated.ok()) {
+      return replicated;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  copies_[op.gather_id] = copy;
+  return absl::OkStatus();
+}
+
+void NodeRuntime::Release(const std::string& gather_id) {
+  absl::MutexLock lock(&mu_);
+  copies_.erase(gather_id);
+}
+
+void NodeRuntime::ReleaseSession(const std::string& session_id) {
+  std::vector<std::shared_ptr<Copy>> copies;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, copy] : copies_) copies.push_back(copy);
+  }
+  for (const std::shared_ptr<Copy>& copy : copies) {
+    absl::MutexLock copy_lock(&copy->mu);
+    for (auto it = copy->privates.begin(); it != copy->privates.end();) {
+      it = std::get<0>(it->first) == session_id ? copy->privates.erase(it)
+                                                : std::next(it);
+    }
+  }
+}
+
+absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
+  absl::StatusOr<std::shared_ptr<Copy>> found = FindCopy(op.gather_id);
+  if (!found.ok()) return found.status();
+  Copy& copy = **found;
+  ModelEntry& model = *copy.model;
+  const core::ModelSpec& spec = model.spec;
+  int64_t staged_bytes = 0;
+  absl::Status status = InSequence(op.sequence, [&]() -> absl::Status {
+    for (const auto& [unit, generation] : op.expected_generations) {
+      const uint64_t now = model.store->Generation(unit);
+      if (now != generation && !op.force) {
+        return absl::AbortedError(absl::StrCat(
+            "unit '", spec.units[unit].fqn, "' moved from generation ",
+            generation, " to ", now, " on node ", node_,
+            " since the gather; close with force to overwrite"));
+      }
+    }
+    const core::WritebackPlan plan =
+        core::PlanWriteback(spec, copy.layout, copy.plan);
+    const int nodes = spec.groups.topology.nodes;
+    const int grads_factor = copy.grads ? 2 : 1;
+    // Each node's transfers, in plan order.
+    std::vector<std::vector<core::Transfer>> by_node(nodes);
+    for (const core::Transfer& t : plan.transfers) {
+      by_node[spec.groups.topology.NodeOf(t.rank)].push_back(t);
+    }
+    std::vector<int64_t> sizes(nodes, 0);
+    for (int n = 0; n < nodes; ++n) {
+      for (const core::Transfer& t : by_node[n]) sizes[n] += t.bytes;
+      sizes[n] *= grads_factor;
+    }
+    // The bytes this node stages: its own copy's, or scattered from the home
+    // copy (rank0_only).
+    std::vector<uint8_t> mine;
+    absl::MutexLock copy_lock(&copy.mu);
+    auto pack = [&](int n, uint8_t* out)
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) -> absl::Status {
+      const int64_t grads_at = sizes[n] / grads_factor;
+      int64_t at = 0;
+      for (const core::Transfer& t : by_node[n]) {
+        absl::Status packed =
+            copy.CopyOut(false, t.buffer_offset, out + at, t.bytes);
+        if (packed.ok() && copy.grads) {
+          packed =
+              copy.CopyOut(true, t.buffer_offset, out + grads_at + at, t.bytes);
+        }
+        if (!packed.ok()) return packed;
+        at += t.bytes;
+      }
+      return absl::OkStatus();
+    };
+    // With a copy here, slices are staged straight from it; otherwise
+    // (rank0_only, home elsewhere) they are scattered from the home copy.
+    const bool from_copy =
+        copy.copy_index >= 0 && (!copy.rank0_only || nodes == 1);
+    if (!from_copy) {
+      mine.resize(sizes[node_]);
+      std::vector<uint8_t> send;
+      if (node_ == copy.home_node) {
+        int64_t total = 0;
+        for (int64_t size : sizes) total += size;
+        send.resize(total);
+        int64_t at = 0;
+        for (int n = 0; n < nodes; ++n) {
+          if (absl::Status packed = pack(n, send.data() + at); !packed.ok()) {
+            return packed;
+          }
+          at += sizes[n];
+        }
+      }
+      Communicator* communicator = communicator_.load();
+      if (communicator == nullptr) {
+        return absl::UnavailableError("the cluster is not connected yet");
+      }
+      if (absl::Status scattered = communicator->Scatter(
+              send.data(), sizes, mine.data(), sizes[node_], copy.home_node,
+              Collective(op.sequence));
+          !scattered.ok()) {
+        return scattered;
+      }
+    }
+    // Stage parameters and gradients in shared memory: a node that dies
+    // after this point finishes a decided commit when it is back. The
+    // staging copy of each shard skips the ranges staged over it below (plan
+    // order is by rank, unit and offset, so each list is sorted).
+    std::map<std::pair<int, int>, ShardStore::ByteRanges> overwritten;
+    for (const core::Transfer& t : by_node[node_]) {
+      overwritten[{t.rank, t.unit}].emplace_back(t.shard_offset,
+                                                 t.shard_offset + t.bytes);
+    }
+    const int64_t grads_at = sizes[node_] / grads_factor;
+    // One slice of params or grads into the staging: device to device from
+    // a copy in device memory, else from host bytes (the copy or `mine`).
+    auto stage = [&](const core::Transfer& t, bool grads, int64_t mine_at)
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) -> absl::Status {
+      const ShardStore::ByteRanges& written = overwritten[{t.rank, t.unit}];
+      const uint64_t target = op.target_generations.at(t.unit);
+      if (from_copy && copy.on_device) {
+        // From the copy on the rank's own GPU.
+        return model.store->StageFrom(
+            t.rank, t.unit, grads, op.session_id, target, written,
+            t.shard_offset,
+            copy.DeviceCopyOn(model.store->DeviceOf(t.rank), grads),
+            t.buffer_offset, t.bytes);
+      }
+      const uint8_t* from = from_copy ? copy.HostBytes(grads) + t.buffer_offset
+                                      : mine.data() + mine_at;
+      return model.store->StageBytes(t.rank, t.unit, grads, op.session_id,
+                                     target, written, t.shard_offset, from,
+                                     t.bytes);
+    };
+    int64_t at = 0;
+    for (const core::Transfer& t : by_node[node_]) {
+      if (absl::Status staged = stage(t, /*grads=*/false, at); !staged.ok()) {
+        return staged;
+      }
+      if (copy.grads && model.store->HasGrads(t.rank)) {
+        if (absl::Status staged = stage(t, /*grads=*/true, grads_at + at);
+            !staged.ok()) {
+          return staged;
+        }
+        staged_bytes += t.bytes;
+      }
+      staged_bytes += t.bytes;
+      at += t.bytes;
+    }
+    FaultPoint("prepare.after_stage");
+    return absl::OkStatus();
+  });
+  if (!status.ok()) {
+    Abort(op.session_id);
+    return status;
+  }
+  return staged_bytes;
+}
+
+absl::Status NodeRuntime::Commit(const CommitOp& op) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> found = registry_->Get(op.model);
+  if (!found.ok()) return found.status();
+  ModelEntry& model = **found;
+  // In sequence, so that every node applies a commit at the same point
+  // relative to other sessions' gathers. Sequence 0: a commit decided before
+  // a failure, finished while the cluster re-forms (nothing else runs then).
+  auto in_order = [&](const std::function<absl::Status()>& body) {
+    return op.sequence == 0 ? body() : InSequence(op.sequence, body);
+  };
+  return in_order([&]() -> absl::Status {
+    absl::MutexLock shards_lock(&model.shards_mu);
+    FaultPoint("commit.before_apply");
+    absl::Status status = model.store->CommitStaging(op.session_id);
+    // A node whose ranks own nothing of the scope staged nothing.
+    if (!status.ok() && !absl::IsNotFound(status)) return status;
+    // Units this node staged nothing for still take the writeback's
+    // generation and, once, its external write (R18); a COMMIT re-run after
+    // a crash finds the generation already set and counts nothing again.
+    for (const auto& [unit, generation] : op.target_generations) {
+      if (model.store->Generation(unit) == generation) continue;
+      model.store->SetGeneration(unit, generation);
+      if (core::IsExternalWrite(core::ShardWriter::kWriteback)) {
+        model.store->NoteExternalWrite(unit);
+      }
+    }
+    FaultPoint("commit.after_apply");
+    return absl::OkStatus();
+  });
+}
+
+void NodeRuntime::Abort(const std::string& session_id) {
+  for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
+    if (model->store == nullptr) continue;  // MISSING_SHARDS.
+    for (int rank : model->local_ranks) {
+      std::optional<ShardStore::StagedWriteback> staged =
+          model->store->Staged(rank);
+      if (staged.has_value() &&
+          (session_id.empty() || staged->session_id == session_id)) {
+        model->store->ClearStaging(rank).IgnoreError();
+      }
+    }
+  }
+}
+
+void NodeRuntime::Reset() {
+  absl::MutexLock lock(&mu_);
+  copies_.clear();
+  next_sequence_ = 1;
+  ++resets_;
+}
+
+}  // namespace summon::server

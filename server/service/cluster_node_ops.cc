@@ -1,0 +1,376 @@
+#include "server/service/cluster_node_ops.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/session_rules.h"
+#include "server/rpc/status_conversion.h"
+#include "server/service/proto_conversion.h"
+
+namespace summon::server {
+namespace {
+
+// Below gRPC's default 4 MiB message limit, in whole elements of any dtype.
+constexpr size_t kWritePieceBytes = 1 << 20;
+
+// Rewrites a node's failure so the caller sees which node it was.
+absl::Status OnNode(int node, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("node ", node, ": ", status.message()));
+}
+
+}  // namespace
+
+ClusterNodeOps::ClusterNodeOps(Membership* membership, NodeRuntime* local,
+                               absl::Duration collective_timeout,
+                               absl::Duration failure_wait)
+    : membership_(membership),
+      local_(local),
+      // A node's part waits for its turn and then for the collective.
+      rpc_timeout_(collective_timeout * 2 + absl::Seconds(5)),
+      failure_wait_(failure_wait) {
+  worker_ = std::thread([this] { Worker(); });
+}
+
+ClusterNodeOps::~ClusterNodeOps() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  worker_.join();
+}
+
+std::unique_ptr<v1::Peer::Stub> ClusterNodeOps::Stub(int node) {
+  return v1::Peer::NewStub(membership_->ChannelTo(node));
+}
+
+void ClusterNodeOps::Deadline(grpc::ClientContext& context) const {
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+}
+
+// A ClientContext registered for CancelInFlight while it lives.
+class ClusterNodeOps::Call {
+ public:
+  explicit Call(const ClusterNodeOps& ops) : ops_(ops) {
+    ops_.Deadline(context_);
+    absl::MutexLock lock(&ops_.calls_mu_);
+    ops_.calls_.insert(&context_);
+  }
+  ~Call() {
+    absl::MutexLock lock(&ops_.calls_mu_);
+    ops_.calls_.erase(&context_);
+  }
+  grpc::ClientContext* get() { return &context_; }
+
+ private:
+  const ClusterNodeOps& ops_;
+  grpc::ClientContext context_;
+};
+
+void ClusterNodeOps::CancelInFlight() {
+  absl::MutexLock lock(&calls_mu_);
+  for (grpc::ClientContext* context : calls_) context->TryCancel();
+}
+
+std::vector<absl::Status> ClusterNodeOps::OnEveryNode(
+    const std::function<absl::Status(int node)>& op) {
+  const int nodes = membership_->size();
+  std::vector<absl::Status> results(nodes);
+  std::vector<std::thread> threads;
+  for (int node = 0; node < nodes; ++node) {
+    if (node == membership_->node_rank()) continue;
+    threads.emplace_back([&, node] { results[node] = OnNode(node, op(node)); });
+  }
+  const int self = membership_->node_rank();
+  results[self] = OnNode(self, op(self));
+  for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
+absl::Status ClusterNodeOps::FirstFailure(
+    const std::vector<absl::Status>& results) const {
+  for (const absl::Status& status : results) {
+    if (status.ok()) continue;
+    // A lost peer shows up first as a broken collective on whichever node
+    // noticed; the membership names the node that failed, once it has
+    // declared it (within the failure timeout).
+    if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+        absl::IsCancelled(status) || absl::IsAborted(status)) {
+      const absl::Time give_up = absl::Now() + failure_wait_;
+      while (membership_->ready() && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      if (absl::Status cluster = membership_->CheckReady(); !cluster.ok()) {
+        return cluster;
+      }
+    }
+    return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ClusterNodeOps::Gather(const GatherOp& op) {
+  v1::NodeGatherRequest request;
+  request.set_sequence(op.sequence);
+  request.set_gather_id(op.gather_id);
+  request.set_model(op.model);
+  SessionOptions scope_only;
+  scope_only.scope = op.scope;
+  // Each node places its copy by its own shards' placement and this flag.
+  scope_only.offload_to_cpu = op.offload_to_cpu;
+  SessionOptionsToProto(scope_only, request.mutable_scope());
+  request.set_rank0_only(op.rank0_only);
+  request.set_home_rank(op.home_rank);
+  request.set_grads(op.grads);
+  request.set_epoch(membership_->epoch());
+  return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
+    if (node == membership_->node_rank()) return local_->Gather(op);
+    Call call(*this);
+    v1::NodeGatherResponse response;
+    return FromGrpcStatus(
+        Stub(node)->NodeGather(call.get(), request, &response));
+  }));
+}
+
+absl::Status ClusterNodeOps::Write(const WriteOp& op) {
+  // Applied to every copy before the client hears back: read-your-writes
+  // from any node. Large writes travel in pieces under gRPC's message limit.
+  return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
+    if (node == membership_->node_rank()) return local_->Write(op);
+    auto stub = Stub(node);
+    v1::NodeWriteRequest request;
+    request.set_gather_id(op.gather_id);
+    request.set_session_id(op.session_id);
+    request.set_private_copy(op.private_copy);
+    request.set_tensor(op.tensor);
+    request.set_grad(op.grad);
+    request.set_epoch(membership_->epoch());
+    size_t at = 0;
+    do {
+      const size_t piece = std::min(kWritePieceBytes, op.bytes.size() - at);
+      request.set_element_offset(op.element_offset +
+                                 static_cast<int64_t>(at) / op.element_size);
+      request.set_data(op.bytes.substr(at, piece));
+      grpc::ClientContext context;
+      Deadline(context);
+      v1::NodeWriteResponse response;
+      if (absl::Status status =
+              FromGrpcStatus(stub->NodeWrite(&context, request, &response));
+          !status.ok()) {
+        return status;
+      }
+      at += piece;
+    } while (at < op.bytes.size());
+    return absl::OkStatus();
+  }));
+}
+
+absl::Status ClusterNodeOps::Read(const std::string& gather_id,
+                                  const std::string& session_id, int tensor,
+                                  bool grad, core::DType dtype, int64_t offset,
+                                  int64_t count, int64_t chunk_bytes,
+                                  const ChunkSink& sink) {
+  if (local_->HasCopy(gather_id)) {
+    return local_->Read(gather_id, session_id, tensor, grad, dtype, offset,
+                        count, chunk_bytes, sink);
+  }
+  // No copy here (rank0_only elsewhere): proxy from the node holding it.
+  v1::NodeReadRequest request;
+  request.set_gather_id(gather_id);
+  request.set_session_id(session_id);
+  request.set_tensor(tensor);
+  request.set_grad(grad);
+  request.set_dtype(DTypeToProto(dtype));
+  request.set_element_offset(offset);
+  request.set_element_count(count);
+  request.set_chunk_bytes(chunk_bytes);
+  absl::Status last = absl::NotFoundError(
+      absl::StrCat("no node holds a copy of gather ", gather_id));
+  for (int node = 0; node < membership_->size(); ++node) {
+    if (node == membership_->node_rank()) continue;
+    grpc::ClientContext context;
+    Deadline(context);
+    auto reader = Stub(node)->NodeRead(&context, request);
+    v1::NodeReadResponse chunk;
+    bool stopped = false;
+    while (reader->Read(&chunk)) {
+      if (!sink(chunk.element_offset(), chunk.data(), nullptr)) {
+        context.TryCancel();
+        stopped = true;
+        break;
+      }
+    }
+    const absl::Status status = FromGrpcStatus(reader->Finish());
+    if (stopped) return absl::CancelledError("reader went away");
+    if (status.code() == absl::StatusCode::kFailedPrecondition) continue;
+    return OnNode(node, status);
+  }
+  return last;
+}
+
+absl::StatusOr<std::vector<core::TensorStatistics>> ClusterNodeOps::Stats(
+    const std::string& gather_id, const std::string& session_id,
+    const std::vector<int>& tensors, bool grad, int bins) {
+  if (local_->HasCopy(gather_id)) {
+    return local_->Stats(gather_id, session_id, tensors, grad, bins);
+  }
+  v1::NodeStatsRequest request;
+  request.set_gather_id(gather_id);
+  request.set_session_id(session_id);
+  for (int tensor : tensors) request.add_tensors(tensor);
+  request.set_grad(grad);
+  request.set_bins(bins);
+  for (int node = 0; node < membership_->size(); ++node) {
+    if (node == membership_->node_rank()) continue;
+    grpc::ClientContext context;
+    Deadline(context);
+    v1::NodeStatsResponse response;
+    const absl::Status status =
+        FromGrpcStatus(Stub(node)->NodeStats(&context, request, &response));
+    if (status.code() == absl::StatusCode::kFailedPrecondition) continue;
+    if (!status.ok()) return OnNode(node, status);
+    std::vector<core::TensorStatistics> result;
+    for (const v1::TensorStats& stats : response.stats()) {
+      core::TensorStatistics numbers;
+      numbers.min = stats.min();
+      numbers.max = stats.max();
+      numbers.mean = stats.mean();
+      numbers.l2_norm = stats.l2_norm();
+      numbers.nan_count = stats.nan_count();
+      numbers.inf_count = stats.inf_count();
+      numbers.histogram_lower = stats.histogram().lower();
+      numbers.histogram_upper = stats.histogram().upper();
+      numbers.histogram.assign(stats.histogram().counts().begin(),
+                               stats.histogram().counts().end());
+      result.push_back(std::move(numbers));
+    }
+    return result;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no node holds a copy of gather ", gather_id));
+}
+
+absl::StatusOr<int64_t> ClusterNodeOps::Prepare(const PrepareOp& op) {
+  v1::NodePrepareRequest request;
+  request.set_sequence(op.sequence);
+  request.set_gather_id(op.gather_id);
+  request.set_session_id(op.session_id);
+  for (const auto& [unit, generation] : op.expected_generations) {
+    (*request.mutable_expected_generations())[unit] = generation;
+  }
+  for (const auto& [unit, generation] : op.target_generations) {
+    (*request.mutable_target_generations())[unit] = generation;
+  }
+  request.set_force(op.force);
+  request.set_epoch(membership_->epoch());
+  std::vector<int64_t> staged(membership_->size(), 0);
+  const std::vector<absl::Status> votes =
+      OnEveryNode([&](int node) -> absl::Status {
+        if (node == membership_->node_rank()) {
+          absl::StatusOr<int64_t> bytes = local_->Prepare(op);
+          if (bytes.ok()) staged[node] = *bytes;
+          return bytes.status();
+        }
+        Call call(*this);
+        v1::NodePrepareResponse response;
+        const absl::Status status = FromGrpcStatus(
+            Stub(node)->NodePrepare(call.get(), request, &response));
+        staged[node] = response.staged_bytes();
+        return status;
+      });
+  std::vector<std::optional<absl::Status>> decided(votes.begin(), votes.end());
+  if (absl::Status status = core::DecideCommit(op.session_id, decided);
+      !status.ok()) {
+    return status;
+  }
+  int64_t total = 0;
+  for (int64_t bytes : staged) total += bytes;
+  return total;
+}
+
+absl::Status ClusterNodeOps::Commit(const CommitOp& op) {
+  v1::NodeCommitRequest request;
+  request.set_sequence(op.sequence);
+  request.set_model(op.model);
+  request.set_epoch(membership_->epoch());
+  request.set_gather_id(op.gather_id);
+  request.set_session_id(op.session_id);
+  for (const auto& [unit, generation] : op.target_generations) {
+    (*request.mutable_target_generations())[unit] = generation;
+  }
+  return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
+    if (node == membership_->node_rank()) return local_->Commit(op);
+    Call call(*this);
+    v1::NodeCommitResponse response;
+    return FromGrpcStatus(
+        Stub(node)->NodeCommit(call.get(), request, &response));
+  }));
+}
+
+void ClusterNodeOps::Abort(const std::string& session_id) {
+  v1::NodeAbortRequest request;
+  request.set_session_id(session_id);
+  OnEveryNode([&](int node) -> absl::Status {
+    if (node == membership_->node_rank()) {
+      local_->Abort(session_id);
+      return absl::OkStatus();
+    }
+    grpc::ClientContext context;
+    Deadline(context);
+    v1::NodeAbortResponse response;
+    return FromGrpcStatus(Stub(node)->NodeAbort(&context, request, &response));
+  });
+}
+
+void ClusterNodeOps::Release(const std::string& gather_id) {
+  local_->Release(gather_id);
+  v1::NodeReleaseRequest request;
+  request.set_gather_id(gather_id);
+  ReleaseOnPeers(std::move(request));
+}
+
+void ClusterNodeOps::ReleaseSession(const std::string& session_id) {
+  local_->ReleaseSession(session_id);
+  v1::NodeReleaseRequest request;
+  request.set_session_id(session_id);
+  ReleaseOnPeers(std::move(request));
+}
+
+void ClusterNodeOps::ReleaseOnPeers(v1::NodeReleaseRequest request) {
+  Enqueue([this, request = std::move(request)] {
+    for (int node = 0; node < membership_->size(); ++node) {
+      if (node == membership_->node_rank()) continue;
+      grpc::ClientContext context;
+      Deadline(context);
+      v1::NodeReleaseResponse response;
+      Stub(node)->NodeRelease(&context, request, &response);
+    }
+  });
+}
+
+void ClusterNodeOps::Enqueue(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  tasks_.push_back(std::move(task));
+}
+
+void ClusterNodeOps::Worker() {
+  while (true) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !tasks_.empty();
+      };
+      mu_.Await(absl::Condition(&has_work));
+      if (tasks_.empty()) return;  // Stopping with nothing left.
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+}  // namespace summon::server

@@ -1,0 +1,382 @@
+#include "server/service/peer_service.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/rpc/status_conversion.h"
+#include "server/service/proto_conversion.h"
+
+namespace summon::server {
+namespace {
+
+ModelInit InitFromProto(const v1::InitMethod& init) {
+  ModelInit result;
+  if (init.has_seeded()) {
+    result.kind = ModelInit::Kind::kSeeded;
+    result.seed = init.seeded().seed();
+  } else if (init.has_external()) {
+    result.kind = ModelInit::Kind::kExternal;
+  }
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<ModelEntry>> CreateModelFromRequest(
+    ModelRegistry& registry, const v1::CreateModelRequest& request) {
+  std::optional<core::Strategy> strategy;
+  if (request.has_strategy()) {
+    absl::StatusOr<core::Strategy> parsed =
+        StrategyFromProto(request.strategy(), "strategy");
+    if (!parsed.ok()) return parsed.status();
+    strategy = *parsed;
+  }
+  std::vector<int> grad_ranks;
+  if (request.has_grads()) {
+    grad_ranks.assign(request.grads().ranks().begin(),
+                      request.grads().ranks().end());
+    if (grad_ranks.empty()) {
+      for (int rank = 0; rank < registry.options().topology.world_size();
+           ++rank) {
+        grad_ranks.push_back(rank);
+      }
+    }
+  }
+  return registry.Create(request.name(), request.layout_json(), strategy,
+                         InitFromProto(request.init()), grad_ranks,
+                         InitFromProto(request.grads().init()));
+}
+
+absl::Status AppendChecksums(ModelRegistry& registry, ModelEntry& model,
+                             v1::ModelChecksumResponse* response) {
+  absl::StatusOr<std::vector<ShardChecksums>> checksums =
+      registry.Checksums(model);
+  if (!checksums.ok()) return checksums.status();
+  for (const ShardChecksums& sums : *checksums) {
+    v1::ShardChecksum* out = response->add_shards();
+    out->set_rank(sums.rank);
+    out->set_unit(model.spec.units[sums.unit].fqn);
+    out->set_params(sums.params);
+    if (sums.grads.has_value()) out->set_grads(*sums.grads);
+    out->set_generation(sums.generation);
+  }
+  return absl::OkStatus();
+}
+
+PeerServiceImpl::PeerServiceImpl(LocalKvStore& store, Membership* membership,
+                                 ModelRegistry* registry, NodeRuntime* runtime,
+                                 const auth::Authorizer* authorizer)
+    : KvStoreService(store),
+      authorizer_(authorizer),
+      membership_(membership),
+      registry_(registry),
+      runtime_(runtime) {}
+
+grpc::Status PeerServiceImpl::StoreSet(grpc::ServerContext* context,
+                                       const v1::StoreSetRequest* request,
+                                       v1::StoreSetResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/StoreSet", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  return KvStoreService::StoreSet(context, request, response);
+}
+
+grpc::Status PeerServiceImpl::StoreGet(grpc::ServerContext* context,
+                                       const v1::StoreGetRequest* request,
+                                       v1::StoreGetResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/StoreGet", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  return KvStoreService::StoreGet(context, request, response);
+}
+
+grpc::Status PeerServiceImpl::StoreWait(grpc::ServerContext* context,
+                                        const v1::StoreWaitRequest* request,
+                                        v1::StoreWaitResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/StoreWait", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  return KvStoreService::StoreWait(context, request, response);
+}
+
+grpc::Status PeerServiceImpl::Fence(uint64_t epoch) const {
+  const uint64_t current = membership_->epoch();
+  if (epoch == current) return grpc::Status::OK;
+  return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+      "node ", membership_->node_rank(),
+      " is fenced: the operation is from "
+      "cluster epoch ",
+      absl::Hex(epoch), ", the node is in epoch ", absl::Hex(current))));
+}
+
+grpc::Status PeerServiceImpl::Join(grpc::ServerContext* context,
+                                   const v1::JoinRequest* request,
+                                   v1::JoinResponse* response) {
+  if (grpc::Status denied = Allow(*context, "/summon.v1.Peer/Join", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  absl::StatusOr<v1::JoinResponse> roster = membership_->HandleJoin(*request);
+  if (!roster.ok()) return ToGrpcStatus(roster.status());
+  *response = *std::move(roster);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::Heartbeat(grpc::ServerContext* context,
+                                        const v1::HeartbeatRequest* request,
+                                        v1::HeartbeatResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/Heartbeat", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  absl::StatusOr<v1::HeartbeatResponse> answer =
+      membership_->HandleHeartbeat(*request);
+  if (!answer.ok()) return ToGrpcStatus(answer.status());
+  *response = *std::move(answer);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeGather(grpc::ServerContext* context,
+                                         const v1::NodeGatherRequest* request,
+                                         v1::NodeGatherResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeGather", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
+  absl::StatusOr<SessionOptions> options =
+      SessionOptionsFromProto(request->scope());
+  if (!options.ok()) return ToGrpcStatus(options.status());
+  GatherOp op{request->sequence(), request->gather_id(),  request->model(),
+              options->scope,      request->rank0_only(), request->home_rank(),
+              request->grads()};
+  op.offload_to_cpu = options->offload_to_cpu;
+  return ToGrpcStatus(runtime_->Gather(op));
+}
+
+grpc::Status PeerServiceImpl::NodeWrite(grpc::ServerContext* context,
+                                        const v1::NodeWriteRequest* request,
+                                        v1::NodeWriteResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeWrite", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
+  WriteOp op;
+  op.gather_id = request->gather_id();
+  op.session_id = request->session_id();
+  op.private_copy = request->private_copy();
+  op.tensor = request->tensor();
+  op.grad = request->grad();
+  op.element_offset = request->element_offset();
+  op.bytes = request->data();
+  return ToGrpcStatus(runtime_->Write(op));
+}
+
+grpc::Status PeerServiceImpl::NodeRead(
+    grpc::ServerContext* context, const v1::NodeReadRequest* request,
+    grpc::ServerWriter<v1::NodeReadResponse>* writer) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeRead", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  absl::StatusOr<core::DType> dtype = DTypeFromProto(request->dtype(), "dtype");
+  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
+  return ToGrpcStatus(runtime_->Read(
+      request->gather_id(), request->session_id(), request->tensor(),
+      request->grad(), *dtype, request->element_offset(),
+      request->element_count(), request->chunk_bytes(),
+      [&](int64_t offset, absl::string_view bytes,
+          const std::shared_ptr<const void>& /*pin*/) {
+        v1::NodeReadResponse chunk;
+        chunk.set_element_offset(offset);
+        chunk.set_data(bytes.data(), bytes.size());
+        return !context->IsCancelled() && writer->Write(chunk);
+      }));
+}
+
+grpc::Status PeerServiceImpl::NodeStats(grpc::ServerContext* context,
+                                        const v1::NodeStatsRequest* request,
+                                        v1::NodeStatsResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeStats", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  absl::StatusOr<std::vector<core::TensorStatistics>> stats =
+      runtime_->Stats(request->gather_id(), request->session_id(),
+                      {request->tensors().begin(), request->tensors().end()},
+                      request->grad(), request->bins());
+  if (!stats.ok()) return ToGrpcStatus(stats.status());
+  for (const core::TensorStatistics& numbers : *stats) {
+    TensorStatisticsToProto(core::SessionTensor{}, numbers,
+                            response->add_stats());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodePrepare(grpc::ServerContext* context,
+                                          const v1::NodePrepareRequest* request,
+                                          v1::NodePrepareResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodePrepare", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
+  PrepareOp op;
+  op.sequence = request->sequence();
+  op.gather_id = request->gather_id();
+  op.session_id = request->session_id();
+  op.expected_generations = {request->expected_generations().begin(),
+                             request->expected_generations().end()};
+  op.target_generations = {request->target_generations().begin(),
+                           request->target_generations().end()};
+  op.force = request->force();
+  absl::StatusOr<int64_t> staged = runtime_->Prepare(op);
+  if (!staged.ok()) return ToGrpcStatus(staged.status());
+  response->set_staged_bytes(*staged);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeCommit(grpc::ServerContext* context,
+                                         const v1::NodeCommitRequest* request,
+                                         v1::NodeCommitResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeCommit", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
+  CommitOp op;
+  op.sequence = request->sequence();
+  op.model = request->model();
+  op.gather_id = request->gather_id();
+  op.session_id = request->session_id();
+  op.target_generations = {request->target_generations().begin(),
+                           request->target_generations().end()};
+  return ToGrpcStatus(runtime_->Commit(op));
+}
+
+grpc::Status PeerServiceImpl::NodeAbort(grpc::ServerContext* context,
+                                        const v1::NodeAbortRequest* request,
+                                        v1::NodeAbortResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeAbort", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  runtime_->Abort(request->session_id());
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeRelease(grpc::ServerContext* context,
+                                          const v1::NodeReleaseRequest* request,
+                                          v1::NodeReleaseResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeRelease", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (!request->session_id().empty()) {
+    runtime_->ReleaseSession(request->session_id());
+  }
+  if (!request->gather_id().empty()) runtime_->Release(request->gather_id());
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeCreateModel(
+    grpc::ServerContext* context, const v1::NodeCreateModelRequest* request,
+    v1::NodeModelResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeCreateModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  return ToGrpcStatus(
+      CreateModelFromRequest(*registry_, request->create()).status());
+}
+
+grpc::Status PeerServiceImpl::NodeLoadModel(
+    grpc::ServerContext* context, const v1::NodeLoadModelRequest* request,
+    v1::NodeModelResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeLoadModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->GetRecreatingShards(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  absl::StatusOr<int64_t> bytes =
+      registry_->LoadCheckpoint(**model, request->path(), request->convert());
+  if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+  response->set_bytes(*bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeChecksum(
+    grpc::ServerContext* context, const v1::ModelChecksumRequest* request,
+    v1::ModelChecksumResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeChecksum", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  return ToGrpcStatus(AppendChecksums(*registry_, **model, response));
+}
+
+grpc::Status PeerServiceImpl::NodeDeleteModel(
+    grpc::ServerContext* context, const v1::DeleteModelRequest* request,
+    v1::NodeModelResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeDeleteModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  return ToGrpcStatus(registry_->Remove(request->model()));
+}
+
+grpc::Status PeerServiceImpl::NodeSaveModel(
+    grpc::ServerContext* context, const v1::NodeSaveModelRequest* request,
+    v1::NodeModelResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeSaveModel", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  absl::StatusOr<CheckpointFiles> plan =
+      registry_->PlanSave(**model, request->path(), request->max_file_bytes());
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  absl::StatusOr<int64_t> bytes = registry_->WriteSaveRanges(**model, *plan);
+  if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+  response->set_bytes(*bytes);
+  return grpc::Status::OK;
+}
+
+}  // namespace summon::server

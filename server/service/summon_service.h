@@ -1,0 +1,212 @@
+#ifndef SUMMON_SERVER_SERVICE_SUMMON_SERVICE_H_
+#define SUMMON_SERVER_SERVICE_SUMMON_SERVICE_H_
+
+#include <atomic>
+#include <optional>
+#include <string>
+
+#include "server/auth/authorizer.h"
+#include "server/checkpoint/checkpoint_roots.h"
+#include "server/cluster/membership.h"
+#include "server/model/model_registry.h"
+#include "server/service/forwarding.h"
+#include "server/service/local_fd_broker.h"
+#include "server/session/session_manager.h"
+#include "server/trainer/trainer_leases.h"
+#include "summon/v1/summon.grpc.pb.h"
+#include "summon/v1/trainer.grpc.pb.h"
+
+namespace summon::server {
+
+// The principal a call runs as (server/auth decides: a token, a client
+// certificate, a peer's forwarded principal, or in insecure-local mode the
+// summon-principal header); "anonymous" when it has none.
+std::string PrincipalOf(const auth::Authorizer& authorizer,
+                        const grpc::ServerContext& context);
+
+// summon.v1.Summon over a node's registry and session manager. Every
+// handler converts its absl::Status through ToGrpcStatus, the one place
+// statuses cross to gRPC.
+class SummonServiceImpl final : public v1::Summon::Service {
+ public:
+  // `cluster` is null for a single node. In a cluster the leader decides
+  // every call (applying model operations on every node) and followers
+  // forward their clients' calls to it.
+  SummonServiceImpl(ModelRegistry* registry, SessionManager* sessions,
+                    TrainerLeases* trainers,
+                    const std::vector<std::string>& checkpoint_roots,
+                    const auth::Authorizer* authorizer,
+                    Membership* cluster = nullptr, int max_open_streams = 0,
+                    LocalFdBroker* fd_broker = nullptr);
+
+  grpc::Status ListModels(grpc::ServerContext* context,
+                          const v1::ListModelsRequest* request,
+                          v1::ListModelsResponse* response) override;
+  grpc::Status DescribeModel(grpc::ServerContext* context,
+                             const v1::DescribeModelRequest* request,
+                             v1::Model* response) override;
+  grpc::Status CreateModel(grpc::ServerContext* context,
+                           const v1::CreateModelRequest* request,
+                           v1::Model* response) override;
+  grpc::Status LoadModel(grpc::ServerContext* context,
+                         const v1::LoadModelRequest* request,
+                         v1::LoadModelResponse* response) override;
+  grpc::Status SaveModel(grpc::ServerContext* context,
+                         const v1::SaveModelRequest* request,
+                         v1::SaveModelResponse* response) override;
+  grpc::Status ModelChecksum(grpc::ServerContext* context,
+                             const v1::ModelChecksumRequest* request,
+                             v1::ModelChecksumResponse* response) override;
+  grpc::Status DeleteModel(grpc::ServerContext* context,
+                           const v1::DeleteModelRequest* request,
+                           v1::DeleteModelResponse* response) override;
+  grpc::Status OpenSession(grpc::ServerContext* context,
+                           const v1::OpenSessionRequest* request,
+                           v1::Session* response) override;
+  grpc::Status GetSession(grpc::ServerContext* context,
+                          const v1::GetSessionRequest* request,
+                          v1::Session* response) override;
+  grpc::Status ListSessions(grpc::ServerContext* context,
+                            const v1::ListSessionsRequest* request,
+                            v1::ListSessionsResponse* response) override;
+  grpc::Status RenewSession(grpc::ServerContext* context,
+                            const v1::RenewSessionRequest* request,
+                            v1::Session* response) override;
+  grpc::Status CloseSession(grpc::ServerContext* context,
+                            const v1::CloseSessionRequest* request,
+                            v1::CloseSessionResponse* response) override;
+  // Summon.ReadTensor. The constructor registers it in place of the
+  // generated handler, which would copy every chunk twice through protobuf:
+  // replies leave as raw byte buffers (proto/read_chunk_wire.h), and a
+  // read-only session's bytes straight from its copy.
+  grpc::Status StreamReadTensor(grpc::ServerContext* context,
+                                ReadTensorStream* stream);
+  grpc::Status WriteTensor(grpc::ServerContext* context,
+                           grpc::ServerReader<v1::WriteTensorRequest>* reader,
+                           v1::WriteTensorResponse* response) override;
+  grpc::Status TensorStats(grpc::ServerContext* context,
+                           const v1::TensorStatsRequest* request,
+                           v1::TensorStatsResponse* response) override;
+  grpc::Status MapSession(grpc::ServerContext* context,
+                          const v1::MapSessionRequest* request,
+                          v1::MapSessionResponse* response) override;
+
+ private:
+  // OK when the caller's roles allow `method` for `request` (the role
+  // table of server/auth/roles.cc), else the refusal.
+  grpc::Status Allow(const grpc::ServerContext& context, const char* method,
+                     const google::protobuf::Message& request) const {
+    return auth::CheckCall(*authorizer_, context, method, request);
+  }
+  std::string PrincipalOf(const grpc::ServerContext& context) const {
+    return server::PrincipalOf(*authorizer_, context);
+  }
+  // ModelToProto plus each rank's attached trainer and last event.
+  void DescribeToProto(ModelEntry& model, v1::Model* response) const;
+
+  // Set when the cluster layer answers the call: not READY (UNAVAILABLE),
+  // or forwarded to the leader by a follower.
+  template <typename Request, typename Response>
+  std::optional<grpc::Status> Route(
+      const grpc::ServerContext& context,
+      grpc::Status (v1::Summon::Stub::*method)(grpc::ClientContext*,
+                                               const Request&, Response*),
+      const Request& request, Response* response) const {
+    return forwarder_.Route(context, method, request, response);
+  }
+  // The leader's model operations: this node, then every follower; the
+  // first failure, naming its node.
+  absl::Status CreateEverywhere(const v1::CreateModelRequest& request);
+  absl::StatusOr<int64_t> LoadEverywhere(ModelEntry& model,
+                                         const std::string& path, bool convert);
+  // This node first, then every follower; the first failure.
+  absl::Status DeleteEverywhere(const std::string& model);
+  absl::StatusOr<std::vector<std::string>> SaveEverywhere(
+      ModelEntry& model, const std::string& path, int64_t max_file_bytes);
+
+  // Counts a tensor stream for its lifetime; RESOURCE_EXHAUSTED beyond the
+  // limit.
+  class StreamSlot {
+   public:
+    explicit StreamSlot(SummonServiceImpl& service);
+    ~StreamSlot();
+    absl::Status status() const { return status_; }
+
+   private:
+    SummonServiceImpl& service_;
+    absl::Status status_;
+  };
+
+  ModelRegistry* const registry_;
+  SessionManager* const sessions_;
+  TrainerLeases* const trainers_;
+  const CheckpointRoots checkpoint_roots_;
+  const auth::Authorizer* const authorizer_;
+  Membership* const cluster_;
+  LeaderForwarder forwarder_;
+  const int max_open_streams_;
+  LocalFdBroker* const fd_broker_;  // Null: no same-node mappings.
+  std::atomic<int> open_streams_{0};
+  absl::Mutex checksum_mu_;  // Followers' answers arrive concurrently.
+  absl::Mutex save_mu_;      // Saves use deterministic temporary names.
+};
+
+// summon.v1.Trainer: leases (R17), training phases (R1, R3, R4, R16 inputs),
+// shard mapping, init external and external-write watches (R18). Calls that
+// change the cluster-wide training state run on the leader (followers
+// forward them); MapShards and WatchUnits answer from this node's shards.
+class TrainerServiceImpl final : public v1::Trainer::Service {
+ public:
+  TrainerServiceImpl(ModelRegistry* registry, SessionManager* sessions,
+                     TrainerLeases* trainers,
+                     const auth::Authorizer* authorizer,
+                     Membership* cluster = nullptr);
+
+  grpc::Status Attach(grpc::ServerContext* context,
+                      const v1::AttachRequest* request,
+                      v1::AttachResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const v1::TrainerHeartbeatRequest* request,
+                         v1::TrainerHeartbeatResponse* response) override;
+  grpc::Status Detach(grpc::ServerContext* context,
+                      const v1::DetachRequest* request,
+                      v1::DetachResponse* response) override;
+  grpc::Status ReportPhase(grpc::ServerContext* context,
+                           const v1::ReportPhaseRequest* request,
+                           v1::ReportPhaseResponse* response) override;
+  grpc::Status MapShards(grpc::ServerContext* context,
+                         const v1::MapShardsRequest* request,
+                         v1::MapShardsResponse* response) override;
+  grpc::Status MarkInitialized(grpc::ServerContext* context,
+                               const v1::MarkInitializedRequest* request,
+                               v1::MarkInitializedResponse* response) override;
+  grpc::Status WatchUnits(
+      grpc::ServerContext* context, const v1::WatchUnitsRequest* request,
+      grpc::ServerWriter<v1::WatchUnitsResponse>* writer) override;
+
+  // Ends every WatchUnits stream (CANCELLED) so that a shutdown does not
+  // wait for its grace period.
+  void StopWatches() { stopping_.store(true); }
+
+ private:
+  // OK when the caller's roles allow `method` for `request` (the role
+  // table of server/auth/roles.cc), else the refusal.
+  grpc::Status Allow(const grpc::ServerContext& context, const char* method,
+                     const google::protobuf::Message& request) const {
+    return auth::CheckCall(*authorizer_, context, method, request);
+  }
+  std::string PrincipalOf(const grpc::ServerContext& context) const {
+    return server::PrincipalOf(*authorizer_, context);
+  }
+
+  ModelRegistry* const registry_;
+  SessionManager* const sessions_;
+  TrainerLeases* const trainers_;
+  const auth::Authorizer* const authorizer_;
+  LeaderForwarder forwarder_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_SERVICE_SUMMON_SERVICE_H_

@@ -1,0 +1,116 @@
+// The leader's model operations on every node: create, save, load and
+// delete applied here and then on each follower, all or nothing where it
+// can be (SummonServiceImpl's second source file).
+
+#include <filesystem>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/checkpoint/checkpoint.h"
+#include "server/service/peer_service.h"
+#include "server/service/summon_service.h"
+
+namespace summon::server {
+
+absl::Status SummonServiceImpl::CreateEverywhere(
+    const v1::CreateModelRequest& request) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      CreateModelFromRequest(*registry_, request);
+  if (!model.ok() || cluster_ == nullptr) return model.status();
+  v1::NodeCreateModelRequest create;
+  *create.mutable_create() = request;
+  const std::vector<absl::Status> results = OnFollowers(
+      *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
+        v1::NodeModelResponse response;
+        return stub.NodeCreateModel(&context, create, &response);
+      });
+  for (const absl::Status& status : results) {
+    if (status.ok()) continue;
+    // All or nothing: undo the model wherever it was made.
+    DeleteEverywhere(request.name()).IgnoreError();
+    return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> SummonServiceImpl::SaveEverywhere(
+    ModelEntry& model, const std::string& path, int64_t max_file_bytes) {
+  // The leader creates the files, every node writes its own ranks' ranges
+  // (never a full copy anywhere), the leader commits once every byte is in.
+  absl::MutexLock save_lock(&save_mu_);
+  absl::StatusOr<CheckpointFiles> plan =
+      registry_->PlanSave(model, path, max_file_bytes);
+  if (!plan.ok()) return plan.status();
+  if (absl::Status status = CreateCheckpointFiles(*plan); !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<int64_t> local = registry_->WriteSaveRanges(model, *plan);
+  absl::Status status = local.status();
+  int64_t total = local.ok() ? *local : 0;
+  v1::NodeSaveModelRequest save;
+  save.set_model(model.name);
+  save.set_path(path);
+  save.set_max_file_bytes(max_file_bytes);
+  const std::vector<absl::Status> results = OnFollowers(
+      *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
+        v1::NodeModelResponse response;
+        grpc::Status result = stub.NodeSaveModel(&context, save, &response);
+        absl::MutexLock lock(&checksum_mu_);
+        total += response.bytes();
+        return result;
+      });
+  for (const absl::Status& result : results) {
+    if (status.ok() && !result.ok()) status = result;
+  }
+  if (status.ok() && total != plan->tensor_bytes) {
+    status = absl::InternalError(absl::StrCat("the nodes wrote ", total, " of ",
+                                              plan->tensor_bytes,
+                                              " checkpoint bytes"));
+  }
+  if (!status.ok()) {
+    AbandonCheckpointFiles(*plan);
+    return status;
+  }
+  absl::StatusOr<SavedCheckpoint> saved = CommitCheckpointFiles(*plan);
+  if (!saved.ok()) return saved.status();
+  return saved->files;
+}
+
+absl::StatusOr<int64_t> SummonServiceImpl::LoadEverywhere(
+    ModelEntry& model, const std::string& path, bool convert) {
+  absl::StatusOr<int64_t> bytes =
+      registry_->LoadCheckpoint(model, path, convert);
+  if (!bytes.ok() || cluster_ == nullptr) return bytes;
+  v1::NodeLoadModelRequest load;
+  load.set_model(model.name);
+  load.set_path(std::filesystem::absolute(path).string());
+  load.set_convert(convert);
+  const std::vector<absl::Status> results = OnFollowers(
+      *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
+        v1::NodeModelResponse response;
+        return stub.NodeLoadModel(&context, load, &response);
+      });
+  for (const absl::Status& status : results) {
+    if (!status.ok()) return status;
+  }
+  return *bytes;
+}
+
+absl::Status SummonServiceImpl::DeleteEverywhere(const std::string& model) {
+  if (absl::Status status = registry_->Remove(model); !status.ok()) {
+    return status;
+  }
+  if (cluster_ == nullptr) return absl::OkStatus();
+  v1::DeleteModelRequest remove;
+  remove.set_model(model);
+  for (const absl::Status& status : OnFollowers(
+           *cluster_, [&](v1::Peer::Stub&stub, grpc::ClientContext&context) {
+             v1::NodeModelResponse response;
+             return stub.NodeDeleteModel(&context, remove, &response);
+           })) {
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace summon::server

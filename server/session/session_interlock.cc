@@ -1,0 +1,104 @@
+// The training-phase interlock on the session manager's side: trainers'
+// phase moves (R3, R16, one generation per optimizer step) and shard writes
+// outside sessions taking the model like a writable session (R15).
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/trainer_rules.h"
+#include "server/session/session_manager.h"
+#include "spdlog/spdlog.h"
+
+namespace summon::server {
+
+absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
+    const std::string& model_name, int rank, core::TrainingPhase phase,
+    std::optional<int64_t> step, std::optional<absl::Time> deadline) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> found =
+      registry_->Get(model_name);
+  if (!found.ok()) return found.status();
+  ModelEntry& model = **found;
+  const absl::Time started = options_.clock();
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    absl::StatusOr<core::PhaseChangeDecision> decision;
+    {
+      absl::MutexLock runtime_lock(&model.runtime_mu);
+      decision = core::DecidePhaseChange(model.runtime, rank, phase, deadline,
+                                         options_.clock());
+      // DecidePhaseChange checked the rank; the machine (R16) comes first
+      // so that an illegal move is never made to wait.
+      if (decision.ok() || !absl::IsInvalidArgument(decision.status())) {
+        if (absl::Status legal = core::CheckPhaseMove(
+                model_name, rank, model.runtime.phase_per_rank[rank], phase);
+            !legal.ok()) {
+          return legal;
+        }
+      }
+      if (decision.ok() && *decision == core::PhaseChangeDecision::kAllow) {
+        PhaseReport report;
+        report.previous = model.runtime.phase_per_rank[rank];
+        report.phase = phase;
+        model.runtime.phase_per_rank[rank] = phase;
+        if (step.has_value()) model.steps[rank] = step;
+        report.step = model.steps[rank];
+        if (phase == core::TrainingPhase::kOptimizer &&
+            report.previous != core::TrainingPhase::kOptimizer) {
+          ++model.optimizer_entries[rank];
+        }
+        // The step's key: its number when the trainer reports one, else how
+        // often this rank entered OPTIMIZER. The first rank to enter
+        // OPTIMIZER for a step moves every unit's generation (R7 relies on
+        // it); its external-write counter stays (the trainer's own write).
+        const int64_t step_key = model.steps[rank].has_value()
+                                     ? *model.steps[rank]
+                                     : model.optimizer_entries[rank];
+        if (core::CountOptimizerStep(report.previous, phase, step_key,
+                                     model.last_optimizer_step)) {
+          for (size_t unit = 0; unit < model.runtime.units.size(); ++unit) {
+            model.runtime.units[unit].generation =
+                model.store->BumpGeneration(static_cast<int>(unit));
+          }
+        }
+        report.waited = options_.clock() - started;
+        return report;
+      }
+    }
+    if (!decision.ok()) return decision.status();
+    // kWait: a session will release the unit or the deadline passes.
+    released_.WaitWithDeadline(&mu_, *deadline);
+  }
+}
+
+absl::StatusOr<SessionManager::ShardWriteGuard>
+SessionManager::LockForShardWrite(std::shared_ptr<ModelEntry> model,
+                                  const std::string& what) {
+  absl::MutexLock lock(&mu_);
+  absl::MutexLock runtime_lock(&model->runtime_mu);
+  if (model->open_sessions > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing the ", what, " of model '", model->name, "': it has ",
+        model->open_sessions, " open sessions; close them first"));
+  }
+  if (absl::Status status = core::CheckShardWrite(model->runtime, what);
+      !status.ok()) {
+    return status;
+  }
+  for (core::UnitRuntimeState& unit : model->runtime.units) {
+    unit.writable_session = absl::StrCat("(", what, ")");
+  }
+  return ShardWriteGuard(this, std::move(model));
+}
+
+SessionManager::ShardWriteGuard::~ShardWriteGuard() {
+  if (manager_ == nullptr) return;
+  absl::MutexLock lock(&manager_->mu_);
+  {
+    absl::MutexLock runtime_lock(&model_->runtime_mu);
+    for (core::UnitRuntimeState& unit : model_->runtime.units) {
+      unit.writable_session.reset();
+    }
+  }
+  manager_->released_.SignalAll();
+}
+
+}  // namespace summon::server

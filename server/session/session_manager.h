@@ -1,0 +1,283 @@
+#ifndef SUMMON_SERVER_SESSION_SESSION_MANAGER_H_
+#define SUMMON_SERVER_SESSION_SESSION_MANAGER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/plan.h"
+#include "core/scope.h"
+#include "core/session_rules.h"
+#include "core/session_state.h"
+#include "core/tensor_stats.h"
+#include "server/comm/local_communicator.h"
+#include "server/model/model_registry.h"
+#include "server/runtime/node_runtime.h"
+#include "server/session/node_ops.h"
+
+namespace summon::server {
+
+// The options of DESIGN.md section 2, with their defaults.
+struct SessionOptions {
+  core::ScopeRequest scope;
+  bool writeback = true;
+  bool rank0_only = false;
+  int home_rank = 0;
+  bool offload_to_cpu = false;
+  bool with_grads = false;
+  std::optional<core::DType> read_dtype;
+  absl::Duration lease = absl::Seconds(60);
+};
+
+struct SessionInfo {
+  std::string id;
+  std::string model;
+  std::string owner;
+  SessionOptions options;
+  core::SessionState state = core::SessionState::kOpening;
+  std::map<std::string, uint64_t> gathered_generations;  // Unit FQN -> gen.
+  std::vector<core::SessionTensor> params;
+  bool has_grads = false;
+  absl::Time created;
+  absl::Time expires;
+  int64_t bytes = 0;  // Of the (possibly shared) gather.
+  bool shared_gather = false;
+  int64_t network_bytes = 0;  // Sent between nodes by the gather.
+  std::vector<std::string> warnings;
+};
+
+struct CloseResult {
+  bool written_back = false;
+  int64_t bytes_written = 0;
+  std::map<std::string, uint64_t> generations;  // Unit FQN -> new gen.
+  // Unit FQN -> its external-write counter after the writeback (R18).
+  std::map<std::string, uint64_t> external_writes;
+};
+
+struct PhaseReport {
+  core::TrainingPhase previous = core::TrainingPhase::kIdle;
+  core::TrainingPhase phase = core::TrainingPhase::kIdle;
+  std::optional<int64_t> step;
+  absl::Duration waited;
+};
+
+// Sessions: the rules (R1-R12) checked against the models' runtime state,
+// read-only sessions sharing one gather, leases with a reaper, the nodes'
+// memory budget and the training-phase interlock. The session manager
+// decides; the nodes' runtimes (NodeOps) move the bytes, every collective
+// under a sequence number the manager hands out, and every writeback in two
+// phases (PREPARE on every node, then COMMIT).
+class SessionManager {
+ public:
+  struct Options {
+    int64_t memory_budget_bytes = 0;  // 0: unlimited.
+    std::vector<std::string> admins;  // Principals allowed on any session.
+    // Also allowed on any session when it says so (the daemon's Authorizer:
+    // --admins and principals granted admin). Null: `admins` only.
+    std::function<bool(const std::string&)> is_admin;
+    absl::Duration reaper_interval = absl::Milliseconds(200);
+    absl::Duration max_lease = absl::Hours(24);
+    std::function<absl::Time()> clock = absl::Now;
+    // Most sessions one principal may hold at once; 0: no limit.
+    int max_sessions_per_principal = 64;
+    // Moves the bytes. Null: this single node's own runtime.
+    NodeOps* node_ops = nullptr;
+    absl::Duration collective_timeout = absl::Seconds(30);
+  };
+
+  SessionManager(ModelRegistry* registry, Options options);
+  ~SessionManager();  // Stops the reaper; open sessions are dropped.
+
+  absl::StatusOr<SessionInfo> Open(const std::string& model,
+                                   const SessionOptions& options,
+                                   const std::string& principal);
+  absl::StatusOr<SessionInfo> Get(const std::string& id,
+                                  const std::string& principal);
+  // For metrics: sessions held (any principal) and session copies' bytes
+  // reserved per node against the memory budget.
+  struct Usage {
+    int readonly_sessions = 0;
+    int writable_sessions = 0;
+    std::vector<int64_t> memory_per_node;
+  };
+  Usage CurrentUsage() const;
+  // Sessions of `model` (all models when empty) visible to `principal`.
+  std::vector<SessionInfo> List(const std::string& model,
+                                const std::string& principal);
+  absl::StatusOr<SessionInfo> Renew(const std::string& id,
+                                    std::optional<absl::Duration> lease,
+                                    const std::string& principal);
+  // Writes back (writeback sessions, unless `abort`) and frees the session.
+  // R7: ABORTED when a scoped unit's generation moved since the gather,
+  // unless `force`; the session then stays open so the caller can decide.
+  // `cancelled` is asked once the writeback's turn came: a caller that gave
+  // up meanwhile (deadline, disconnect) gets CANCELLED and nothing is
+  // written, so it never believes a write failed that landed.
+  absl::StatusOr<CloseResult> Close(
+      const std::string& id, bool abort, bool force,
+      const std::string& principal,
+      const std::function<bool()>& cancelled = [] { return false; });
+
+  // Streams elements [offset, offset + count) of a tensor, converted to
+  // `dtype` when given, in chunks of about `chunk_bytes`.
+  absl::Status Read(const std::string& id, const std::string& fqn, bool grad,
+                    std::optional<core::DType> dtype, int64_t offset,
+                    std::optional<int64_t> count, int64_t chunk_bytes,
+                    const std::string& principal, const ChunkSink& sink);
+  // R5: `bytes` must be whole elements of the stored dtype inside the
+  // tensor. Applied to the session's copy (a shared gather is first copied
+  // for this session).
+  absl::StatusOr<core::SessionTensor> Write(const std::string& id,
+                                            const std::string& fqn, bool grad,
+                                            core::DType dtype, int64_t offset,
+                                            absl::string_view bytes,
+                                            const std::string& principal);
+  // The session's tensor `fqn` (a tied alias names its primary).
+  absl::StatusOr<core::SessionTensor> DescribeTensor(
+      const std::string& id, const std::string& fqn, bool grad,
+      const std::string& principal);
+  // The tensor a write will target, checked before any data arrives.
+  absl::StatusOr<core::SessionTensor> CheckWriteTarget(
+      const std::string& id, const std::string& fqn, bool grad,
+      core::DType dtype, int64_t offset, int64_t count,
+      const std::string& principal);
+  // The same-node path (MapSession): a session's copy held on this node,
+  // with its size and tensors: a read-only session's host copy as a
+  // read-only descriptor, any session's device copies as CUDA IPC handles
+  // (a gather whose device copies went out is not shared with later
+  // opens). FAILED_PRECONDITION for a writable session's host copy (it
+  // changes and is written back), a session with edits of its own (the copy
+  // would not show them), a session not OPEN, or no copy on this node.
+  struct SharedCopy {
+    LocalCopyShare share;  // share.fd is owned by the caller.
+    int64_t bytes = 0;
+    std::vector<core::SessionTensor> tensors;
+  };
+  // `host_only`: FAILED_PRECONDITION for a device copy.
+  absl::StatusOr<SharedCopy> ShareCopy(const std::string& id, bool grad,
+                                       bool host_only,
+                                       const std::string& principal);
+  // Whether `id` is OPEN and `principal` may use it (a grant's validity).
+  bool IsOpen(const std::string& id, const std::string& principal);
+  // Statistics of the named tensors (all of the session's when empty).
+  absl::StatusOr<
+      std::vector<std::pair<core::SessionTensor, core::TensorStatistics>>>
+  Stats(const std::string& id, const std::vector<std::string>& fqns, bool grad,
+        int bins, const std::string& principal);
+
+  // R16: the move must follow the phase machine. R3: a move into
+  // FORWARD/BACKWARD/OPTIMIZER waits (up to `deadline`) or is refused while
+  // a writable session (or a shard write) holds a unit of the model. The
+  // first rank entering OPTIMIZER for a step moves every unit's generation
+  // once: the step changed the shards (session_interlock.cc).
+  absl::StatusOr<PhaseReport> ReportPhase(const std::string& model, int rank,
+                                          core::TrainingPhase phase,
+                                          std::optional<int64_t> step,
+                                          std::optional<absl::Time> deadline);
+
+  // R15: a shard write outside sessions (a checkpoint load, a delete) takes
+  // the model like a writable session of every unit: refused while a rank
+  // is in a training step or any session is open or gathering; while held,
+  // trainers' moves into a step wait or are refused (R3). Released when the
+  // guard is destroyed.
+  class ShardWriteGuard {
+   public:
+    ShardWriteGuard(SessionManager* manager, std::shared_ptr<ModelEntry> model)
+        : manager_(manager), model_(std::move(model)) {}
+    ShardWriteGuard(ShardWriteGuard&& other) noexcept
+        : manager_(std::exchange(other.manager_, nullptr)),
+          model_(std::move(other.model_)) {}
+    ShardWriteGuard(const ShardWriteGuard&) = delete;
+    ShardWriteGuard& operator=(const ShardWriteGuard&) = delete;
+    ShardWriteGuard& operator=(ShardWriteGuard&&) = delete;
+    ~ShardWriteGuard();
+
+   private:
+    SessionManager* manager_;
+    std::shared_ptr<ModelEntry> model_;
+  };
+  // `what` names the write in refusals ("load of a checkpoint").
+  absl::StatusOr<ShardWriteGuard> LockForShardWrite(
+      std::shared_ptr<ModelEntry> model, const std::string& what);
+
+  // R13: a node failed. Every session is aborted without writeback (every
+  // session of a cluster touches every node); returns how many. Later calls
+  // on them answer NOT_FOUND, new opens are refused by the cluster gate.
+  int AbortAll(const absl::Status& reason);
+
+  // A cluster (re-)formed: collectives start again at sequence 1, and
+  // writebacks decided before a failure finish.
+  absl::Status OnClusterFormed();
+  // R8: finishes every writeback whose COMMIT was decided but did not reach
+  // every node (recorded in <data-dir>/commits, so a restarted leader
+  // finishes them too), then drops data staged for anything else.
+  // UNAVAILABLE when a decided commit still cannot reach every node.
+  absl::Status ResolvePendingCommits();
+
+  // Aborts sessions whose lease passed; returns how many. The reaper thread
+  // calls it; tests call it with an injected clock.
+  int ReapExpired();
+
+  // Bytes of session copies held on `node` (R9's measure).
+  int64_t MemoryInUse(int node = 0) const;
+  int OpenSessionCount() const;
+
+ private:
+  struct Gather;
+  struct Session;
+
+  absl::StatusOr<std::shared_ptr<Session>> FindSession(
+      const std::string& id, const std::string& principal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FindSession, and FAILED_PRECONDITION unless the session is OPEN.
+  absl::StatusOr<std::shared_ptr<Session>> FindOpenSession(
+      const std::string& id, const std::string& principal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  SessionInfo Describe(const Session& session) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases locks, the gather reference and memory; marks the final state.
+  void Finish(Session& session, core::SessionState final_state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int> FindTensor(const Session& session, const std::string& fqn,
+                                 bool grad) const;
+  void ReaperLoop();
+  // The decision log of pending commits (a no-op without a data dir).
+  void RecordDecision(const CommitOp& commit);
+  void ForgetDecision(const std::string& session_id);
+
+  ModelRegistry* const registry_;
+  const Options options_;
+  // The single-node default when Options::node_ops is null.
+  LocalCommunicator local_communicator_;
+  std::unique_ptr<NodeRuntime> local_runtime_;
+  std::unique_ptr<NodeOps> local_ops_;
+  NodeOps* const ops_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar released_;  // Signalled when a session leaves a unit.
+  std::map<std::string, std::shared_ptr<Session>> sessions_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<Gather>> shareable_gathers_ ABSL_GUARDED_BY(mu_);
+  // Bytes of session copies (and private tensors) held on each node.
+  std::vector<int64_t> memory_per_node_ ABSL_GUARDED_BY(mu_);
+  // Collectives get consecutive numbers; every node runs them in order.
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // COMMITs decided but not yet acknowledged by every node, by session.
+  std::map<std::string, CommitOp> pending_commits_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_SESSION_SESSION_MANAGER_H_

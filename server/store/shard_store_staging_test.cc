@@ -1,0 +1,176 @@
+// Staging that leaves out the ranges a writeback is about to write
+// (ShardStore::StagingShard's `overwritten`), and the spare staged segments
+// a commit leaves for the next writeback (ShardStore::kSpareStagingGrace).
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/store/shard_store.h"
+#include "server/store/shm_segment.h"
+
+namespace summon::server {
+namespace {
+
+// One unit of 64 float32 elements on one rank: a 256-byte shard.
+constexpr char kLayout[] = R"({"strategy": "FULL_SHARD", "units": [
+  {"fqn": "w", "params": [{"fqn": "w.weight", "shape": [64],
+                           "dtype": "float32"}]}]})";
+constexpr int64_t kShardBytes = 256;
+
+class StagingTest : public ::testing::Test {
+ protected:
+  StagingTest() : instance_(absl::StrCat("staging", getpid())) {
+    Open(AttachMode::kCreate);
+    for (int64_t i = 0; i < kShardBytes; ++i) {
+      store_->ParamShard(0, 0)[i] = static_cast<uint8_t>(i);
+    }
+  }
+  // A daemon (re)starting on the same shared memory.
+  void Open(AttachMode mode) {
+    absl::StatusOr<core::ModelSpec> spec =
+        core::ParseModelLayout(kLayout, core::Topology{1, 1});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    store_.reset();
+    absl::StatusOr<std::unique_ptr<ShardStore>> store =
+        ShardStore::CreateOrAttach(instance_, "m", *spec, {0}, mode);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+  bool StagedSegmentExists() const {
+    const std::vector<std::string> names = ShardStore::ListSegments(instance_);
+    return std::count(names.begin(), names.end(), StagedName()) == 1;
+  }
+  std::string StagedName() const {
+    return ShardStore::SegmentName(instance_, "m", 0, SegmentKind::kStaged);
+  }
+  // Stages the whole shard filled with `value` for `session` and commits.
+  void WriteBack(const std::string& session, uint64_t generation,
+                 uint8_t value) {
+    absl::StatusOr<uint8_t*> staged =
+        store_->StagingShard(0, 0, session, generation, {{0, kShardBytes}});
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    std::memset(*staged, value, kShardBytes);
+    ASSERT_TRUE(store_->CommitStaging(session).ok());
+  }
+  ~StagingTest() override {
+    store_->Destroy().IgnoreError();
+    for (const std::string& name : ShardStore::ListSegments(instance_)) {
+      shm_unlink(name.c_str());
+    }
+  }
+
+  const std::string instance_;
+  std::unique_ptr<ShardStore> store_;
+};
+
+TEST_F(StagingTest, OverwrittenRangesAreLeftOutOfTheCopyAndTheRestIsCurrent) {
+  absl::StatusOr<uint8_t*> staged =
+      store_->StagingShard(0, 0, "s", 1, {{16, 32}, {100, 300}});
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  // The caller writes the left-out ranges; everything else is current.
+  std::memset(*staged + 16, 0xEE, 16);
+  std::memset(*staged + 100, 0xEE, kShardBytes - 100);
+  ASSERT_TRUE(store_->CommitStaging("s").ok());
+  const uint8_t* shard = store_->ParamShard(0, 0);
+  for (int64_t i = 0; i < kShardBytes; ++i) {
+    const bool written = (i >= 16 && i < 32) || i >= 100;
+    EXPECT_EQ(shard[i], written ? 0xEE : static_cast<uint8_t>(i)) << i;
+  }
+}
+
+TEST_F(StagingTest, NoRangesCopiesTheWholeShard) {
+  absl::StatusOr<uint8_t*> staged = store_->StagingShard(0, 0, "s", 1);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  for (int64_t i = 0; i < kShardBytes; ++i) {
+    EXPECT_EQ((*staged)[i], static_cast<uint8_t>(i)) << i;
+  }
+  EXPECT_TRUE(store_->ClearStaging(0).ok());
+}
+
+TEST_F(StagingTest, ACommitLeavesASpareThatTheNextWritebackReuses) {
+  absl::StatusOr<uint8_t*> first = store_->StagingShard(0, 0, "s1", 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::memset(*first, 0xAA, kShardBytes);
+  ASSERT_TRUE(store_->CommitStaging("s1").ok());
+  // Still there, claimed by no session: nothing is staged.
+  EXPECT_TRUE(StagedSegmentExists());
+  EXPECT_FALSE(store_->Staged(0).has_value());
+  EXPECT_TRUE(absl::IsNotFound(store_->CommitStaging("s1")));
+
+  // The same mapping again, and the copy is of the shard as it is now.
+  absl::StatusOr<uint8_t*> second =
+      store_->StagingShard(0, 0, "s2", 2, {{0, 64}});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*second, *first);
+  ASSERT_TRUE(store_->Staged(0).has_value());
+  EXPECT_EQ(store_->Staged(0)->session_id, "s2");
+  std::memset(*second, 0xBB, 64);
+  ASSERT_TRUE(store_->CommitStaging("s2").ok());
+  const uint8_t* shard = store_->ParamShard(0, 0);
+  for (int64_t i = 0; i < kShardBytes; ++i) {
+    EXPECT_EQ(shard[i], i < 64 ? 0xBB : 0xAA) << i;
+  }
+  EXPECT_EQ(store_->Generation(0), 2u);
+}
+
+TEST_F(StagingTest, ASpareIsUnlinkedOnceTheGracePeriodPasses) {
+  WriteBack("s", 1, 0xAA);
+  ASSERT_TRUE(StagedSegmentExists());
+  const absl::Time deadline =
+      absl::Now() + ShardStore::kSpareStagingGrace + absl::Seconds(5);
+  while (StagedSegmentExists() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_FALSE(StagedSegmentExists());
+  // And a later writeback makes a new one.
+  WriteBack("t", 2, 0xCC);
+  EXPECT_EQ(store_->ParamShard(0, 0)[kShardBytes - 1], 0xCC);
+}
+
+TEST_F(StagingTest, AStopUnlinksSparesAndARestartCommitsNothingAgain) {
+  WriteBack("s", 1, 0xAA);
+  ASSERT_TRUE(StagedSegmentExists());
+  store_.reset();
+  EXPECT_FALSE(StagedSegmentExists());
+  Open(AttachMode::kAttach);
+  EXPECT_FALSE(StagedSegmentExists());
+  EXPECT_FALSE(store_->Staged(0).has_value());
+  EXPECT_TRUE(absl::IsNotFound(store_->CommitStaging("s")));
+  EXPECT_EQ(store_->ParamShard(0, 0)[0], 0xAA);
+  EXPECT_EQ(store_->Generation(0), 1u);
+}
+
+TEST_F(StagingTest, ACrashWhileMakingASpareNeverLooksLikeAStagedWriteback) {
+  // Stage "s" (the shard filled with 0xEE), then do what a commit that died
+  // right after clearing the session id leaves: the unit flag still set.
+  absl::StatusOr<uint8_t*> staged = store_->StagingShard(0, 0, "s", 1);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  std::memset(*staged, 0xEE, kShardBytes);
+  store_.reset();  // Killed: the staged segment stays.
+  ASSERT_TRUE(StagedSegmentExists());
+  {
+    absl::StatusOr<std::unique_ptr<shm::Segment>> segment =
+        shm::Segment::Open(StagedName());
+    ASSERT_TRUE(segment.ok()) << segment.status();
+    shm::StoreShared(&(*segment)->header()->session_id_bytes, uint32_t{0});
+    ASSERT_EQ(shm::LoadShared(&(*segment)->units()[0].flags), shm::kUnitStaged);
+  }
+  Open(AttachMode::kAttach);
+  EXPECT_FALSE(StagedSegmentExists());
+  EXPECT_TRUE(absl::IsNotFound(store_->CommitStaging("s")));
+  for (int64_t i = 0; i < kShardBytes; ++i) {
+    ASSERT_EQ(store_->ParamShard(0, 0)[i], static_cast<uint8_t>(i)) << i;
+  }
+}
+
+}  // namespace
+}  // namespace summon::server

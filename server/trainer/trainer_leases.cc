@@ -1,0 +1,460 @@
+#include "server/trainer/trainer_leases.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace summon::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kEndedLeasesKept = 1024;
+
+std::string NewLeaseId() {
+  static std::mt19937_64 generator{std::random_device{}()};
+  static absl::Mutex generator_mu;
+  absl::MutexLock lock(&generator_mu);
+  return absl::StrFormat("l-%016x", generator());
+}
+
+std::string PhaseAndStep(core::TrainingPhase phase,
+                         const std::optional<int64_t>& step) {
+  std::string text(core::TrainingPhaseName(phase));
+  if (step.has_value()) absl::StrAppend(&text, " at step ", *step);
+  return text;
+}
+
+}  // namespace
+
+TrainerLeases::TrainerLeases(ModelRegistry* registry, Options options)
+    : registry_(registry), options_(std::move(options)) {
+  if (options_.reap_interval > absl::ZeroDuration()) {
+    reaper_ = std::thread([this] { ReaperLoop(); });
+  }
+}
+
+TrainerLeases::~TrainerLeases() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (reaper_.joinable()) reaper_.join();
+}
+
+void TrainerLeases::ReaperLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.reap_interval);
+    if (stopping_) break;
+    mu_.Unlock();
+    ReapLapsed();
+    mu_.Lock();
+  }
+}
+
+const core::TrainerLease* TrainerLeases::HolderOf(const std::string& model,
+                                                  int rank) const {
+  for (const auto& [id, lease] : leases_) {
+    if (lease.model == model &&
+        std::binary_search(lease.ranks.begin(), lease.ranks.end(), rank)) {
+      return &lease;
+    }
+  }
+  return nullptr;
+}
+
+absl::StatusOr<TrainerLeases::Attached> TrainerLeases::Attach(
+    const std::string& model_name, const std::vector<int>& ranks,
+    const std::string& incarnation, std::optional<absl::Duration> lease_ttl) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(model_name);
+  if (!model.ok()) return model.status();
+  const absl::Duration ttl = lease_ttl.value_or(options_.default_lease);
+  if (ttl <= absl::ZeroDuration() || ttl > options_.max_lease) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a trainer lease lasts more than 0 and at most ",
+                     absl::FormatDuration(options_.max_lease)));
+  }
+  const absl::Time now = options_.clock();
+  absl::MutexLock lock(&mu_);
+  std::vector<const core::TrainerLease*> holders;
+  for (int rank : ranks) {
+    const core::TrainerLease* holder = HolderOf(model_name, rank);
+    if (holder != nullptr &&
+        std::find(holders.begin(), holders.end(), holder) == holders.end()) {
+      holders.push_back(holder);
+    }
+  }
+  absl::StatusOr<core::AttachDecision> decision = core::DecideAttach(
+      model_name, (*model)->spec.groups.topology.world_size(), ranks,
+      incarnation, holders, now);
+  if (!decision.ok()) return decision.status();
+  Attached attached;
+  attached.previous_incarnation = decision->previous_incarnation;
+  for (int rank : ranks) {
+    auto lapsed = lapsed_holder_.find({model_name, rank});
+    if (attached.previous_incarnation.empty() &&
+        lapsed != lapsed_holder_.end() && lapsed->second != incarnation) {
+      attached.previous_incarnation = lapsed->second;
+    }
+  }
+  for (const std::string& lapsed : decision->taken_over_leases) {
+    EndLease(lapsed,
+             absl::StrCat("lease of trainer '", leases_[lapsed].incarnation,
+                          "' lapsed; taken over by '", incarnation, "'"),
+             /*ranks_to_idle=*/true);
+  }
+  if (decision->resumed_lease.has_value()) {
+    core::TrainerLease& lease = leases_[*decision->resumed_lease];
+    lease.ttl = ttl;
+    lease.expires = now + ttl;
+    attached.lease = lease;
+    attached.resumed = true;
+  } else {
+    core::TrainerLease lease;
+    lease.id = NewLeaseId();
+    lease.model = model_name;
+    lease.incarnation = incarnation;
+    lease.ranks = ranks;
+    std::sort(lease.ranks.begin(), lease.ranks.end());
+    lease.ttl = ttl;
+    lease.expires = now + ttl;
+    leases_[lease.id] = lease;
+    attached.lease = lease;
+  }
+  for (int rank : attached.lease.ranks) {
+    last_event_.erase({model_name, rank});
+    lapsed_holder_.erase({model_name, rank});
+  }
+  spdlog::info(
+      "trainer attach model={} ranks=[{}] incarnation={} lease={} "
+      "resumed={} previous={}",
+      model_name, absl::StrJoin(attached.lease.ranks, ","), incarnation,
+      attached.lease.id, attached.resumed, attached.previous_incarnation);
+  PersistLocked();
+  return attached;
+}
+
+absl::Status TrainerLeases::EndedError(const std::string& lease_id) const {
+  auto it = ended_.find(lease_id);
+  if (it == ended_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("lease ", lease_id, " is not held by any trainer"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("lease ", lease_id, " has ended: ", it->second));
+}
+
+absl::StatusOr<core::TrainerLease> TrainerLeases::Heartbeat(
+    const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return EndedError(lease_id);
+  it->second.expires = options_.clock() + it->second.ttl;
+  return it->second;
+}
+
+absl::Status TrainerLeases::Detach(const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return EndedError(lease_id);
+  EndLease(lease_id,
+           absl::StrCat("trainer '", it->second.incarnation, "' detached"),
+           /*ranks_to_idle=*/true);
+  PersistLocked();
+  return absl::OkStatus();
+}
+
+absl::Status TrainerLeases::CheckAndRenew(const std::string& model, int rank,
+                                          const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  const core::TrainerLease* holder = HolderOf(model, rank);
+  if (holder == nullptr && !lease_id.empty() && ended_.count(lease_id) > 0) {
+    return EndedError(lease_id);
+  }
+  if (absl::Status status =
+          core::CheckReportLease(model, rank, holder, lease_id);
+      !status.ok()) {
+    return status;
+  }
+  if (holder != nullptr) {
+    leases_[holder->id].expires = options_.clock() + holder->ttl;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainerLeases::CheckModelLease(const std::string& model,
+                                            const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it != leases_.end() && it->second.model == model) {
+    it->second.expires = options_.clock() + it->second.ttl;
+    return absl::OkStatus();
+  }
+  if (!lease_id.empty()) {
+    return it == leases_.end()
+               ? EndedError(lease_id)
+               : absl::FailedPreconditionError(
+                     absl::StrCat("lease ", lease_id, " holds ranks of model '",
+                                  it->second.model, "', not of '", model, "'"));
+  }
+  for (const auto& [id, lease] : leases_) {
+    if (lease.model == model) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model '", model, "' has trainer '", lease.incarnation,
+                       "' attached; call with its lease"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::pair<std::string, std::string> TrainerLeases::AttachmentOf(
+    const std::string& model, int rank) const {
+  absl::MutexLock lock(&mu_);
+  const core::TrainerLease* holder = HolderOf(model, rank);
+  auto event = last_event_.find({model, rank});
+  return {holder != nullptr ? holder->incarnation : "",
+          event != last_event_.end() ? event->second : ""};
+}
+
+std::vector<std::string> TrainerLeases::AttachedTrainers(
+    const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> trainers;
+  for (const auto& [id, lease] : leases_) {
+    if (lease.model == model) trainers.push_back(lease.incarnation);
+  }
+  return trainers;
+}
+
+void TrainerLeases::Revoke(const std::string& model, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, lease] : leases_) {
+    if (lease.model == model) ids.push_back(id);
+  }
+  for (const std::string& id : ids) EndLease(id, why, /*ranks_to_idle=*/true);
+  PersistLocked();
+}
+
+void TrainerLeases::Forget(const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = last_event_.begin(); it != last_event_.end();) {
+    it = it->first.first == model ? last_event_.erase(it) : std::next(it);
+  }
+  for (auto it = lapsed_holder_.begin(); it != lapsed_holder_.end();) {
+    it = it->first.first == model ? lapsed_holder_.erase(it) : std::next(it);
+  }
+  PersistLocked();
+}
+
+void TrainerLeases::EndLease(const std::string& lease_id,
+                             const std::string& why, bool ranks_to_idle) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return;
+  const core::TrainerLease lease = it->second;
+  leases_.erase(it);
+  if (ended_.size() >= kEndedLeasesKept) ended_.erase(ended_.begin());
+  ended_[lease_id] = why;
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Find(lease.model);
+  for (int rank : lease.ranks) {
+    std::string event = why;
+    if (ranks_to_idle && model.ok()) {
+      ModelEntry& entry = **model;
+      absl::MutexLock runtime_lock(&entry.runtime_mu);
+      const core::TrainingPhase was = entry.runtime.phase_per_rank[rank];
+      entry.runtime.phase_per_rank[rank] = core::TrainingPhase::kIdle;
+      absl::StrAppend(&event, " in ", PhaseAndStep(was, entry.steps[rank]),
+                      "; rank returned to IDLE");
+      // An optimizer step cut short may have changed some shards: any
+      // gather from before is stale (R7).
+      if (was == core::TrainingPhase::kOptimizer && entry.store != nullptr) {
+        for (size_t u = 0; u < entry.runtime.units.size(); ++u) {
+          entry.runtime.units[u].generation =
+              entry.store->BumpGeneration(static_cast<int>(u));
+        }
+      }
+    }
+    spdlog::warn("trainer model={} rank={} lease={}: {}", lease.model, rank,
+                 lease_id, event);
+    last_event_[{lease.model, rank}] = event;
+  }
+}
+
+int TrainerLeases::ReapLapsed() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock();
+  std::vector<std::string> lapsed;
+  for (const auto& [id, lease] : leases_) {
+    if (core::LeaseLapsed(lease, now)) lapsed.push_back(id);
+  }
+  for (const std::string& id : lapsed) {
+    const core::TrainerLease& lease = leases_[id];
+    for (int rank : lease.ranks) {
+      lapsed_holder_[{lease.model, rank}] = lease.incarnation;
+    }
+    EndLease(id,
+             absl::StrCat("lease of trainer '", lease.incarnation,
+                          "' lapsed (no heartbeat for ",
+                          absl::FormatDuration(lease.ttl), ")"),
+             /*ranks_to_idle=*/true);
+  }
+  if (!lapsed.empty()) PersistLocked();
+  return static_cast<int>(lapsed.size());
+}
+
+void TrainerLeases::Persist() {
+  absl::MutexLock lock(&mu_);
+  PersistLocked();
+}
+
+void TrainerLeases::PersistLocked() {
+  if (options_.data_dir.empty()) return;
+  nlohmann::json record;
+  record["leases"] = nlohmann::json::array();
+  for (const auto& [id, lease] : leases_) {
+    record["leases"].push_back(
+        {{"id", id},
+         {"model", lease.model},
+         {"incarnation", lease.incarnation},
+         {"ranks", lease.ranks},
+         {"lease_ms", absl::ToInt64Milliseconds(lease.ttl)}});
+  }
+  record["models"] = nlohmann::json::object();
+  for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
+    absl::MutexLock runtime_lock(&model->runtime_mu);
+    nlohmann::json phases = nlohmann::json::array();
+    nlohmann::json steps = nlohmann::json::array();
+    for (size_t rank = 0; rank < model->runtime.phase_per_rank.size(); ++rank) {
+      phases.push_back(std::string(
+          core::TrainingPhaseName(model->runtime.phase_per_rank[rank])));
+      steps.push_back(model->steps[rank].has_value()
+                          ? nlohmann::json(*model->steps[rank])
+                          : nlohmann::json(nullptr));
+    }
+    record["models"][model->name] = {
+        {"phases", phases},
+        {"steps", steps},
+        {"optimizer_entries", model->optimizer_entries},
+        {"last_optimizer_step",
+         model->last_optimizer_step.has_value()
+             ? nlohmann::json(*model->last_optimizer_step)
+             : nlohmann::json(nullptr)}};
+  }
+  record["events"] = nlohmann::json::array();
+  for (const auto& [key, event] : last_event_) {
+    record["events"].push_back(
+        {{"model", key.first}, {"rank", key.second}, {"event", event}});
+  }
+  const fs::path path = fs::path(options_.data_dir) / "trainers.json";
+  const fs::path temp = fs::path(options_.data_dir) / "trainers.json.tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << record.dump() << "\n";
+    if (!out) {
+      spdlog::error(
+          "cannot write {}: trainer phases will not survive a "
+          "restart",
+          temp.string());
+      return;
+    }
+  }
+  std::error_code error;
+  fs::rename(temp, path, error);
+  if (error) {
+    spdlog::error("cannot rename {}: {}", temp.string(), error.message());
+  }
+}
+
+absl::Status TrainerLeases::Recover() {
+  if (options_.data_dir.empty()) return absl::OkStatus();
+  const fs::path path = fs::path(options_.data_dir) / "trainers.json";
+  std::ifstream in(path);
+  if (!in) return absl::OkStatus();
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json record =
+      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (record.is_discarded() || !record.is_object()) {
+    spdlog::error("{} is malformed; trainer phases start IDLE", path.string());
+    return absl::OkStatus();
+  }
+  try {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = options_.clock();
+    const nlohmann::json models =
+        record.value("models", nlohmann::json::object());
+    const nlohmann::json leases =
+        record.value("leases", nlohmann::json::array());
+    const nlohmann::json events =
+        record.value("events", nlohmann::json::array());
+    for (const auto& [name, state] : models.items()) {
+      absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry_->Find(name);
+      if (!model.ok()) continue;
+      ModelEntry& entry = **model;
+      absl::MutexLock runtime_lock(&entry.runtime_mu);
+      const nlohmann::json& phases = state.at("phases");
+      const nlohmann::json& steps = state.at("steps");
+      const nlohmann::json& entries = state.at("optimizer_entries");
+      if (phases.size() != entry.runtime.phase_per_rank.size() ||
+          steps.size() != phases.size() || entries.size() != phases.size()) {
+        continue;
+      }
+      for (size_t rank = 0; rank < phases.size(); ++rank) {
+        absl::StatusOr<core::TrainingPhase> phase =
+            core::ParseTrainingPhase(phases[rank].get<std::string>());
+        if (phase.ok()) entry.runtime.phase_per_rank[rank] = *phase;
+        if (!steps[rank].is_null())
+          entry.steps[rank] = steps[rank].get<int64_t>();
+        entry.optimizer_entries[rank] = entries[rank].get<int64_t>();
+      }
+      if (!state.at("last_optimizer_step").is_null()) {
+        entry.last_optimizer_step =
+            state.at("last_optimizer_step").get<int64_t>();
+      }
+    }
+    for (const nlohmann::json& saved : leases) {
+      core::TrainerLease lease;
+      lease.id = saved.at("id").get<std::string>();
+      lease.model = saved.at("model").get<std::string>();
+      lease.incarnation = saved.at("incarnation").get<std::string>();
+      lease.ranks = saved.at("ranks").get<std::vector<int>>();
+      lease.ttl = absl::Milliseconds(saved.at("lease_ms").get<int64_t>());
+      lease.expires = now + lease.ttl;
+      absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+          registry_->Find(lease.model);
+      const int world =
+          model.ok() ? (*model)->spec.groups.topology.world_size() : 0;
+      if (lease.ranks.empty() ||
+          std::any_of(lease.ranks.begin(), lease.ranks.end(),
+                      [&](int rank) { return rank < 0 || rank >= world; })) {
+        continue;
+      }
+      std::sort(lease.ranks.begin(), lease.ranks.end());
+      spdlog::info("trainer lease recovered model={} incarnation={} lease={}",
+                   lease.model, lease.incarnation, lease.id);
+      leases_[lease.id] = std::move(lease);
+    }
+    for (const nlohmann::json& saved : events) {
+      last_event_[{saved.at("model").get<std::string>(),
+                   saved.at("rank").get<int>()}] =
+          saved.at("event").get<std::string>();
+    }
+  } catch (const nlohmann::json::exception& error) {
+    spdlog::error("{} is malformed ({}); trainer state partly recovered",
+                  path.string(), error.what());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace summon::server

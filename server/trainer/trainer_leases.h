@@ -1,0 +1,122 @@
+#ifndef SUMMON_SERVER_TRAINER_TRAINER_LEASES_H_
+#define SUMMON_SERVER_TRAINER_TRAINER_LEASES_H_
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/trainer_rules.h"
+#include "server/model/model_registry.h"
+
+namespace summon::server {
+
+// Attached trainers (R17): one lease per trainer incarnation on some ranks
+// of a model, renewed by heartbeats and phase reports. A lease that lapses
+// returns its ranks to IDLE within lease_seconds + the reap interval, and the
+// event is logged and kept for the model's RankState.last_event.
+//
+// With a data directory the leases and every model's phases, steps and
+// optimizer-step count are written to <data-dir>/trainers.json after each
+// change, so a restarted daemon keeps a rank that was mid-step in its phase
+// until its trainer re-attaches or the lease lapses. The file is replaced by
+// rename without fsync: a process restart keeps the page cache, and a host
+// reboot loses the shared-memory shards the phases describe anyway.
+//
+// Lock order: this class's mutex, then a model's runtime_mu.
+class TrainerLeases {
+ public:
+  struct Options {
+    std::string data_dir;  // Empty: nothing persists.
+    std::function<absl::Time()> clock = absl::Now;
+    // How often lapsed leases are looked for; zero: no reaper thread
+    // (tests call ReapLapsed).
+    absl::Duration reap_interval = absl::Milliseconds(100);
+    absl::Duration default_lease = absl::Seconds(10);
+    absl::Duration max_lease = absl::Hours(1);
+  };
+
+  TrainerLeases(ModelRegistry* registry, Options options);
+  ~TrainerLeases();  // Stops the reaper.
+
+  // Reads <data-dir>/trainers.json: phases and steps of the models the
+  // registry re-attached, and their leases, each given a fresh lease period
+  // from now (its trainer could not renew while the daemon was down).
+  absl::Status Recover();
+
+  struct Attached {
+    core::TrainerLease lease;
+    bool resumed = false;
+    std::string previous_incarnation;
+  };
+  absl::StatusOr<Attached> Attach(const std::string& model,
+                                  const std::vector<int>& ranks,
+                                  const std::string& incarnation,
+                                  std::optional<absl::Duration> lease);
+  // Renews; FAILED_PRECONDITION naming why for a lease that ended.
+  absl::StatusOr<core::TrainerLease> Heartbeat(const std::string& lease_id);
+  // Ends the lease; its ranks return to IDLE.
+  absl::Status Detach(const std::string& lease_id);
+  // R17 for a call naming `rank` of `model` (a phase report): the lease
+  // holding it and only that one; renews it. An ended lease fails naming
+  // why it ended.
+  absl::Status CheckAndRenew(const std::string& model, int rank,
+                             const std::string& lease_id);
+  // For calls naming a model but no rank (MarkInitialized): the lease must
+  // hold some rank of it when any trainer is attached.
+  absl::Status CheckModelLease(const std::string& model,
+                               const std::string& lease_id);
+
+  // The incarnation holding `rank` (empty: none) and the rank's last event.
+  std::pair<std::string, std::string> AttachmentOf(const std::string& model,
+                                                   int rank) const;
+  // Incarnations attached to `model`, for a delete's refusal.
+  std::vector<std::string> AttachedTrainers(const std::string& model) const;
+  // Ends every lease on `model`; their next call fails saying `why`.
+  void Revoke(const std::string& model, const std::string& why);
+  // Drops everything kept about a deleted model.
+  void Forget(const std::string& model);
+
+  // Ends lapsed leases (ranks to IDLE; a rank lapsing in OPTIMIZER may have
+  // half-stepped shards, so its units' generations move). Returns how many.
+  int ReapLapsed();
+  // Writes the file after a phase move (a no-op without a data dir).
+  void Persist();
+
+ private:
+  const core::TrainerLease* HolderOf(const std::string& model, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the lease, returns its ranks to IDLE, records `event` for each.
+  void EndLease(const std::string& lease_id, const std::string& why,
+                bool ranks_to_idle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status EndedError(const std::string& lease_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReaperLoop();
+
+  ModelRegistry* const registry_;
+  const Options options_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, core::TrainerLease> leases_ ABSL_GUARDED_BY(mu_);
+  // Why recently ended leases ended, so a late call is told (bounded).
+  std::map<std::string, std::string> ended_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int>, std::string> last_event_
+      ABSL_GUARDED_BY(mu_);
+  // The incarnation whose lease on a rank lapsed, until someone attaches:
+  // the next Attach reports it as previous_incarnation.
+  std::map<std::pair<std::string, int>, std::string> lapsed_holder_
+      ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_TRAINER_TRAINER_LEASES_H_

@@ -1,0 +1,128 @@
+#include "server/trainer/trainer_leases.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace summon::server {
+namespace {
+
+constexpr char kLayout[] = R"({"strategy": "FULL_SHARD", "units": [
+  {"fqn": "", "params": [{"fqn": "w", "shape": [8], "dtype": "float32"}]}]})";
+
+// Two ranks on one node, an injected clock, no reaper thread: every lapse
+// happens when the test calls ReapLapsed.
+class TrainerLeasesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    std::string pattern =
+        std::string(tmp != nullptr ? tmp : "/tmp") + "/leases-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    data_dir_ = pattern;
+    registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
+        data_dir_, InstanceForDataDir(data_dir_), core::Topology{1, 2}, 0});
+    ASSERT_TRUE(registry_->Create("m", kLayout, std::nullopt, {}, {}, {}).ok());
+    StartLeases();
+  }
+  void TearDown() override {
+    leases_.reset();
+    registry_->Remove("m").IgnoreError();
+    registry_.reset();
+    std::filesystem::remove_all(data_dir_);
+  }
+  void StartLeases() {
+    TrainerLeases::Options options;
+    options.data_dir = data_dir_;
+    options.clock = [this] { return now_; };
+    options.reap_interval = absl::ZeroDuration();
+    leases_ = std::make_unique<TrainerLeases>(registry_.get(), options);
+  }
+  void SetPhase(int rank, core::TrainingPhase phase) {
+    ModelEntry& model = **registry_->Get("m");
+    absl::MutexLock lock(&model.runtime_mu);
+    model.runtime.phase_per_rank[rank] = phase;
+  }
+  core::TrainingPhase PhaseOf(int rank) {
+    ModelEntry& model = **registry_->Get("m");
+    absl::MutexLock lock(&model.runtime_mu);
+    return model.runtime.phase_per_rank[rank];
+  }
+
+  std::string data_dir_;
+  absl::Time now_ = absl::FromUnixSeconds(1000);
+  std::unique_ptr<ModelRegistry> registry_;
+  std::unique_ptr<TrainerLeases> leases_;
+};
+
+TEST_F(TrainerLeasesTest, R17_LapseReturnsRanksToIdleAndRecordsWhy) {
+  auto attached = leases_->Attach("m", {0, 1}, "t-1", absl::Seconds(3));
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  SetPhase(0, core::TrainingPhase::kForward);
+  now_ += absl::Seconds(2);
+  ASSERT_TRUE(leases_->CheckAndRenew("m", 0, attached->lease.id).ok());
+  now_ += absl::Seconds(2);  // 4 s after attach, 2 s after the renewal.
+  EXPECT_EQ(leases_->ReapLapsed(), 0);
+  EXPECT_EQ(PhaseOf(0), core::TrainingPhase::kForward);
+  now_ += absl::Seconds(1);
+  EXPECT_EQ(leases_->ReapLapsed(), 1);
+  EXPECT_EQ(PhaseOf(0), core::TrainingPhase::kIdle);
+  EXPECT_EQ(leases_->AttachmentOf("m", 0),
+            std::make_pair(std::string(""),
+                           std::string("lease of trainer 't-1' lapsed (no "
+                                       "heartbeat for 3s) in FORWARD; rank "
+                                       "returned to IDLE")));
+  EXPECT_EQ(leases_->Heartbeat(attached->lease.id).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto next = leases_->Attach("m", {0, 1}, "t-2", absl::Seconds(3));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->previous_incarnation, "t-1");
+}
+
+TEST_F(TrainerLeasesTest, R17_LeasesAndPhasesSurviveARestart) {
+  auto attached = leases_->Attach("m", {1}, "t-1", absl::Seconds(5));
+  ASSERT_TRUE(attached.ok());
+  SetPhase(1, core::TrainingPhase::kBackward);
+  leases_->Persist();
+  // A new daemon: the registry re-attaches, the leases come back.
+  leases_.reset();
+  registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
+      data_dir_, InstanceForDataDir(data_dir_), core::Topology{1, 2}, 0});
+  ASSERT_TRUE(registry_->Recover().ok());
+  StartLeases();
+  ASSERT_TRUE(leases_->Recover().ok());
+  EXPECT_EQ(PhaseOf(1), core::TrainingPhase::kBackward);
+  EXPECT_EQ(leases_->AttachmentOf("m", 1).first, "t-1");
+  // Its lease restarted at recovery: it lapses 5 s later, not before.
+  now_ += absl::Seconds(4);
+  EXPECT_EQ(leases_->ReapLapsed(), 0);
+  auto resumed = leases_->Attach("m", {1}, "t-1", absl::Seconds(5));
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_TRUE(resumed->resumed);
+  EXPECT_EQ(resumed->lease.id, attached->lease.id);
+}
+
+TEST_F(TrainerLeasesTest, R17_RevokeEndsLeasesWithTheReason) {
+  auto attached = leases_->Attach("m", {0}, "t-1", std::nullopt);
+  ASSERT_TRUE(attached.ok());
+  EXPECT_EQ(attached->lease.ttl, absl::Seconds(10));
+  EXPECT_EQ(leases_->AttachedTrainers("m"), std::vector<std::string>{"t-1"});
+  leases_->Revoke("m", "model deleted with force by 'root'");
+  EXPECT_TRUE(leases_->AttachedTrainers("m").empty());
+  const absl::Status ended = leases_->CheckAndRenew("m", 0, attached->lease.id);
+  EXPECT_EQ(ended.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(ended.message().find("model deleted with force by 'root'"),
+            absl::string_view::npos)
+      << ended;
+  EXPECT_EQ(leases_->Attach("m", {0}, "t", absl::Hours(2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace summon::server
