@@ -1,9 +1,9 @@
 #ifndef SUMMON_BENCH_NCCL_TABLE_H_
 #define SUMMON_BENCH_NCCL_TABLE_H_
 
-// Result tables in the style of nccl-tests (DESIGN.md section 8), so summon's
-// numbers read like theirs: one row per size with the median time, algorithm
-// and bus bandwidth and a count of wrong elements.
+// Result tables in the style of nccl-tests (docs/design.md#conventions), so
+// summon's numbers read like theirs: one row per size with the median time,
+// algorithm and bus bandwidth and a count of wrong elements.
 
 #include <cstdint>
 #include <string>

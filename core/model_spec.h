@@ -99,11 +99,11 @@ struct ModelSpec {
 // "layers.1" is not above "layers.10").
 bool IsUnderModule(absl::string_view fqn, absl::string_view module);
 
-// Parses the JSON layout file of DESIGN.md section 6 and builds every unit's
-// flat layout for `topology`. `strategy_override` replaces the file's
-// strategy (summonctl model create --strategy). Errors are INVALID_ARGUMENT
-// naming the offending unit or parameter. An alias must name a parameter
-// listed before it; an alias of an alias resolves to the primary.
+// Parses the JSON layout file (docs/design.md#the-layout-file) and builds
+// every unit's flat layout for `topology`. `strategy_override` replaces the
+// file's strategy (summonctl model create --strategy). Errors are
+// INVALID_ARGUMENT naming the offending unit or parameter. An alias must name a
+// parameter listed before it; an alias of an alias resolves to the primary.
 absl::StatusOr<ModelSpec> ParseModelLayout(
     absl::string_view json, const Topology& topology,
     std::optional<Strategy> strategy_override = std::nullopt);

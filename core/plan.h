@@ -40,7 +40,7 @@ struct SessionBufferLayout {
 SessionBufferLayout LayoutSessionBuffer(const ModelSpec& model,
                                         const Scope& scope);
 
-// Where a session's physical copies live (DESIGN.md section 2, placement).
+// Where a session's physical copies live (docs/design.md#placement).
 enum class Placement {
   kEveryRank,  // One copy per rank (a GPU each on GPU nodes).
   kPerNode,    // One host copy per node (CPU nodes, offload_to_cpu).

@@ -3,8 +3,9 @@
 // owned slices with the seeded init, padding holds FSDP's marker 42), the
 // core's plans gather them into session copies and write them back, and every
 // resulting element is checked exactly. Where summon's semantics differ from
-// FSDP's (DESIGN.md sections 2 and 3) the test asserts summon's. Items 16, 17
-// and 23-29 are training parity: the daemon's conformance suite covers them.
+// FSDP's (docs/design.md#where-summon-departs-from-fsdp and docs/rules.md)
+// the test asserts summon's. Items 16, 17 and 23-29 are training parity: the
+// daemon's conformance suite covers them.
 //
 // Expected shard contents come from FSDP's definition (reference 1.2: group
 // position r holds flat elements [r*c, (r+1)*c)), not from SliceOf, so the

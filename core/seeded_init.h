@@ -9,10 +9,10 @@
 
 namespace summon::core {
 
-// Seeded init (`--init seeded:S`, DESIGN.md section 6): every element of every
-// parameter is a pure function of (FQN, seed, row-major index), so anyone can
-// check gathered values without a reference copy and each rank computes just
-// the slice it owns.
+// Seeded init (`--init seeded:S`, docs/design.md#seeded-init): every element
+// of every parameter is a pure function of (FQN, seed, row-major index), so
+// anyone can check gathered values without a reference copy and each rank
+// computes just the slice it owns.
 
 // 64-bit FNV-1a of the bytes of `data`.
 uint64_t Fnv1a64(absl::string_view data);

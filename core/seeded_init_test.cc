@@ -25,7 +25,7 @@ struct Vector {
   float expected[4];
 };
 
-// DESIGN.md section 6 test vectors, float32, element 0..3.
+// The test vectors of docs/design.md#seeded-init, float32, element 0..3.
 constexpr Vector kVectors[] = {
     {"layers.0.w",
      0,

@@ -18,8 +18,8 @@
 
 namespace summon::core {
 
-// The rules of DESIGN.md section 3, each a pure function over explicit state
-// so that the leader, every node and the tests agree on one implementation.
+// Rules R1-R14 of docs/rules.md, each a pure function over explicit state so
+// that the leader, every node and the tests agree on one implementation.
 // R10 lives in DeriveShardGroups (model_spec.h) and R14 in CheckFlattenable
 // (dtype.h); unknown parameters and units (R11) in ModelSpec::FindParam and
 // ModelSpec::FindUnit.

@@ -14,7 +14,7 @@
 
 namespace summon::core {
 
-// The trainer contract (DESIGN.md rules R15-R18) as pure functions: the
+// The trainer contract (rules R15-R18 of docs/rules.md) as pure functions: the
 // phase machine, trainer leases, the interlock every shard write passes and
 // which writes a trainer must hear about. The daemon keeps the state; these
 // decide.

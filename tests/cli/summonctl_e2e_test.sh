@@ -77,8 +77,9 @@ sid="$(ctl session open "$model" --scope layers.1)" || fail "session open failed
 expect 0 "" tensor read "$sid" "$weight" --out "$work/seeded.npy"
 head -c 128 "$work/seeded.npy" | grep -q "'descr': '<f4', 'fortran_order': False, 'shape': (48, 16)" ||
   fail "unexpected .npy header: $(head -c 128 "$work/seeded.npy" | tr -d '\0')"
-# First elements as the DESIGN.md formula gives them, computed independently of
-# core/ (element 0 = -0.05432087182998657 = 0xbd5e7f90).
+# First elements as the seeded-init formula (docs/design.md#seeded-init)
+# gives them, computed independently of core/ (element 0 =
+# -0.05432087182998657 = 0xbd5e7f90).
 first="$(npy_data "$work/seeded.npy" | od -A n -t x4 -N 16 | tr -s ' ')"
 [ "$first" = " bd5e7f90 befdabb8 bd6f08f0 bec0f136" ] ||
   fail "first elements of $weight are$first, want bd5e7f90 befdabb8 bd6f08f0 bec0f136"

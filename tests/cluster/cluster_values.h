@@ -2,7 +2,7 @@
 #define SUMMON_TESTS_CLUSTER_CLUSTER_VALUES_H_
 
 // Expected values for the cluster tests, computed from the seeded init
-// (DESIGN.md section 6) and the layout a daemon reports, never read back
+// (docs/design.md#seeded-init) and the layout a daemon reports, never read back
 // from a daemon.
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 // A real summond (SummonServer::Start on port 0 with its own data directory)
 // and gRPC helpers for the integration tests. Tests talk to the daemon only
 // through the Summon and Trainer stubs; expected values come from the seeded
-// init (DESIGN.md section 6), recomputed here.
+// init (docs/design.md#seeded-init), recomputed here.
 
 #include <cstdint>
 #include <map>

@@ -37,7 +37,7 @@ class SoakModel {
   static absl::StatusOr<SoakModel> Make(int private_units, int hot_units,
                                         uint64_t seed);
 
-  // The layout file's JSON (DESIGN.md section 6), FULL_SHARD.
+  // The layout file's JSON (docs/design.md#the-layout-file), FULL_SHARD.
   std::string LayoutJson() const;
 
   const std::vector<Tensor>& tensors() const { return tensors_; }
