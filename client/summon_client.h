@@ -64,7 +64,7 @@ struct ClientOptions {
 // Parameters of Summon.CreateModel.
 struct CreateModelParams {
   std::string name;
-  // The layout file's JSON text (DESIGN.md section 6).
+  // The layout file's JSON text (docs/design.md#the-layout-file).
   std::string layout_json;
   // Overrides the layout's strategy when set.
   std::optional<v1::ShardingStrategy> strategy = std::nullopt;

@@ -15,7 +15,7 @@
 
 namespace summon::client {
 
-// summonctl: kubectl-style control of a summond (DESIGN.md section 6).
+// summonctl: kubectl-style control of a summond (docs/api.md section 3).
 //
 //   summonctl [--server ADDR] [--output table|json] [--principal P] NOUN VERB
 //

@@ -1,5 +1,5 @@
 // summond: one per node; owns the node's parameter shards and serves the
-// summon gRPC API (DESIGN.md section 6 lists the flags).
+// summon gRPC API (docs/api.md section 2 and docs/operations.md list the flags).
 
 #include <errno.h>
 #include <pthread.h>
@@ -142,7 +142,7 @@ absl::Status WritePortFile(const std::string& path, int port) {
   return absl::OkStatus();
 }
 
-// DESIGN.md spells flags with dashes (--port-file); Abseil flag names cannot
+// The docs spell flags with dashes (--port-file); Abseil flag names cannot
 // contain dashes, so the name part of every "--flag[=value]" argument before a
 // "--" terminator is rewritten with underscores. Values are left alone.
 std::vector<std::string> UnderscoreFlagNames(int argc, char** argv) {

@@ -27,6 +27,7 @@
 #include "server/service/local_fd_broker.h"
 #include "server/service/peer_service.h"
 #include "server/service/summon_service.h"
+#include "server/service/trainer_service.h"
 #include "server/session/session_manager.h"
 #include "server/trainer/trainer_leases.h"
 #include "summon/v1/summon.grpc.pb.h"

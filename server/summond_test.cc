@@ -92,7 +92,7 @@ TEST_P(SummondTest, WritesPortFileServesAndExitsCleanlyOnSignal) {
   const std::string port_file =
       absl::StrCat(testing::TempDir(), "/summond-", signal_number, ".port");
   std::remove(port_file.c_str());
-  // Both spellings DESIGN.md allows: "--flag value" and "--flag=value".
+  // Both spellings docs/api.md section 2 allows: "--flag value" and "--flag=value".
   const pid_t pid =
       Spawn({"--insecure-local", "--listen", "127.0.0.1:0", "--port-file",
              port_file, "--local-ranks=4", "--log-level=warn"});

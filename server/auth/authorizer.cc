@@ -226,4 +226,10 @@ grpc::Status CheckCall(const Authorizer& authorizer,
   return grpc::Status::OK;
 }
 
+std::string PrincipalOf(const Authorizer& authorizer,
+                        const grpc::ServerContext& context) {
+  absl::StatusOr<Caller> caller = authorizer.Identify(context);
+  return caller.ok() ? caller->principal : "anonymous";
+}
+
 }  // namespace summon::server::auth

@@ -109,6 +109,12 @@ grpc::Status CheckCall(const Authorizer& authorizer,
                        const google::protobuf::Message& request,
                        Caller* caller = nullptr);
 
+// The principal a call runs as (a token, a client certificate, a peer's
+// forwarded principal, or in insecure-local mode the summon-principal
+// header); "anonymous" when it has none.
+std::string PrincipalOf(const Authorizer& authorizer,
+                        const grpc::ServerContext& context);
+
 }  // namespace summon::server::auth
 
 #endif  // SUMMON_SERVER_AUTH_AUTHORIZER_H_

@@ -17,7 +17,7 @@
 
 namespace summon::server {
 
-// The cluster's rendezvous key-value store (DESIGN.md section 4). The leader
+// The cluster's rendezvous key-value store (docs/design.md#how-nodes-work-together). The leader
 // holds the data (LocalKvStore); every node reaches it through this interface:
 // the leader in process, the others over the Peer service (RemoteKvStore).
 // Values are raw bytes (Gloo's transport addresses, NCCL's unique id). Keys

@@ -27,7 +27,7 @@ absl::StatusOr<core::TrainingPhase> PhaseFromProto(int value,
                                                    absl::string_view field);
 v1::TrainingPhase PhaseToProto(core::TrainingPhase phase);
 
-// Applies the defaults of DESIGN.md section 2 to unset fields.
+// Applies the defaults of docs/design.md#session-options to unset fields.
 absl::StatusOr<SessionOptions> SessionOptionsFromProto(
     const v1::SessionOptions& options);
 void SessionOptionsToProto(const SessionOptions& options,

@@ -14,15 +14,8 @@
 #include "server/session/session_manager.h"
 #include "server/trainer/trainer_leases.h"
 #include "summon/v1/summon.grpc.pb.h"
-#include "summon/v1/trainer.grpc.pb.h"
 
 namespace summon::server {
-
-// The principal a call runs as (server/auth decides: a token, a client
-// certificate, a peer's forwarded principal, or in insecure-local mode the
-// summon-principal header); "anonymous" when it has none.
-std::string PrincipalOf(const auth::Authorizer& authorizer,
-                        const grpc::ServerContext& context);
 
 // summon.v1.Summon over a node's registry and session manager. Every
 // handler converts its absl::Status through ToGrpcStatus, the one place
@@ -99,7 +92,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
     return auth::CheckCall(*authorizer_, context, method, request);
   }
   std::string PrincipalOf(const grpc::ServerContext& context) const {
-    return server::PrincipalOf(*authorizer_, context);
+    return auth::PrincipalOf(*authorizer_, context);
   }
   // ModelToProto plus each rank's attached trainer and last event.
   void DescribeToProto(ModelEntry& model, v1::Model* response) const;
@@ -149,62 +142,6 @@ class SummonServiceImpl final : public v1::Summon::Service {
   std::atomic<int> open_streams_{0};
   absl::Mutex checksum_mu_;  // Followers' answers arrive concurrently.
   absl::Mutex save_mu_;      // Saves use deterministic temporary names.
-};
-
-// summon.v1.Trainer: leases (R17), training phases (R1, R3, R4, R16 inputs),
-// shard mapping, init external and external-write watches (R18). Calls that
-// change the cluster-wide training state run on the leader (followers
-// forward them); MapShards and WatchUnits answer from this node's shards.
-class TrainerServiceImpl final : public v1::Trainer::Service {
- public:
-  TrainerServiceImpl(ModelRegistry* registry, SessionManager* sessions,
-                     TrainerLeases* trainers,
-                     const auth::Authorizer* authorizer,
-                     Membership* cluster = nullptr);
-
-  grpc::Status Attach(grpc::ServerContext* context,
-                      const v1::AttachRequest* request,
-                      v1::AttachResponse* response) override;
-  grpc::Status Heartbeat(grpc::ServerContext* context,
-                         const v1::TrainerHeartbeatRequest* request,
-                         v1::TrainerHeartbeatResponse* response) override;
-  grpc::Status Detach(grpc::ServerContext* context,
-                      const v1::DetachRequest* request,
-                      v1::DetachResponse* response) override;
-  grpc::Status ReportPhase(grpc::ServerContext* context,
-                           const v1::ReportPhaseRequest* request,
-                           v1::ReportPhaseResponse* response) override;
-  grpc::Status MapShards(grpc::ServerContext* context,
-                         const v1::MapShardsRequest* request,
-                         v1::MapShardsResponse* response) override;
-  grpc::Status MarkInitialized(grpc::ServerContext* context,
-                               const v1::MarkInitializedRequest* request,
-                               v1::MarkInitializedResponse* response) override;
-  grpc::Status WatchUnits(
-      grpc::ServerContext* context, const v1::WatchUnitsRequest* request,
-      grpc::ServerWriter<v1::WatchUnitsResponse>* writer) override;
-
-  // Ends every WatchUnits stream (CANCELLED) so that a shutdown does not
-  // wait for its grace period.
-  void StopWatches() { stopping_.store(true); }
-
- private:
-  // OK when the caller's roles allow `method` for `request` (the role
-  // table of server/auth/roles.cc), else the refusal.
-  grpc::Status Allow(const grpc::ServerContext& context, const char* method,
-                     const google::protobuf::Message& request) const {
-    return auth::CheckCall(*authorizer_, context, method, request);
-  }
-  std::string PrincipalOf(const grpc::ServerContext& context) const {
-    return server::PrincipalOf(*authorizer_, context);
-  }
-
-  ModelRegistry* const registry_;
-  SessionManager* const sessions_;
-  TrainerLeases* const trainers_;
-  const auth::Authorizer* const authorizer_;
-  LeaderForwarder forwarder_;
-  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace summon::server

@@ -1,10 +1,11 @@
+#include "server/service/trainer_service.h"
+
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/rpc/status_conversion.h"
 #include "server/service/proto_conversion.h"
-#include "server/service/summon_service.h"
 
 namespace summon::server {
 namespace {

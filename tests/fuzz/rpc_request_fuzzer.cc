@@ -48,6 +48,7 @@
 #include "server/model/model_registry.h"
 #include "server/service/local_fd_broker.h"
 #include "server/service/summon_service.h"
+#include "server/service/trainer_service.h"
 #include "server/session/session_manager.h"
 #include "server/store/shard_store.h"
 #include "spdlog/spdlog.h"

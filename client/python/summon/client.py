@@ -79,7 +79,7 @@ def session_options(scope: str = "", recurse: bool = True,
                     offload_to_cpu: bool = False, with_grads: bool = False,
                     read_dtype: Optional[str] = None,
                     lease_seconds: Optional[int] = None) -> types_pb2.SessionOptions:
-    """SessionOptions from FSDP's keyword names (DESIGN.md section 2)."""
+    """SessionOptions from FSDP's keyword names (docs/design.md#session-options)."""
     options = types_pb2.SessionOptions(
         writeback=writeback, rank0_only=rank0_only, offload_to_cpu=offload_to_cpu,
         with_grads=with_grads, read_dtype=dtypes.to_proto(read_dtype))
@@ -212,7 +212,7 @@ class Client:
                      strategy: Optional[str] = None, init: InitSpec = None,
                      grad_ranks: Union[None, str, Sequence[int]] = None,
                      grad_init: InitSpec = None) -> Model:
-        """Creates a model from a layout (a dict or JSON text, DESIGN.md section 6).
+        """Creates a model from a layout (a dict or JSON text, docs/design.md#the-layout-file).
 
         init: None or "zeros", "seeded:SEED" (or an int), or "external" (the
         attached trainer fills the shards and calls mark_initialized).

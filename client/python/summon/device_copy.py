@@ -2,7 +2,7 @@
 
 On a node whose shards are in GPU memory (summond --device cuda) a session's
 copy is gathered into GPU memory, one copy on every GPU of the node's ranks
-(DESIGN.md's placement; the home GPU only under rank0_only). A trainer
+(docs/design.md#placement; the home GPU only under rank0_only). A trainer
 process on the daemon's host opens the copy on its own GPU and computes on
 the full parameters there, as a rank does inside FSDP's summon_full_params:
 
