@@ -7,12 +7,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/runtime/gather_copy.h"
 #include "server/runtime/node_runtime.h"
-#include "server/runtime/node_runtime_internal.h"
 
 namespace summon::server {
 
-absl::StatusOr<uint8_t*> NodeRuntime::TensorBytes(Copy& copy,
+absl::StatusOr<uint8_t*> NodeRuntime::TensorBytes(GatherCopy& copy,
                                                   const std::string& session_id,
                                                   int tensor, bool grad,
                                                   bool for_write) {
@@ -35,9 +35,9 @@ absl::StatusOr<uint8_t*> NodeRuntime::TensorBytes(Copy& copy,
 }
 
 absl::Status NodeRuntime::Write(const WriteOp& op) {
-  absl::StatusOr<std::shared_ptr<Copy>> found = FindCopy(op.gather_id);
+  absl::StatusOr<std::shared_ptr<GatherCopy>> found = FindCopy(op.gather_id);
   if (!found.ok()) return found.status();
-  Copy& copy = **found;
+  GatherCopy& copy = **found;
   if (copy.copy_index < 0) return absl::OkStatus();  // No copy here.
   if (op.tensor < 0 ||
       op.tensor >= static_cast<int>(copy.layout.tensors.size()) ||
@@ -72,9 +72,9 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
                                bool grad, core::DType dtype, int64_t offset,
                                int64_t count, int64_t chunk_bytes,
                                const ChunkSink& sink) {
-  absl::StatusOr<std::shared_ptr<Copy>> found = FindCopy(gather_id);
+  absl::StatusOr<std::shared_ptr<GatherCopy>> found = FindCopy(gather_id);
   if (!found.ok()) return found.status();
-  Copy& copy = **found;
+  GatherCopy& copy = **found;
   if (copy.copy_index < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("node ", node_, " holds no copy of gather ", gather_id));
@@ -143,9 +143,9 @@ absl::Status NodeRuntime::Read(const std::string& gather_id,
 
 absl::StatusOr<LocalCopyShare> NodeRuntime::ShareCopy(
     const std::string& gather_id, bool grad) {
-  absl::StatusOr<std::shared_ptr<Copy>> found = FindCopy(gather_id);
+  absl::StatusOr<std::shared_ptr<GatherCopy>> found = FindCopy(gather_id);
   if (!found.ok()) return found.status();
-  Copy& copy = **found;
+  GatherCopy& copy = **found;
   if (copy.copy_index < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("node ", node_, " holds no copy of gather ", gather_id,
@@ -182,7 +182,7 @@ absl::StatusOr<LocalCopyShare> NodeRuntime::ShareCopy(
       !added.ok()) {
     return added;
   }
-  for (const Copy::DeviceReplica& replica : copy.replicas) {
+  for (const DeviceReplica& replica : copy.replicas) {
     if (absl::Status added = add(grad ? *replica.grads : *replica.params);
         !added.ok()) {
       return added;
@@ -198,9 +198,9 @@ absl::StatusOr<LocalCopyShare> NodeRuntime::ShareCopy(
 absl::StatusOr<std::vector<core::TensorStatistics>> NodeRuntime::Stats(
     const std::string& gather_id, const std::string& session_id,
     const std::vector<int>& tensors, bool grad, int bins) {
-  absl::StatusOr<std::shared_ptr<Copy>> found = FindCopy(gather_id);
+  absl::StatusOr<std::shared_ptr<GatherCopy>> found = FindCopy(gather_id);
   if (!found.ok()) return found.status();
-  Copy& copy = **found;
+  GatherCopy& copy = **found;
   if (copy.copy_index < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("node ", node_, " holds no copy of gather ", gather_id));

@@ -3,8 +3,8 @@
 
 #include "absl/status/status.h"
 #include "core/plan.h"
+#include "server/runtime/gather_copy.h"
 #include "server/runtime/node_runtime.h"
-#include "server/runtime/node_runtime_internal.h"
 
 namespace summon::server {
 namespace {
@@ -19,8 +19,8 @@ absl::StatusOr<std::unique_ptr<ShardMemory>> DeviceBuffer(
 
 }  // namespace
 
-absl::Status NodeRuntime::ExchangeBuffers::Pack(
-    const Copy& copy, const ShardStore& store,
+absl::Status ExchangeBuffers::Pack(
+    const GatherCopy& copy, const ShardStore& store,
     const std::vector<core::ShardRange>& ranges) {
   const int64_t params_bytes = core::RangesBytes(ranges);
   const int64_t bytes = params_bytes * (copy.grads ? 2 : 1);
@@ -54,10 +54,9 @@ absl::Status NodeRuntime::ExchangeBuffers::Pack(
   return absl::OkStatus();
 }
 
-absl::Status NodeRuntime::ExchangeBuffers::MakeReceive(const Copy& copy,
-                                                       const ShardStore& store,
-                                                       int64_t bytes,
-                                                       bool device) {
+absl::Status ExchangeBuffers::MakeReceive(const GatherCopy& copy,
+                                          const ShardStore& store,
+                                          int64_t bytes, bool device) {
   if (!device) {
     host_recv.resize(static_cast<size_t>(bytes));
     return absl::OkStatus();
@@ -69,19 +68,18 @@ absl::Status NodeRuntime::ExchangeBuffers::MakeReceive(const Copy& copy,
   return absl::OkStatus();
 }
 
-const void* NodeRuntime::ExchangeBuffers::SendData() const {
+const void* ExchangeBuffers::SendData() const {
   if (device_send != nullptr) return device_send->device_data();
   return host_send.empty() ? nullptr : host_send.data();
 }
 
-void* NodeRuntime::ExchangeBuffers::ReceiveData() const {
+void* ExchangeBuffers::ReceiveData() const {
   if (device_recv != nullptr) return device_recv->device_data();
   return host_recv.empty() ? nullptr : const_cast<uint8_t*>(host_recv.data());
 }
 
-absl::Status NodeRuntime::ExchangeBuffers::Unpack(Copy& copy, bool grad,
-                                                  int64_t from, int64_t to,
-                                                  int64_t bytes) const {
+absl::Status ExchangeBuffers::Unpack(GatherCopy& copy, bool grad, int64_t from,
+                                     int64_t to, int64_t bytes) const {
   if (device_recv != nullptr) {
     ShardMemory& target = grad ? *copy.device_grads : *copy.device_params;
     return target.CopyRange(*device_recv, from, to, bytes);

@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "server/runtime/gather_copy.h"
 #include "server/runtime/node_runtime.h"
-#include "server/runtime/node_runtime_internal.h"
 #include "server/store/shard_store.h"
 
 namespace summon::server {
@@ -31,7 +31,7 @@ void ZeroGaps(const core::SessionBufferLayout& layout, uint8_t* data) {
 
 }  // namespace
 
-int NodeRuntime::DeviceRank(const Copy& copy, int home_rank) const {
+int NodeRuntime::DeviceRank(const GatherCopy& copy, int home_rank) const {
   if (copy.device_exchange) return copy.model->local_ranks.front();
   const core::Topology& topology = copy.model->spec.groups.topology;
   if (copy.rank0_only && topology.NodeOf(home_rank) == node_) return home_rank;
@@ -45,7 +45,8 @@ int NodeRuntime::DeviceRank(const Copy& copy, int home_rank) const {
   return first >= 0 ? first : copy.model->local_ranks.front();
 }
 
-absl::Status NodeRuntime::AllocateCopy(Copy& copy, const ShardStore& store) {
+absl::Status NodeRuntime::AllocateCopy(GatherCopy& copy,
+                                       const ShardStore& store) {
   const int64_t total = copy.layout.total_bytes;
   if (copy.on_device) {
     // Fresh device memory is zero-filled, gaps included.
@@ -72,7 +73,7 @@ absl::Status NodeRuntime::AllocateCopy(Copy& copy, const ShardStore& store) {
   return absl::OkStatus();
 }
 
-absl::Status NodeRuntime::CopyLocalSlices(Copy& copy, ShardStore& store) {
+absl::Status NodeRuntime::CopyLocalSlices(GatherCopy& copy, ShardStore& store) {
   const core::Topology& topology = copy.model->spec.groups.topology;
   // One transfer of params or grads: device to device for a copy in device
   // memory, to the host otherwise.
@@ -106,14 +107,14 @@ absl::Status NodeRuntime::CopyLocalSlices(Copy& copy, ShardStore& store) {
   return absl::OkStatus();
 }
 
-absl::Status NodeRuntime::Replicate(Copy& copy, const ShardStore& store) {
+absl::Status NodeRuntime::Replicate(GatherCopy& copy, const ShardStore& store) {
   if (!copy.on_device || copy.rank0_only) return absl::OkStatus();
   const int64_t total = copy.layout.total_bytes;
   std::set<int> placed = {copy.device_params->device()};
   for (int rank : copy.model->local_ranks) {
     const int device = store.DeviceOf(rank);
     if (!placed.insert(device).second) continue;  // This GPU has a copy.
-    Copy::DeviceReplica replica;
+    DeviceReplica replica;
     replica.device = device;
     for (bool grad : {false, true}) {
       if (grad && !copy.grads) break;

@@ -21,90 +21,11 @@
 #include "server/comm/communicator.h"
 #include "server/model/model_registry.h"
 #include "server/runtime/buffer_pool.h"
+#include "server/runtime/node_op_types.h"
 
 namespace summon::server {
 
-// Everything a node needs to compute a gather's plan exactly as every other
-// node does: the plan is a pure function of the model and these fields.
-struct GatherOp {
-  uint64_t sequence = 0;  // The leader's global order of collectives.
-  std::string gather_id;
-  std::string model;
-  core::ScopeRequest scope;
-  bool rank0_only = false;  // One copy on the home rank's node, else one per
-  int home_rank = 0;        // node.
-  bool grads = false;       // The session has a gradients buffer.
-  // No session writes into the copy (read-only sessions write into their
-  // own private copies): reads then hand its bytes on pinned and without
-  // holding the copy's lock. Not sent to peers, which keep the default.
-  bool read_only = false;
-  // The session asked for its copies in host memory. Otherwise a model whose
-  // shards are in device memory gets its copies there too (DESIGN.md
-  // section 2's placement); host-placed models always use host memory.
-  bool offload_to_cpu = false;
-};
-
-// A write into the copies of a gather. `private_copy`: the session does not
-// own the gather (read-only, possibly shared), so the write lands in that
-// session's own copy of the tensor.
-struct WriteOp {
-  std::string gather_id;
-  std::string session_id;
-  bool private_copy = false;
-  int tensor = 0;
-  bool grad = false;
-  int64_t element_offset = 0;
-  int64_t element_size = 1;  // Of the tensor's dtype, to split large writes.
-  std::string bytes;
-};
-
-// PREPARE of a two-phase writeback: every node stages its ranks' owned
-// slices (from its own copy, or scattered from the home) and checks that
-// the units did not move since the gather (R7, unless `force`).
-struct PrepareOp {
-  uint64_t sequence = 0;
-  std::string gather_id;
-  std::string session_id;
-  std::map<int, uint64_t> expected_generations;  // Unit -> at gather.
-  std::map<int, uint64_t> target_generations;    // Unit -> after commit.
-  bool force = false;
-};
-
-// COMMIT: staged data goes into the shards and every scoped unit takes its
-// target generation, on every node alike.
-struct CommitOp {
-  // 0: out of order, for commits decided before a failure and finished
-  // while the cluster re-forms.
-  uint64_t sequence = 0;
-  std::string model;
-  std::string gather_id;
-  std::string session_id;
-  std::map<int, uint64_t> target_generations;
-};
-
-// A copy held on this node, handed to a client on its host (MapSession):
-// a host copy as a read-only descriptor, a device copy as the CUDA IPC
-// handle of each GPU's copy.
-struct LocalCopyShare {
-  int fd = -1;  // Host copy: owned by the receiver; -1 for a device copy.
-  struct DeviceCopy {
-    int device = -1;         // CUDA ordinal.
-    std::vector<int> ranks;  // This node's ranks on that GPU.
-    std::string ipc_handle;  // cudaIpcMemHandle_t bytes.
-  };
-  std::vector<DeviceCopy> device_copies;  // By device; empty for a host copy.
-};
-
-// Receives a read in chunks; returning false stops the read (client gone).
-// `bytes` are valid during the call. A non-null `pin` says they are the
-// shared copy of a read-only gather (GatherOp::read_only), unconverted,
-// which nothing changes, and keeps that memory mapped (not reused by
-// another gather) while any copy of the pin is held: the sink may hand the
-// bytes on without copying them. Pinned chunks are handed over without the
-// copy's lock held, so a slow reader never holds up another.
-using ChunkSink =
-    std::function<bool(int64_t element_offset, absl::string_view bytes,
-                       const std::shared_ptr<const void>& pin)>;
+struct GatherCopy;  // gather_copy.h: a gather as this node knows it.
 
 // One node's data plane: the session copies placed on this node and the
 // movement of shard bytes into and out of them, by the core's plans. Every
@@ -152,9 +73,10 @@ class NodeRuntime {
   absl::StatusOr<LocalCopyShare> ShareCopy(const std::string& gather_id,
                                            bool grad);
 
-  // Two-phase writeback. Prepare stages (nothing in the shards changes) and
-  // returns the bytes staged here; Commit copies staged data into the shards
-  // and sets the target generations; Abort drops what was staged.
+  // Two-phase writeback (node_writeback.cc). Prepare stages (nothing in the
+  // shards changes) and returns the bytes staged here; Commit copies staged
+  // data into the shards and sets the target generations; Abort drops what
+  // was staged.
   absl::StatusOr<int64_t> Prepare(const PrepareOp& op);
   absl::Status Commit(const CommitOp& op);
   // Drops what `session_id` staged here; an empty id drops everything
@@ -169,20 +91,17 @@ class NodeRuntime {
   void ReleaseSession(const std::string& session_id);
 
  private:
-  struct Copy;
-  struct ExchangeBuffers;
-
   // Runs `body` when `sequence` is this node's next collective.
   absl::Status InSequence(uint64_t sequence,
                           const std::function<absl::Status()>& body);
-  absl::StatusOr<std::shared_ptr<Copy>> FindCopy(
+  absl::StatusOr<std::shared_ptr<GatherCopy>> FindCopy(
       const std::string& gather_id) const;
   // The bytes of a tensor as `session_id` sees them; `for_write` with a
   // private copy first copies the tensor for that session. nullptr when the
   // session sees the shared copy and that is in device memory (reach it
-  // through Copy::Memory). The caller holds copy.mu (not annotated: Copy is
-  // incomplete here).
-  absl::StatusOr<uint8_t*> TensorBytes(Copy& copy,
+  // through GatherCopy::CopyOut/CopyIn). The caller holds copy.mu (not
+  // annotated: GatherCopy is incomplete here).
+  absl::StatusOr<uint8_t*> TensorBytes(GatherCopy& copy,
                                        const std::string& session_id,
                                        int tensor, bool grad, bool for_write);
   CollectiveOptions Collective(uint64_t sequence) const;
@@ -190,22 +109,22 @@ class NodeRuntime {
   // writes, the gaps between tensors, are zeroed: the gather overwrites the
   // rest), or allocates them on the GPU of `store`'s rank that the copy
   // belongs to. The caller holds copy.mu.
-  absl::Status AllocateCopy(Copy& copy, const ShardStore& store);
+  absl::Status AllocateCopy(GatherCopy& copy, const ShardStore& store);
   // The rank whose GPU holds a device copy: the node's first rank when the
   // exchange runs on the device communicator (its GPU is the
   // communicator's), else the home rank under rank0_only, else the lowest
   // rank of this node that the scope gathers from (a node without one uses
   // its first rank).
-  int DeviceRank(const Copy& copy, int home_rank) const;
+  int DeviceRank(const GatherCopy& copy, int home_rank) const;
   // A device copy's replicas: one on each further GPU of the node's ranks
   // (none under rank0_only), copied from the gathered primary GPU to GPU.
   // RESOURCE_EXHAUSTED naming the device when one does not fit. The caller
   // holds copy.mu.
-  absl::Status Replicate(Copy& copy, const ShardStore& store);
+  absl::Status Replicate(GatherCopy& copy, const ShardStore& store);
   // Copies this node's ranks' slices into its copy; gradients of ranks
   // without any read as zeros. The caller holds copy.mu and the model's
   // shards lock.
-  absl::Status CopyLocalSlices(Copy& copy, ShardStore& store);
+  absl::Status CopyLocalSlices(GatherCopy& copy, ShardStore& store);
 
   const int node_;
   ModelRegistry* const registry_;
@@ -217,7 +136,8 @@ class NodeRuntime {
   const std::shared_ptr<BufferPool> pool_;
 
   mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Copy>> copies_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<GatherCopy>> copies_
+      ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Counts Reset()s: an operation waiting for its turn across a reset
   // belongs to a dead epoch and must not run in the next one.

@@ -1,24 +1,32 @@
 #ifndef SUMMON_SERVER_SESSION_SESSION_INTERNAL_H_
 #define SUMMON_SERVER_SESSION_SESSION_INTERNAL_H_
 
-// SessionManager's private records, shared by its two source files
-// (session_manager.cc: lifecycle; session_tensors.cc: tensor access).
+// SessionManager's private records, shared by its source files: a gather
+// of a scope (GatherRecord) and a session (SessionRecord), plain structs
+// beside the manager rather than nested in it, so this header does not
+// include session_manager.h back.
 
-#include <map>
+#include <cstdint>
 #include <memory>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "server/session/session_manager.h"
+#include "core/plan.h"
+#include "core/scope.h"
+#include "core/session_rules.h"
+#include "core/session_state.h"
+#include "server/model/model_registry.h"
+#include "server/session/session_types.h"
 
 namespace summon::server {
 
 // One gather of a scope: its copies live in the nodes' runtimes under
 // `id`. Read-only sessions of the same identity share one.
-struct SessionManager::Gather {
+struct GatherRecord {
   std::string id;
   core::GatherIdentity identity;
   core::SessionBufferLayout layout;
@@ -35,14 +43,15 @@ struct SessionManager::Gather {
   bool mapped_on_device = false;
 };
 
-struct SessionManager::Session {
+// A session as the manager holds it, from OPENING until it is finished.
+struct SessionRecord {
   std::string id;
   std::string owner;
   std::shared_ptr<ModelEntry> model;
   SessionOptions options;
   core::Scope scope;
   core::SessionState state = core::SessionState::kOpening;
-  std::shared_ptr<Gather> gather;
+  std::shared_ptr<GatherRecord> gather;
   absl::Time created;
   absl::Time lease_deadline;
   // Guarded by the manager's mutex: tensors (index, grad) this session has
@@ -52,6 +61,15 @@ struct SessionManager::Session {
 
   bool writable() const { return options.writeback; }
 };
+
+// A scope as the session log lines name it.
+inline std::string ScopeText(const core::ScopeRequest& scope) {
+  if (!scope.params.empty()) {
+    return absl::StrCat("params(", scope.params.size(), ")");
+  }
+  return absl::StrCat("'", scope.module_fqn, "'",
+                      scope.recurse ? "" : " no-recurse");
+}
 
 }  // namespace summon::server
 

@@ -1,78 +1,23 @@
+// SessionManager: its lifecycle (construction with the single-node default
+// NodeOps, the lease reaper), finding and describing sessions, renewing
+// their leases, finishing them (locks, gathers and memory released) and
+// aborting them all after a node failed (R13). Open is in session_open.cc,
+// Close in session_writeback.cc.
+
 #include "server/session/session_manager.h"
 
 #include <algorithm>
-#include <cstring>
-#include <random>
-#include <set>
+#include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "server/runtime/node_runtime.h"
+#include "server/session/local_node_ops.h"
 #include "server/session/session_internal.h"
 #include "spdlog/spdlog.h"
 
 namespace summon::server {
-
-namespace {
-
-std::string NewSessionId() {
-  static std::mt19937_64 generator{std::random_device{}()};
-  static absl::Mutex generator_mu;
-  absl::MutexLock lock(&generator_mu);
-  return absl::StrFormat("s-%016x", generator());
-}
-
-std::string ScopeText(const core::ScopeRequest& scope) {
-  if (!scope.params.empty()) {
-    return absl::StrCat("params(", scope.params.size(), ")");
-  }
-  return absl::StrCat("'", scope.module_fqn, "'",
-                      scope.recurse ? "" : " no-recurse");
-}
-
-// Global ranks that hold a slice of any scoped parameter.
-std::vector<int> RanksOfScope(const core::ModelSpec& spec,
-                              const core::Scope& scope) {
-  std::vector<int> ranks;
-  for (int rank = 0; rank < spec.groups.topology.world_size(); ++rank) {
-    const int position = spec.groups.PositionOf(rank);
-    for (const core::ScopedParam& param : scope.params) {
-      if (spec.units[param.location.unit]
-              .layout.SliceOf(param.location.param, position)
-              .in_shard) {
-        ranks.push_back(rank);
-        break;
-      }
-    }
-  }
-  return ranks;
-}
-
-absl::Status CheckSessionOptions(const core::ModelSpec& spec,
-                                 const SessionOptions& options,
-                                 absl::Duration max_lease) {
-  const int world = spec.groups.topology.world_size();
-  if (options.home_rank < 0 || options.home_rank >= world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("home_rank ", options.home_rank,
-                     " is outside the world of ", world, " ranks"));
-  }
-  if (options.lease <= absl::ZeroDuration() || options.lease > max_lease) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("lease must be in (0, ", absl::FormatDuration(max_lease),
-                     "], got ", absl::FormatDuration(options.lease)));
-  }
-  if (options.read_dtype.has_value() &&
-      !core::IsFloatingPoint(*options.read_dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("read_dtype must be a floating-point dtype, got ",
-                     core::DTypeName(*options.read_dtype)));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 SessionManager::SessionManager(ModelRegistry* registry, Options options)
     : registry_(registry),
@@ -111,187 +56,8 @@ void SessionManager::ReaperLoop() {
   }
 }
 
-absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
-                                                 const SessionOptions& options,
-                                                 const std::string& principal) {
-  const absl::Time started = options_.clock();
-  absl::StatusOr<std::shared_ptr<ModelEntry>> found =
-      registry_->Get(model_name);
-  if (!found.ok()) return found.status();
-  std::shared_ptr<ModelEntry> model = *std::move(found);
-  {
-    absl::MutexLock runtime_lock(&model->runtime_mu);
-    if (model->awaiting_init) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "model '", model_name,
-          "' is AWAITING_INIT: its trainer fills the shards (init external) "
-          "and calls Trainer.MarkInitialized before sessions open"));
-    }
-  }
-  const core::ModelSpec& spec = model->spec;
-  if (absl::Status status =
-          CheckSessionOptions(spec, options, options_.max_lease);
-      !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<core::Scope> scope = core::ResolveScope(spec, options.scope);
-  if (!scope.ok()) return scope.status();
-
-  auto session = std::make_shared<Session>();
-  session->id = NewSessionId();
-  session->owner = principal;
-  session->model = model;
-  session->options = options;
-  session->scope = *scope;
-  session->created = started;
-  session->private_bytes_per_node.assign(memory_per_node_.size(), 0);
-
-  core::GatherIdentity identity;
-  identity.model = model_name;
-  for (const core::ScopedParam& param : scope->params) {
-    identity.params.insert(param.fqn);
-  }
-  identity.with_grads = options.with_grads;
-  identity.rank0_only = options.rank0_only;
-  identity.home_rank = options.home_rank;
-  identity.offload_to_cpu = options.offload_to_cpu;
-  identity.writable = options.writeback;
-
-  std::shared_ptr<Gather> shared;
-  GatherOp op;
-  {
-    absl::MutexLock lock(&mu_);
-    if (options_.max_sessions_per_principal > 0) {
-      int held = 0;
-      for (const auto& [id, other] : sessions_)
-        held += other->owner == principal;
-      if (held >= options_.max_sessions_per_principal) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "principal '", principal, "' already holds ", held,
-            " sessions, the most allowed (--max-sessions-per-principal)"));
-      }
-    }
-    absl::MutexLock runtime_lock(&model->runtime_mu);
-    core::OpenRequest request{scope->units, RanksOfScope(spec, *scope),
-                              options.writeback};
-    if (absl::Status status =
-            core::CheckOpen(model->runtime, spec.groups.effective, request);
-        !status.ok()) {
-      return status;
-    }
-    for (int unit : scope->units) {
-      identity.generation_per_unit[unit] =
-          model->runtime.units[unit].generation;
-    }
-    if (!options.writeback) {
-      for (const std::weak_ptr<Gather>& weak : shareable_gathers_) {
-        std::shared_ptr<Gather> candidate = weak.lock();
-        if (candidate && candidate->holders > 0 &&
-            !candidate->mapped_on_device &&
-            core::CanShareGather(candidate->identity, identity)) {
-          shared = candidate;
-          break;
-        }
-      }
-    }
-    if (shared) {
-      ++shared->holders;
-      session->gather = shared;
-      session->state = core::SessionState::kOpen;
-      session->lease_deadline = core::RenewLease(started, options.lease);
-    } else {
-      auto gather = std::make_shared<Gather>();
-      gather->id = session->id;
-      gather->identity = identity;
-      gather->layout = core::LayoutSessionBuffer(spec, *scope);
-      if (options.with_grads) {
-        for (int rank : request.ranks) {
-          gather->has_grads = gather->has_grads || model->grads_by_rank[rank];
-        }
-      }
-      absl::StatusOr<core::GatherPlan> plan =
-          core::PlanGather(spec, gather->layout,
-                           options.rank0_only ? core::Placement::kHomeRank
-                                              : core::Placement::kPerNode,
-                           options.home_rank);
-      if (!plan.ok()) return plan.status();
-      // R9 on every node holding a copy, before anything is allocated.
-      gather->bytes = gather->layout.total_bytes * (gather->has_grads ? 2 : 1);
-      gather->bytes_per_node =
-          core::CopyBytesPerNode(spec, gather->layout, *plan);
-      gather->network_bytes =
-          core::GatherNetworkBytes(spec, *plan) * (gather->has_grads ? 2 : 1);
-      for (int64_t& bytes : gather->bytes_per_node) {
-        if (gather->has_grads) bytes *= 2;
-      }
-      for (size_t node = 0; node < memory_per_node_.size(); ++node) {
-        if (gather->bytes_per_node[node] == 0) continue;
-        if (absl::Status status = core::CheckMemoryBudget(
-                static_cast<int>(node), options_.memory_budget_bytes,
-                memory_per_node_[node], gather->bytes_per_node[node]);
-            !status.ok()) {
-          return status;
-        }
-      }
-      for (size_t node = 0; node < memory_per_node_.size(); ++node) {
-        memory_per_node_[node] += gather->bytes_per_node[node];
-      }
-      gather->holders = 1;
-      session->gather = gather;
-      for (int unit : scope->units) {
-        if (options.writeback) {
-          model->runtime.units[unit].writable_session = session->id;
-        } else {
-          model->runtime.units[unit].read_only_gathering.insert(session->id);
-        }
-      }
-      gather->epoch = ops_->Epoch();
-      op = GatherOp{next_sequence_++,
-                    gather->id,
-                    model_name,
-                    options.scope,
-                    options.rank0_only,
-                    options.home_rank,
-                    gather->has_grads,
-                    /*read_only=*/!options.writeback,
-                    options.offload_to_cpu};
-    }
-    ++model->open_sessions;
-    sessions_[session->id] = session;
-  }
-
-  if (!shared) {
-    const absl::Status gathered = ops_->Gather(op);
-    absl::MutexLock lock(&mu_);
-    {
-      absl::MutexLock runtime_lock(&model->runtime_mu);
-      for (int unit : scope->units) {
-        model->runtime.units[unit].read_only_gathering.erase(session->id);
-      }
-    }
-    if (!gathered.ok()) {
-      Finish(*session, core::SessionState::kFailed);
-      return gathered;
-    }
-    session->state = core::SessionState::kOpen;
-    session->lease_deadline = core::RenewLease(options_.clock(), options.lease);
-    if (!options.writeback) shareable_gathers_.push_back(session->gather);
-    released_.SignalAll();
-  }
-
-  absl::MutexLock lock(&mu_);
-  spdlog::info(
-      "session open id={} principal={} model={} scope={} writeback={} "
-      "shared={} bytes={} duration_ms={}",
-      session->id, principal, model_name, ScopeText(options.scope),
-      options.writeback, shared != nullptr, session->gather->bytes,
-      absl::ToInt64Milliseconds(options_.clock() - started));
-  return Describe(*session);
-}
-
-absl::StatusOr<std::shared_ptr<SessionManager::Session>>
-SessionManager::FindSession(const std::string& id,
-                            const std::string& principal) {
+absl::StatusOr<std::shared_ptr<SessionRecord>> SessionManager::FindSession(
+    const std::string& id, const std::string& principal) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return core::UnknownSessionError(id);
   const bool is_admin =
@@ -306,7 +72,7 @@ SessionManager::FindSession(const std::string& id,
   return it->second;
 }
 
-SessionInfo SessionManager::Describe(const Session& session) const {
+SessionInfo SessionManager::Describe(const SessionRecord& session) const {
   SessionInfo info;
   info.id = session.id;
   info.model = session.model->name;
@@ -333,7 +99,8 @@ SessionInfo SessionManager::Describe(const Session& session) const {
 absl::StatusOr<SessionInfo> SessionManager::Get(const std::string& id,
                                                 const std::string& principal) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<Session>> session = FindSession(id, principal);
+  absl::StatusOr<std::shared_ptr<SessionRecord>> session =
+      FindSession(id, principal);
   if (!session.ok()) return session.status();
   return Describe(**session);
 }
@@ -369,9 +136,10 @@ absl::StatusOr<SessionInfo> SessionManager::Renew(
     const std::string& id, std::optional<absl::Duration> lease,
     const std::string& principal) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+  absl::StatusOr<std::shared_ptr<SessionRecord>> found =
+      FindSession(id, principal);
   if (!found.ok()) return found.status();
-  Session& session = **found;
+  SessionRecord& session = **found;
   if (session.state != core::SessionState::kOpen) {
     return absl::FailedPreconditionError(
         absl::StrCat("session ", id, " is ",
@@ -390,143 +158,8 @@ absl::StatusOr<SessionInfo> SessionManager::Renew(
   return Describe(session);
 }
 
-absl::StatusOr<CloseResult> SessionManager::Close(
-    const std::string& id, bool abort, bool force, const std::string& principal,
-    const std::function<bool()>& cancelled) {
-  const absl::Time started = options_.clock();
-  std::shared_ptr<Session> session;
-  PrepareOp prepare;
-  {
-    absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
-    if (!found.ok()) return found.status();
-    session = *std::move(found);
-    if (absl::Status status =
-            core::CheckTransition(session->state, core::SessionState::kClosing);
-        !status.ok()) {
-      return status;
-    }
-    if (abort || !session->writable()) {
-      Finish(*session, core::SessionState::kClosed);
-      spdlog::info("session {} id={} principal={} model={} scope={} bytes={}",
-                   abort ? "abort" : "close", id, principal,
-                   session->model->name, ScopeText(session->options.scope),
-                   session->gather->bytes);
-      return CloseResult{};
-    }
-    absl::MutexLock runtime_lock(&session->model->runtime_mu);
-    if (absl::Status status = core::CheckGenerationsUnchanged(
-            session->model->runtime, id,
-            session->gather->identity.generation_per_unit, force);
-        !status.ok()) {
-      return status;
-    }
-    session->state = core::SessionState::kClosing;
-    prepare.gather_id = session->gather->id;
-    prepare.session_id = id;
-    prepare.expected_generations =
-        session->gather->identity.generation_per_unit;
-    for (int unit : session->scope.units) {
-      prepare.target_generations[unit] =
-          session->model->runtime.units[unit].generation + 1;
-    }
-    prepare.force = force;
-  }
-
-  // Two phases: nothing reaches a shard unless every node staged (R8).
-  // Writebacks of one model run one at a time (a rank stages one session).
-  absl::MutexLock writeback_lock(&session->model->writeback_mu);
-  if (cancelled()) {
-    absl::MutexLock lock(&mu_);
-    session->state = core::SessionState::kOpen;
-    return absl::CancelledError(absl::StrCat(
-        "the close of session ", id,
-        " was cancelled before its writeback began; the session is still "
-        "open"));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    prepare.sequence = next_sequence_++;
-  }
-  absl::StatusOr<int64_t> staged = ops_->Prepare(prepare);
-  if (staged.ok()) {
-    // A node may have failed (and the session been aborted) while PREPARE
-    // ran; a node resumed from a stop may even have voted from a dead epoch.
-    // Only a session still closing in the epoch it was gathered in commits.
-    absl::MutexLock lock(&mu_);
-    if (sessions_.count(id) == 0 ||
-        session->state != core::SessionState::kClosing ||
-        ops_->Epoch() != session->gather->epoch) {
-      staged = absl::UnavailableError(
-          absl::StrCat("the cluster changed while session ", id,
-                       " was being written back; nothing was committed"));
-    }
-  }
-  if (!staged.ok()) {
-    ops_->Abort(id);
-    absl::MutexLock lock(&mu_);
-    session->state = core::SessionState::kOpen;
-    spdlog::warn("session writeback refused id={} model={}: {}", id,
-                 session->model->name, staged.status().ToString());
-    return staged.status();
-  }
-  CommitOp commit{0, session->model->name, prepare.gather_id, id,
-                  prepare.target_generations};
-  // Every node staged: the decision is COMMIT, recorded before any node
-  // applies it, so that it completes even if a node (or the leader) fails
-  // now.
-  RecordDecision(commit);
-  {
-    absl::MutexLock lock(&mu_);
-    commit.sequence = next_sequence_++;
-    pending_commits_[id] = commit;
-  }
-  if (absl::Status status = ops_->Commit(commit); !status.ok()) {
-    // Staged data stays in shared memory; the commit completes on every
-    // node when the cluster re-forms.
-    spdlog::error("session commit incomplete id={} model={}: {}", id,
-                  session->model->name, status.ToString());
-    absl::MutexLock lock(&mu_);
-    Finish(*session, core::SessionState::kFailed);
-    return absl::UnavailableError(
-        absl::StrCat("the writeback of session ", id,
-                     " was decided but did not reach "
-                     "every node (",
-                     status.message(),
-                     "); it completes on every rank when "
-                     "the cluster re-forms"));
-  }
-  ForgetDecision(id);
-  {
-    absl::MutexLock lock(&mu_);
-    pending_commits_.erase(id);
-  }
-
-  CloseResult result;
-  result.written_back = true;
-  result.bytes_written = *staged;
-  absl::MutexLock lock(&mu_);
-  {
-    ModelEntry& model = *session->model;
-    absl::MutexLock runtime_lock(&model.runtime_mu);
-    for (const auto& [unit, generation] : commit.target_generations) {
-      model.runtime.units[unit].generation = generation;
-      result.generations[model.spec.units[unit].fqn] = generation;
-      result.external_writes[model.spec.units[unit].fqn] =
-          model.store->ExternalWrites(unit);
-    }
-  }
-  Finish(*session, core::SessionState::kClosed);
-  spdlog::info(
-      "session writeback id={} principal={} model={} scope={} bytes={} "
-      "duration_ms={}",
-      id, principal, session->model->name, ScopeText(session->options.scope),
-      result.bytes_written,
-      absl::ToInt64Milliseconds(options_.clock() - started));
-  return result;
-}
-
-void SessionManager::Finish(Session& session, core::SessionState final_state) {
+void SessionManager::Finish(SessionRecord& session,
+                            core::SessionState final_state) {
   ModelEntry& model = *session.model;
   {
     absl::MutexLock runtime_lock(&model.runtime_mu);
@@ -537,7 +170,7 @@ void SessionManager::Finish(Session& session, core::SessionState final_state) {
     }
     --model.open_sessions;
   }
-  Gather& gather = *session.gather;
+  GatherRecord& gather = *session.gather;
   for (size_t node = 0; node < memory_per_node_.size(); ++node) {
     memory_per_node_[node] -= session.private_bytes_per_node[node];
     if (gather.holders == 1) {
@@ -549,8 +182,8 @@ void SessionManager::Finish(Session& session, core::SessionState final_state) {
     ops_->Release(gather.id);
     shareable_gathers_.erase(
         std::remove_if(shareable_gathers_.begin(), shareable_gathers_.end(),
-                       [&](const std::weak_ptr<Gather>& weak) {
-                         std::shared_ptr<Gather> other = weak.lock();
+                       [&](const std::weak_ptr<GatherRecord>& weak) {
+                         std::shared_ptr<GatherRecord> other = weak.lock();
                          return !other || other == session.gather;
                        }),
         shareable_gathers_.end());
@@ -562,9 +195,9 @@ void SessionManager::Finish(Session& session, core::SessionState final_state) {
 
 int SessionManager::AbortAll(const absl::Status& reason) {
   absl::MutexLock lock(&mu_);
-  std::vector<std::shared_ptr<Session>> all;
+  std::vector<std::shared_ptr<SessionRecord>> all;
   for (const auto& [id, session] : sessions_) all.push_back(session);
-  for (const std::shared_ptr<Session>& session : all) {
+  for (const std::shared_ptr<SessionRecord>& session : all) {
     Finish(*session, core::SessionState::kFailed);
     spdlog::warn("session abort id={} principal={} model={} reason={}",
                  session->id, session->owner, session->model->name,
@@ -576,14 +209,14 @@ int SessionManager::AbortAll(const absl::Status& reason) {
 int SessionManager::ReapExpired() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = options_.clock();
-  std::vector<std::shared_ptr<Session>> expired;
+  std::vector<std::shared_ptr<SessionRecord>> expired;
   for (const auto& [id, session] : sessions_) {
     if (session->state == core::SessionState::kOpen &&
         core::LeaseExpired(session->lease_deadline, now)) {
       expired.push_back(session);
     }
   }
-  for (const std::shared_ptr<Session>& session : expired) {
+  for (const std::shared_ptr<SessionRecord>& session : expired) {
     Finish(*session, core::SessionState::kFailed);
     spdlog::warn(
         "session abort id={} principal={} model={} scope={} bytes={} "

@@ -1,6 +1,14 @@
 #ifndef SUMMON_SERVER_SESSION_SESSION_MANAGER_H_
 #define SUMMON_SERVER_SESSION_SESSION_MANAGER_H_
 
+// SessionManager: the leader's sessions. Its work is spread over
+// session_manager.cc (lifecycle: describe, renew, finish, reap),
+// session_open.cc (open: rules R1-R4, shared gathers, the memory budget),
+// session_tensors.cc (read, write, stats, MapSession), session_writeback.cc
+// (close: the writeback decision, its log and recovery) and
+// session_interlock.cc (trainers' phases, shard writes outside sessions).
+// Its plain records are in session_types.h.
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -22,54 +30,16 @@
 #include "core/tensor_stats.h"
 #include "server/comm/local_communicator.h"
 #include "server/model/model_registry.h"
-#include "server/runtime/node_runtime.h"
+#include "server/runtime/node_op_types.h"
 #include "server/session/node_ops.h"
+#include "server/session/session_types.h"
 
 namespace summon::server {
 
-// The options of DESIGN.md section 2, with their defaults.
-struct SessionOptions {
-  core::ScopeRequest scope;
-  bool writeback = true;
-  bool rank0_only = false;
-  int home_rank = 0;
-  bool offload_to_cpu = false;
-  bool with_grads = false;
-  std::optional<core::DType> read_dtype;
-  absl::Duration lease = absl::Seconds(60);
-};
-
-struct SessionInfo {
-  std::string id;
-  std::string model;
-  std::string owner;
-  SessionOptions options;
-  core::SessionState state = core::SessionState::kOpening;
-  std::map<std::string, uint64_t> gathered_generations;  // Unit FQN -> gen.
-  std::vector<core::SessionTensor> params;
-  bool has_grads = false;
-  absl::Time created;
-  absl::Time expires;
-  int64_t bytes = 0;  // Of the (possibly shared) gather.
-  bool shared_gather = false;
-  int64_t network_bytes = 0;  // Sent between nodes by the gather.
-  std::vector<std::string> warnings;
-};
-
-struct CloseResult {
-  bool written_back = false;
-  int64_t bytes_written = 0;
-  std::map<std::string, uint64_t> generations;  // Unit FQN -> new gen.
-  // Unit FQN -> its external-write counter after the writeback (R18).
-  std::map<std::string, uint64_t> external_writes;
-};
-
-struct PhaseReport {
-  core::TrainingPhase previous = core::TrainingPhase::kIdle;
-  core::TrainingPhase phase = core::TrainingPhase::kIdle;
-  std::optional<int64_t> step;
-  absl::Duration waited;
-};
+class NodeRuntime;  // The single-node default's runtime (node_runtime.h).
+// The manager's records of a session and of a gather (session_internal.h).
+struct GatherRecord;
+struct SessionRecord;
 
 // Sessions: the rules (R1-R12) checked against the models' runtime state,
 // read-only sessions sharing one gather, leases with a reaper, the nodes'
@@ -105,11 +75,7 @@ class SessionManager {
                                   const std::string& principal);
   // For metrics: sessions held (any principal) and session copies' bytes
   // reserved per node against the memory budget.
-  struct Usage {
-    int readonly_sessions = 0;
-    int writable_sessions = 0;
-    std::vector<int64_t> memory_per_node;
-  };
+  using Usage = SessionUsage;
   Usage CurrentUsage() const;
   // Sessions of `model` (all models when empty) visible to `principal`.
   std::vector<SessionInfo> List(const std::string& model,
@@ -158,11 +124,7 @@ class SessionManager {
   // opens). FAILED_PRECONDITION for a writable session's host copy (it
   // changes and is written back), a session with edits of its own (the copy
   // would not show them), a session not OPEN, or no copy on this node.
-  struct SharedCopy {
-    LocalCopyShare share;  // share.fd is owned by the caller.
-    int64_t bytes = 0;
-    std::vector<core::SessionTensor> tensors;
-  };
+  using SharedCopy = SharedSessionCopy;
   // `host_only`: FAILED_PRECONDITION for a device copy.
   absl::StatusOr<SharedCopy> ShareCopy(const std::string& id, bool grad,
                                        bool host_only,
@@ -233,23 +195,20 @@ class SessionManager {
   int OpenSessionCount() const;
 
  private:
-  struct Gather;
-  struct Session;
-
-  absl::StatusOr<std::shared_ptr<Session>> FindSession(
+  absl::StatusOr<std::shared_ptr<SessionRecord>> FindSession(
       const std::string& id, const std::string& principal)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FindSession, and FAILED_PRECONDITION unless the session is OPEN.
-  absl::StatusOr<std::shared_ptr<Session>> FindOpenSession(
+  absl::StatusOr<std::shared_ptr<SessionRecord>> FindOpenSession(
       const std::string& id, const std::string& principal)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  SessionInfo Describe(const Session& session) const
+  SessionInfo Describe(const SessionRecord& session) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases locks, the gather reference and memory; marks the final state.
-  void Finish(Session& session, core::SessionState final_state)
+  void Finish(SessionRecord& session, core::SessionState final_state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<int> FindTensor(const Session& session, const std::string& fqn,
-                                 bool grad) const;
+  absl::StatusOr<int> FindTensor(const SessionRecord& session,
+                                 const std::string& fqn, bool grad) const;
   void ReaperLoop();
   // The decision log of pending commits (a no-op without a data dir).
   void RecordDecision(const CommitOp& commit);
@@ -265,9 +224,10 @@ class SessionManager {
 
   mutable absl::Mutex mu_;
   absl::CondVar released_;  // Signalled when a session leaves a unit.
-  std::map<std::string, std::shared_ptr<Session>> sessions_
+  std::map<std::string, std::shared_ptr<SessionRecord>> sessions_
       ABSL_GUARDED_BY(mu_);
-  std::vector<std::weak_ptr<Gather>> shareable_gathers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<GatherRecord>> shareable_gathers_
+      ABSL_GUARDED_BY(mu_);
   // Bytes of session copies (and private tensors) held on each node.
   std::vector<int64_t> memory_per_node_ ABSL_GUARDED_BY(mu_);
   // Collectives get consecutive numbers; every node runs them in order.

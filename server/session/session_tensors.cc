@@ -25,10 +25,10 @@ absl::Status NotOpen(const std::string& id, core::SessionState state) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<SessionManager::Session>>
-SessionManager::FindOpenSession(const std::string& id,
-                                const std::string& principal) {
-  absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+absl::StatusOr<std::shared_ptr<SessionRecord>> SessionManager::FindOpenSession(
+    const std::string& id, const std::string& principal) {
+  absl::StatusOr<std::shared_ptr<SessionRecord>> found =
+      FindSession(id, principal);
   if (!found.ok()) return found.status();
   if ((*found)->state != core::SessionState::kOpen) {
     return NotOpen(id, (*found)->state);
@@ -36,10 +36,10 @@ SessionManager::FindOpenSession(const std::string& id,
   return found;
 }
 
-absl::StatusOr<int> SessionManager::FindTensor(const Session& session,
+absl::StatusOr<int> SessionManager::FindTensor(const SessionRecord& session,
                                                const std::string& fqn,
                                                bool grad) const {
-  const Gather& gather = *session.gather;
+  const GatherRecord& gather = *session.gather;
   std::string primary = fqn;
   if (auto alias = session.model->spec.aliases.find(fqn);
       alias != session.model->spec.aliases.end()) {
@@ -65,11 +65,11 @@ absl::Status SessionManager::Read(const std::string& id, const std::string& fqn,
                                   int64_t chunk_bytes,
                                   const std::string& principal,
                                   const ChunkSink& sink) {
-  std::shared_ptr<Session> session;
+  std::shared_ptr<SessionRecord> session;
   int tensor = 0;
   {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::shared_ptr<Session>> found =
+    absl::StatusOr<std::shared_ptr<SessionRecord>> found =
         FindOpenSession(id, principal);
     if (!found.ok()) return found.status();
     session = *std::move(found);
@@ -103,7 +103,8 @@ absl::StatusOr<core::SessionTensor> SessionManager::DescribeTensor(
     const std::string& id, const std::string& fqn, bool grad,
     const std::string& principal) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+  absl::StatusOr<std::shared_ptr<SessionRecord>> found =
+      FindSession(id, principal);
   if (!found.ok()) return found.status();
   absl::StatusOr<int> index = FindTensor(**found, fqn, grad);
   if (!index.ok()) return index.status();
@@ -114,10 +115,10 @@ absl::StatusOr<core::SessionTensor> SessionManager::CheckWriteTarget(
     const std::string& id, const std::string& fqn, bool grad, core::DType dtype,
     int64_t offset, int64_t count, const std::string& principal) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<Session>> found =
+  absl::StatusOr<std::shared_ptr<SessionRecord>> found =
       FindOpenSession(id, principal);
   if (!found.ok()) return found.status();
-  Session& session = **found;
+  SessionRecord& session = **found;
   absl::StatusOr<int> index = FindTensor(session, fqn, grad);
   if (!index.ok()) return index.status();
   const core::SessionTensor& info = session.gather->layout.tensors[*index];
@@ -151,9 +152,10 @@ absl::StatusOr<core::SessionTensor> SessionManager::Write(
   op.bytes = std::string(bytes);
   {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+    absl::StatusOr<std::shared_ptr<SessionRecord>> found =
+        FindSession(id, principal);
     if (!found.ok()) return found.status();
-    Session& session = **found;
+    SessionRecord& session = **found;
     op.gather_id = session.gather->id;
     op.tensor = session.gather->layout.Find(info->fqn);
     op.private_copy = !session.writable();
@@ -186,10 +188,10 @@ absl::StatusOr<core::SessionTensor> SessionManager::Write(
 absl::StatusOr<SessionManager::SharedCopy> SessionManager::ShareCopy(
     const std::string& id, bool grad, bool host_only,
     const std::string& principal) {
-  std::shared_ptr<Session> session;
+  std::shared_ptr<SessionRecord> session;
   {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::shared_ptr<Session>> found =
+    absl::StatusOr<std::shared_ptr<SessionRecord>> found =
         FindOpenSession(id, principal);
     if (!found.ok()) return found.status();
     session = *std::move(found);
@@ -236,7 +238,8 @@ absl::StatusOr<SessionManager::SharedCopy> SessionManager::ShareCopy(
 bool SessionManager::IsOpen(const std::string& id,
                             const std::string& principal) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<Session>> found = FindSession(id, principal);
+  absl::StatusOr<std::shared_ptr<SessionRecord>> found =
+      FindSession(id, principal);
   return found.ok() && (*found)->state == core::SessionState::kOpen;
 }
 
@@ -245,11 +248,11 @@ absl::StatusOr<
 SessionManager::Stats(const std::string& id,
                       const std::vector<std::string>& fqns, bool grad, int bins,
                       const std::string& principal) {
-  std::shared_ptr<Session> session;
+  std::shared_ptr<SessionRecord> session;
   std::vector<int> tensors;
   {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::shared_ptr<Session>> found =
+    absl::StatusOr<std::shared_ptr<SessionRecord>> found =
         FindOpenSession(id, principal);
     if (!found.ok()) return found.status();
     session = *std::move(found);

@@ -1,5 +1,10 @@
-// SessionManager: the decision log of the two-phase writeback (R8) and
-// finishing decided commits after a failure or a restart.
+// SessionManager: the session's side of the two-phase writeback. Close
+// decides: R7 (no scoped unit moved since the gather, unless forced),
+// PREPARE on every node, and only when every node staged, the COMMIT
+// decision, recorded in the decision log before any node applies it (R8).
+// Also the log itself and finishing decided commits after a failure or a
+// restart. The node's side (stage, publish, drop) is
+// server/runtime/node_writeback.cc.
 
 #include <cstdlib>
 #include <filesystem>
@@ -21,6 +26,143 @@ constexpr int kCommitAttempts = 10;
 constexpr absl::Duration kCommitRetry = absl::Milliseconds(200);
 
 }  // namespace
+
+absl::StatusOr<CloseResult> SessionManager::Close(
+    const std::string& id, bool abort, bool force, const std::string& principal,
+    const std::function<bool()>& cancelled) {
+  const absl::Time started = options_.clock();
+  std::shared_ptr<SessionRecord> session;
+  PrepareOp prepare;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::shared_ptr<SessionRecord>> found =
+        FindSession(id, principal);
+    if (!found.ok()) return found.status();
+    session = *std::move(found);
+    if (absl::Status status =
+            core::CheckTransition(session->state, core::SessionState::kClosing);
+        !status.ok()) {
+      return status;
+    }
+    if (abort || !session->writable()) {
+      Finish(*session, core::SessionState::kClosed);
+      spdlog::info("session {} id={} principal={} model={} scope={} bytes={}",
+                   abort ? "abort" : "close", id, principal,
+                   session->model->name, ScopeText(session->options.scope),
+                   session->gather->bytes);
+      return CloseResult{};
+    }
+    absl::MutexLock runtime_lock(&session->model->runtime_mu);
+    if (absl::Status status = core::CheckGenerationsUnchanged(
+            session->model->runtime, id,
+            session->gather->identity.generation_per_unit, force);
+        !status.ok()) {
+      return status;
+    }
+    session->state = core::SessionState::kClosing;
+    prepare.gather_id = session->gather->id;
+    prepare.session_id = id;
+    prepare.expected_generations =
+        session->gather->identity.generation_per_unit;
+    for (int unit : session->scope.units) {
+      prepare.target_generations[unit] =
+          session->model->runtime.units[unit].generation + 1;
+    }
+    prepare.force = force;
+  }
+
+  // Two phases: nothing reaches a shard unless every node staged (R8).
+  // Writebacks of one model run one at a time (a rank stages one session).
+  absl::MutexLock writeback_lock(&session->model->writeback_mu);
+  if (cancelled()) {
+    absl::MutexLock lock(&mu_);
+    session->state = core::SessionState::kOpen;
+    return absl::CancelledError(absl::StrCat(
+        "the close of session ", id,
+        " was cancelled before its writeback began; the session is still "
+        "open"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    prepare.sequence = next_sequence_++;
+  }
+  absl::StatusOr<int64_t> staged = ops_->Prepare(prepare);
+  if (staged.ok()) {
+    // A node may have failed (and the session been aborted) while PREPARE
+    // ran; a node resumed from a stop may even have voted from a dead epoch.
+    // Only a session still closing in the epoch it was gathered in commits.
+    absl::MutexLock lock(&mu_);
+    if (sessions_.count(id) == 0 ||
+        session->state != core::SessionState::kClosing ||
+        ops_->Epoch() != session->gather->epoch) {
+      staged = absl::UnavailableError(
+          absl::StrCat("the cluster changed while session ", id,
+                       " was being written back; nothing was committed"));
+    }
+  }
+  if (!staged.ok()) {
+    ops_->Abort(id);
+    absl::MutexLock lock(&mu_);
+    session->state = core::SessionState::kOpen;
+    spdlog::warn("session writeback refused id={} model={}: {}", id,
+                 session->model->name, staged.status().ToString());
+    return staged.status();
+  }
+  CommitOp commit{0, session->model->name, prepare.gather_id, id,
+                  prepare.target_generations};
+  // Every node staged: the decision is COMMIT, recorded before any node
+  // applies it, so that it completes even if a node (or the leader) fails
+  // now.
+  RecordDecision(commit);
+  {
+    absl::MutexLock lock(&mu_);
+    commit.sequence = next_sequence_++;
+    pending_commits_[id] = commit;
+  }
+  if (absl::Status status = ops_->Commit(commit); !status.ok()) {
+    // Staged data stays in shared memory; the commit completes on every
+    // node when the cluster re-forms.
+    spdlog::error("session commit incomplete id={} model={}: {}", id,
+                  session->model->name, status.ToString());
+    absl::MutexLock lock(&mu_);
+    Finish(*session, core::SessionState::kFailed);
+    return absl::UnavailableError(
+        absl::StrCat("the writeback of session ", id,
+                     " was decided but did not reach "
+                     "every node (",
+                     status.message(),
+                     "); it completes on every rank when "
+                     "the cluster re-forms"));
+  }
+  ForgetDecision(id);
+  {
+    absl::MutexLock lock(&mu_);
+    pending_commits_.erase(id);
+  }
+
+  CloseResult result;
+  result.written_back = true;
+  result.bytes_written = *staged;
+  absl::MutexLock lock(&mu_);
+  {
+    ModelEntry& model = *session->model;
+    absl::MutexLock runtime_lock(&model.runtime_mu);
+    for (const auto& [unit, generation] : commit.target_generations) {
+      model.runtime.units[unit].generation = generation;
+      result.generations[model.spec.units[unit].fqn] = generation;
+      result.external_writes[model.spec.units[unit].fqn] =
+          model.store->ExternalWrites(unit);
+    }
+  }
+  Finish(*session, core::SessionState::kClosed);
+  spdlog::info(
+      "session writeback id={} principal={} model={} scope={} bytes={} "
+      "duration_ms={}",
+      id, principal, session->model->name, ScopeText(session->options.scope),
+      result.bytes_written,
+      absl::ToInt64Milliseconds(options_.clock() - started));
+  return result;
+}
 
 void SessionManager::RecordDecision(const CommitOp& commit) {
   const std::string& data_dir = registry_->options().data_dir;

@@ -1,9 +1,13 @@
-#ifndef SUMMON_SERVER_RUNTIME_NODE_RUNTIME_INTERNAL_H_
-#define SUMMON_SERVER_RUNTIME_NODE_RUNTIME_INTERNAL_H_
+#ifndef SUMMON_SERVER_RUNTIME_GATHER_COPY_H_
+#define SUMMON_SERVER_RUNTIME_GATHER_COPY_H_
 
-// NodeRuntime's record of a gather, shared by its two source files
-// (node_runtime.cc: collectives; node_copies.cc: tensor access).
+// NodeRuntime's records of a gather, shared by its source files: the gather
+// as this node knows it (GatherCopy: the plan and, when the plan places a
+// copy here, its bytes in host memory or on the GPUs with their
+// DeviceReplicas) and the buffers of its exchange between nodes
+// (ExchangeBuffers, node_exchange.cc). Private to server/runtime.
 
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -11,17 +15,28 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "core/plan.h"
+#include "server/model/model_registry.h"
 #include "server/runtime/buffer_pool.h"
-#include "server/runtime/node_runtime.h"
 #include "server/store/shard_memory.h"
+#include "server/store/shard_store.h"
 
 namespace summon::server {
 
+// One device copy beyond the primary: the same bytes on a further GPU of
+// the node's ranks (GatherCopy::replicas).
+struct DeviceReplica {
+  int device = -1;
+  std::unique_ptr<ShardMemory> params;
+  std::unique_ptr<ShardMemory> grads;  // Null without gradients.
+};
+
 // A gather as this node knows it: the plan (identical on every node) and,
 // when the plan places a copy here, its bytes.
-struct NodeRuntime::Copy {
+struct GatherCopy {
   std::shared_ptr<ModelEntry> model;
   core::SessionBufferLayout layout;
   core::GatherPlan plan;
@@ -46,17 +61,12 @@ struct NodeRuntime::Copy {
   PooledBuffer grad_bytes ABSL_GUARDED_BY(mu);
   std::unique_ptr<ShardMemory> device_params ABSL_GUARDED_BY(mu);
   std::unique_ptr<ShardMemory> device_grads ABSL_GUARDED_BY(mu);
-  // The same copy on each further GPU of the node's ranks (DESIGN.md
-  // section 2: one copy per GPU of the scope; none under rank0_only),
-  // filled from the primary after the gather (NodeRuntime::Replicate).
-  // Writes land in every one; a writeback stages each rank's slices from
-  // the copy on that rank's GPU, as FSDP writes each rank's chunk back from
-  // its own unsharded parameters.
-  struct DeviceReplica {
-    int device = -1;
-    std::unique_ptr<ShardMemory> params;
-    std::unique_ptr<ShardMemory> grads;  // Null without gradients.
-  };
+  // The same copy on each further GPU of the node's ranks
+  // (docs/design.md#placement: one copy per GPU of the scope; none under
+  // rank0_only), filled from the primary after the gather
+  // (NodeRuntime::Replicate). Writes land in every one; a writeback stages
+  // each rank's slices from the copy on that rank's GPU, as FSDP writes each
+  // rank's chunk back from its own unsharded parameters.
   std::vector<DeviceReplica> replicas ABSL_GUARDED_BY(mu);
   // (session, tensor, grad) -> that session's own copy of the tensor.
   std::map<std::tuple<std::string, int, bool>, std::vector<uint8_t>> privates
@@ -108,7 +118,7 @@ struct NodeRuntime::Copy {
 // (node_exchange.cc): this node's packed sends and the received area, in
 // host memory for Gloo, or in device memory on the device communicator's
 // GPU (the node's first rank's) for a device exchange.
-struct NodeRuntime::ExchangeBuffers {
+struct ExchangeBuffers {
   std::vector<uint8_t> host_send;
   std::vector<uint8_t> host_recv;
   std::unique_ptr<ShardMemory> device_send;
@@ -118,10 +128,10 @@ struct NodeRuntime::ExchangeBuffers {
   // gather has them) gradients, read shard to host or copied shard to
   // buffer on the device; gradients of ranks without any are zeros. The
   // caller holds the model's shards lock.
-  absl::Status Pack(const Copy& copy, const ShardStore& store,
+  absl::Status Pack(const GatherCopy& copy, const ShardStore& store,
                     const std::vector<core::ShardRange>& ranges);
   // A received area of `bytes`, where the exchange runs.
-  absl::Status MakeReceive(const Copy& copy, const ShardStore& store,
+  absl::Status MakeReceive(const GatherCopy& copy, const ShardStore& store,
                            int64_t bytes, bool device);
   // What the communicator sends from and receives into (null when empty).
   const void* SendData() const;
@@ -129,10 +139,10 @@ struct NodeRuntime::ExchangeBuffers {
   // [from, from + bytes) of the received area into the copy's params or
   // grads at `to`: device to device, or host bytes copied in. The caller
   // holds copy.mu.
-  absl::Status Unpack(Copy& copy, bool grad, int64_t from, int64_t to,
+  absl::Status Unpack(GatherCopy& copy, bool grad, int64_t from, int64_t to,
                       int64_t bytes) const;
 };
 
 }  // namespace summon::server
 
-#endif  // SUMMON_SERVER_RUNTIME_NODE_RUNTIME_INTERNAL_H_
+#endif  // SUMMON_SERVER_RUNTIME_GATHER_COPY_H_

@@ -1,0 +1,141 @@
+// SessionManager::Open and the session lifecycle: gathers equal to the
+// seeded init under every strategy, read-only sessions sharing one gather
+// and writable ones locking their units (R2), the memory budget (R9), the
+// per-principal limit, unknown ids and other principals (R11, R12), leases.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/plan.h"
+#include "gtest/gtest.h"
+#include "server/session/session_manager.h"
+#include "server/testing/session_manager_fixture.h"
+
+namespace summon::server {
+namespace {
+
+TEST_F(SessionManagerTest, GatheredValuesEqualTheSeededInitExactly) {
+  for (auto strategy : {core::Strategy::kFullShard, core::Strategy::kNoShard,
+                        core::Strategy::kHybridShard}) {
+    Start(4, strategy);
+    SessionInfo info = Open({});
+    EXPECT_EQ(info.params.size(), 5u);
+    EXPECT_EQ(Read(info.id, "embed.w"), Seeded("embed.w", 40));
+    EXPECT_EQ(Read(info.id, "head.w"), Seeded("embed.w", 40));  // Tied.
+    EXPECT_EQ(Read(info.id, "scale"), Seeded("scale", 1));
+    EXPECT_EQ(Read(info.id, "layers.1.w"), Seeded("layers.1.w", 35));
+    ASSERT_TRUE(sessions_->Close(info.id, false, false, "alice").ok());
+    TearDown();
+  }
+}
+
+TEST_F(SessionManagerTest, R2_ReadOnlySessionsShareOneGatherFreedByTheLast) {
+  Start(4, core::Strategy::kFullShard);
+  SessionOptions options;
+  options.writeback = false;
+  SessionInfo first = Open(options);
+  const int64_t bytes = sessions_->MemoryInUse();
+  EXPECT_GT(bytes, 0);
+  SessionInfo second = Open(options, "bob");
+  EXPECT_TRUE(second.shared_gather);
+  EXPECT_EQ(sessions_->MemoryInUse(), bytes);
+  // A write into a shared gather gives only that session its own copy.
+  WriteAll(second.id, "scale", {5.0f}, false, "bob");
+  EXPECT_EQ(sessions_->MemoryInUse(), bytes + 4);
+  EXPECT_EQ(Read(first.id, "scale"), Seeded("scale", 1));
+  ASSERT_TRUE(sessions_->Close(first.id, false, false, "alice").ok());
+  EXPECT_EQ(sessions_->MemoryInUse(), bytes + 4);
+  ASSERT_TRUE(sessions_->Close(second.id, false, false, "bob").ok());
+  EXPECT_EQ(sessions_->MemoryInUse(), 0);
+}
+
+TEST_F(SessionManagerTest, R2_SecondWritableSessionOnAUnitIsRefused) {
+  Start(2, core::Strategy::kFullShard);
+  SessionInfo writer = Open(Scoped("layers.0"));
+  auto again = sessions_->Open("m", Scoped(""), "bob");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  // A disjoint unit is fine.
+  auto other = sessions_->Open("m", Scoped("layers.1"), "bob");
+  EXPECT_TRUE(other.ok()) << other.status();
+}
+
+TEST_F(SessionManagerTest, R9_OpenBeyondTheBudgetFailsBeforeAllocating) {
+  Start(2, core::Strategy::kFullShard, {}, /*budget=*/200);
+  // layers.1.w alone is 140 bytes; the root scope is far more.
+  EXPECT_EQ(sessions_->Open("m", {}, "alice").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(sessions_->MemoryInUse(), 0);
+  SessionInfo info = Open(Scoped("layers.1"));
+  EXPECT_EQ(sessions_->MemoryInUse(), 140);
+  EXPECT_EQ(sessions_->Open("m", Scoped("layers.0"), "alice").status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(SessionManagerTest, SessionsPerPrincipalAreLimited) {
+  Start(2, core::Strategy::kFullShard, {}, 0, /*max_sessions=*/2);
+  SessionOptions read_only;
+  read_only.writeback = false;
+  SessionInfo first = Open(read_only);
+  SessionInfo second = Open(read_only);
+  auto third = sessions_->Open("m", read_only, "alice");
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("alice"), std::string::npos);
+  EXPECT_TRUE(sessions_->Open("m", read_only, "bob").ok());  // Per principal.
+  ASSERT_TRUE(sessions_->Close(first.id, false, false, "alice").ok());
+  EXPECT_TRUE(sessions_->Open("m", read_only, "alice").ok());
+}
+
+TEST_F(SessionManagerTest, ModelsLargerThanSharedMemoryAreRefusedUpFront) {
+  Start(2, core::Strategy::kFullShard);
+  // 40 GB of float32 over this node's ranks: more than /dev/shm or half the
+  // memory of any machine this runs on; refused before allocating.
+  auto huge = registry_->Create("huge", R"({"units": [{"fqn": "", "params": [
+        {"fqn": "w", "shape": [100000, 100000], "dtype": "float32"}]}]})",
+                                std::nullopt,
+                                ModelInit{ModelInit::Kind::kSeeded, 1}, {}, {});
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("huge"), std::string::npos);
+  EXPECT_EQ(registry_->Get("huge").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(SessionManagerTest, R11_R12_UnknownIdsAndOtherPrincipals) {
+  Start(2, core::Strategy::kFullShard);
+  EXPECT_EQ(sessions_->Open("other", {}, "alice").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(sessions_->Get("s-none", "alice").status().code(),
+            absl::StatusCode::kNotFound);
+  SessionInfo info = Open({});
+  EXPECT_EQ(sessions_->Get(info.id, "bob").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(sessions_->Close(info.id, true, false, "bob").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(sessions_->Get(info.id, "root").ok());
+  EXPECT_TRUE(sessions_->List("", "bob").empty());
+  EXPECT_EQ(sessions_->List("", "alice").size(), 1u);
+}
+
+TEST_F(SessionManagerTest, LeaseExpiryAbortsWithoutWriteback) {
+  Start(2, core::Strategy::kFullShard);
+  SessionOptions options;
+  options.lease = absl::Seconds(5);
+  SessionInfo info = Open(options);
+  WriteAll(info.id, "scale", {9.0f});
+  now_ += absl::Seconds(4);
+  EXPECT_EQ(sessions_->ReapExpired(), 0);
+  ASSERT_TRUE(sessions_->Renew(info.id, std::nullopt, "alice").ok());
+  now_ += absl::Seconds(4);
+  EXPECT_EQ(sessions_->ReapExpired(), 0);
+  now_ += absl::Seconds(2);
+  EXPECT_EQ(sessions_->ReapExpired(), 1);
+  EXPECT_EQ(sessions_->Get(info.id, "alice").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(sessions_->MemoryInUse(), 0);
+  SessionInfo check = Open({});
+  EXPECT_EQ(Read(check.id, "scale"), Seeded("scale", 1));
+}
+
+}  // namespace
+}  // namespace summon::server
