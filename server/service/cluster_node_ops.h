@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "server/cluster/membership.h"
+#include "server/runtime/node_runtime.h"
 #include "server/session/node_ops.h"
 
 namespace summon::server {

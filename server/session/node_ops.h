@@ -15,10 +15,6 @@
 #include "core/dtype.h"
 #include "core/tensor_stats.h"
 #include "server/runtime/node_op_types.h"
-// Not needed by the interface: ClusterNodeOps (service/cluster_node_ops.h)
-// reaches NodeRuntime through it. Drop once that header includes
-// server/runtime/node_runtime.h itself.
-#include "server/runtime/node_runtime.h"
 
 namespace summon::server {
 
