@@ -76,6 +76,11 @@ absl::StatusOr<Invocation> ParseCommandLine(
     const std::vector<FlagSpec>& global_flags,
     const std::vector<CommandSpec>& commands);
 
+// " (did you mean 'x'?)" for the candidate closest to `given` within two
+// edits (one in four characters of a longer name), else "".
+std::string DidYouMean(absl::string_view given,
+                       const std::vector<std::string>& candidates);
+
 // "summonctl tensor read ID FQN --out FILE.npy [--grad] [--dtype D]".
 std::string UsageLine(absl::string_view program, const CommandSpec& command);
 // The global flags' line, then every command's usage line.

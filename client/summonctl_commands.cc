@@ -43,6 +43,9 @@ absl::Status ModelDescribe(const CommandContext& c) {
 }
 
 absl::Status ModelCreate(const CommandContext& c) {
+  if (absl::Status name = CheckModelName(c.args.positionals[0]); !name.ok()) {
+    return name;
+  }
   CreateModelParams params;
   params.name = c.args.positionals[0];
   absl::StatusOr<std::string> layout = ReadFileToString(c.args.Value("layout"));
@@ -70,6 +73,9 @@ absl::Status ModelCreate(const CommandContext& c) {
 }
 
 absl::Status ModelLoad(const CommandContext& c) {
+  if (absl::Status name = CheckModelName(c.args.positionals[0]); !name.ok()) {
+    return name;
+  }
   // --wrap, --strategy or --no-orig-params asks for the model to be created
   // from the checkpoint; without them it is loaded into the existing model.
   std::optional<v1::CheckpointWrapRule> create;
@@ -462,6 +468,13 @@ int RunSummonctl(const std::vector<std::string>& raw_args,
   std::string server(environment_server.empty() ? kDefaultServer
                                                 : environment_server);
   if (invocation->Has("server")) server = invocation->Value("server");
+  if (absl::Status address = CheckServerAddress(
+          server, invocation->Has("server")
+                      ? "--server"
+                      : absl::StrCat("$", kServerEnvironmentVariable));
+      !address.ok()) {
+    return ExitCodeOf(Fail(err, address, *format));
+  }
   absl::StatusOr<ClientOptions> options = ClientOptionsFrom(*invocation);
   if (!options.ok()) return ExitCodeOf(Fail(err, options.status(), *format));
   const SummonClient client(server, *options);
@@ -470,7 +483,8 @@ int RunSummonctl(const std::vector<std::string>& raw_args,
                         isatty(STDERR_FILENO) == 1;
   const CommandContext context{*invocation, client, *format, out,
                                err,         in,     progress};
-  const absl::Status status = invocation->command->handler(context);
+  const absl::Status status =
+      WithHints(context, invocation->command->handler(context));
   return status.ok() ? 0 : ExitCodeOf(Fail(err, status, *format));
 }
 
