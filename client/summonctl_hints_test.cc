@@ -1,0 +1,139 @@
+// Errors people can act on (issue 23): a server address without a port and
+// a model name outside the daemon's rule are refused before anything is
+// sent; a NOT_FOUND FQN gets a "did you mean" as nouns and verbs do; `model
+// load` into a new name says how to create it.
+
+#include <fstream>
+#include <string>
+
+#include "client/summonctl_test_fixture.h"
+#include "gtest/gtest.h"
+
+namespace summon::client {
+namespace {
+
+class SummonctlHintsTest : public SummonctlTest {
+ protected:
+  // GetSession answers session "s-1" of model "gpt" holding two weights;
+  // DescribeModel a model with those and an alias.
+  void SessionAndModel() {
+    v1::Session session;
+    session.set_id("s-1");
+    session.set_model("gpt");
+    *session.add_params() =
+        TensorOf("layers.1.attn.qkv.weight", v1::DTYPE_FLOAT32, {4});
+    *session.add_params() =
+        TensorOf("layers.1.mlp.fc.weight", v1::DTYPE_FLOAT32, {4});
+    summon().SetResponse("GetSession", session);
+    v1::Model model;
+    model.set_name("gpt");
+    v1::Unit& unit = *model.add_units();
+    unit.set_fqn("layers.1");
+    v1::Parameter& param = *unit.add_params();
+    param.mutable_info()->set_fqn("layers.1.attn.qkv.weight");
+    param.add_aliases("lm_head.weight");
+    summon().SetResponse("DescribeModel", model);
+  }
+};
+
+TEST_F(SummonctlHintsTest, ServerWithoutAPortIsRefused) {
+  for (const std::string address : {"127.0.0.1", "localhost", "::1",
+                                    "[::1]", "127.0.0.1:", "127.0.0.1:0"}) {
+    const SummonctlResult result =
+        RunWithEnvironment({"--server", address, "model", "list"}, "");
+    EXPECT_EQ(result.exit_code, 3) << address;
+    EXPECT_EQ(result.err, "ERROR INVALID_ARGUMENT: --server '" + address +
+                              "' names no port: write HOST:PORT "
+                              "(127.0.0.1:7070, [::1]:7070) or unix:PATH\n");
+  }
+  const SummonctlResult environment =
+      RunWithEnvironment({"model", "list"}, "127.0.0.1");
+  EXPECT_EQ(environment.exit_code, 3);
+  EXPECT_EQ(environment.err.rfind("ERROR INVALID_ARGUMENT: $SUMMON_SERVER "
+                                  "'127.0.0.1' names no port",
+                                  0),
+            0u)
+      << environment.err;
+  // Addresses that name their port, or a scheme gRPC resolves, pass.
+  for (const std::string address :
+       {"[::1]:1", "unix:/nonexistent/summon.sock", "dns:localhost:1"}) {
+    EXPECT_NE(RunWithEnvironment({"--server", address, "model", "list",
+                                  "--output", "json"},
+                                 "")
+                  .exit_code,
+              3)
+        << address;
+  }
+}
+
+TEST_F(SummonctlHintsTest, ModelNamesFollowTheDaemonsRuleAsStated) {
+  const std::string longest(128, 'm');
+  const std::string layout = TempPath("hints_layout.json");
+  {
+    std::ofstream(layout) << "{}";
+  }
+  EXPECT_EQ(Run({"model", "create", longest, "--layout", layout}).exit_code, 0);
+  for (const std::string& bad : {longest + "m", std::string("a/b"),
+                                std::string(".."), std::string("")}) {
+    const SummonctlResult result =
+        Run({"model", "create", bad, "--layout", layout});
+    EXPECT_EQ(result.exit_code, 3) << bad;
+    EXPECT_EQ(result.err, "ERROR INVALID_ARGUMENT: model name '" + bad +
+                              "': use 1 to 128 of A-Z a-z 0-9 . _ - (not '.' "
+                              "or '..')\n");
+  }
+  EXPECT_EQ(summon().Count("CreateModel"), 1);
+}
+
+TEST_F(SummonctlHintsTest, LoadIntoANewNameSaysHowToCreate) {
+  summon().SetError("LoadModel", grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                              "no model named 'fresh'"));
+  const SummonctlResult result =
+      Run({"model", "load", "fresh", "--from", "ckpt"});
+  EXPECT_EQ(result.exit_code, 5);
+  EXPECT_EQ(result.err,
+            "ERROR NOT_FOUND: no model named 'fresh': to create it from the "
+            "checkpoint, add --wrap PREFIX,... (its units) and/or --strategy "
+            "S\n");
+  // Already asked to create: the answer stands as it is.
+  const SummonctlResult creating =
+      Run({"model", "load", "fresh", "--from", "ckpt", "--wrap", "layers"});
+  EXPECT_EQ(creating.err, "ERROR NOT_FOUND: no model named 'fresh'\n");
+}
+
+TEST_F(SummonctlHintsTest, FqnTyposGetADidYouMean) {
+  SessionAndModel();
+  summon().SetError("TensorStats",
+                    grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                 "session s-1 has no parameter "
+                                 "'layers.1.attn.qkv.weigth'"));
+  const SummonctlResult stats =
+      Run({"tensor", "stats", "s-1", "layers.1.attn.qkv.weigth"});
+  EXPECT_EQ(stats.exit_code, 5);
+  EXPECT_EQ(stats.err,
+            "ERROR NOT_FOUND: session s-1 has no parameter "
+            "'layers.1.attn.qkv.weigth' (did you mean "
+            "'layers.1.attn.qkv.weight'?)\n");
+  // A name far from every one gets no guess.
+  summon().SetError("TensorStats",
+                    grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                 "session s-1 has no parameter 'zzz'"));
+  EXPECT_EQ(Run({"tensor", "stats", "s-1", "zzz"}).err,
+            "ERROR NOT_FOUND: session s-1 has no parameter 'zzz'\n");
+  // Aliases count, and `session open --scope` is checked against the model.
+  summon().SetError("OpenSession",
+                    grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                 "unknown module 'layers.l'"));
+  EXPECT_EQ(Run({"session", "open", "gpt", "--scope", "layers.l"}).err,
+            "ERROR NOT_FOUND: unknown module 'layers.l' (did you mean "
+            "'layers.1'?)\n");
+  summon().SetError("OpenSession",
+                    grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                 "unknown parameter 'lm_haed.weight'"));
+  EXPECT_EQ(Run({"session", "open", "gpt", "--params", "lm_haed.weight"}).err,
+            "ERROR NOT_FOUND: unknown parameter 'lm_haed.weight' (did you "
+            "mean 'lm_head.weight'?)\n");
+}
+
+}  // namespace
+}  // namespace summon::client
