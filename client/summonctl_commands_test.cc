@@ -40,8 +40,8 @@ TEST_F(SummonctlTest, UsageErrorsExitWithInvalidArgumentAndAUsageLine) {
 TEST_F(SummonctlTest, UsageErrorNamesTheProblemThenTheCommandsUsage) {
   const SummonctlResult result = Run({"tensor", "read", "s-1", "w", "--grad"});
   EXPECT_EQ(result.err,
-            "ERROR INVALID_ARGUMENT: missing flag --out FILE.npy\n"
-            "usage: summonctl tensor read ID FQN --out FILE.npy [--grad] "
+            "ERROR INVALID_ARGUMENT: missing flag --out FILE.npy|-\n"
+            "usage: summonctl tensor read ID FQN --out FILE.npy|- [--grad] "
             "[--dtype D] [--no-map]\n");
 }
 
