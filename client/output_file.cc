@@ -40,8 +40,8 @@ absl::StatusOr<std::string> FollowLinks(std::string path) {
     const ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
     if (n < 0) return ErrnoError(errno, "cannot read the link", path);
     std::string next(link, static_cast<size_t>(n));
-    path = next.front() == '/' ? next
-                               : absl::StrCat(DirectoryOf(path), "/", next);
+    path =
+        next.front() == '/' ? next : absl::StrCat(DirectoryOf(path), "/", next);
   }
   return ErrnoError(ELOOP, "cannot follow the links of", path);
 }
@@ -171,8 +171,7 @@ absl::Status OutputFile::Commit() {
   return absl::OkStatus();
 }
 
-absl::Status WriteOutputFile(const std::string& path,
-                             absl::string_view bytes) {
+absl::Status WriteOutputFile(const std::string& path, absl::string_view bytes) {
   absl::StatusOr<OutputFile> file = OutputFile::Open(path);
   if (!file.ok()) return file.status();
   if (absl::Status written = file->Write(bytes); !written.ok()) return written;

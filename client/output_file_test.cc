@@ -44,7 +44,8 @@ std::string Listing(const std::string& dir) {
   }
   std::sort(names.begin(), names.end());
   std::string joined;
-  for (const std::string& name : names) joined += (joined.empty() ? "" : " ") + name;
+  for (const std::string& name : names)
+    joined += (joined.empty() ? "" : " ") + name;
   return joined;
 }
 
@@ -142,9 +143,9 @@ TEST(OutputFileTest, UnixSocketIsWrittenThroughAndKept) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address),
-                   sizeof(address)),
-            0);
+  ASSERT_EQ(
+      ::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+      0);
   ASSERT_EQ(::listen(listener, 1), 0);
   std::string received;
   std::thread reader([&] {

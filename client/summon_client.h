@@ -222,8 +222,9 @@ class SummonClient {
   // The session's description of the tensor `ref` names; a tied alias,
   // which a session lists under its primary's name, through the model's
   // aliases (one DescribeModel). nullopt when the session holds neither.
+  // `session`, when not null, receives the session as GetSession gave it.
   absl::StatusOr<std::optional<v1::TensorInfo>> FindTensor(
-      const TensorRef& ref) const;
+      const TensorRef& ref, v1::Session* session = nullptr) const;
   // Empty `fqns`: every parameter of the session. Unset `histogram_bins`: the
   // server's default (16).
   absl::StatusOr<v1::TensorStatsResponse> TensorStats(

@@ -148,12 +148,21 @@ absl::Status SessionOpen(const CommandContext& c) {
 
 absl::Status SessionList(const CommandContext& c) {
   const std::vector<std::string> model = c.args.OptionalPositionals();
-  return Print(c, c.client.ListSessions(model.empty() ? "" : model[0]),
-               &SessionListTable);
+  absl::StatusOr<v1::ListSessionsResponse> sessions =
+      c.client.ListSessions(model.empty() ? "" : model[0]);
+  if (sessions.ok()) {
+    for (const v1::Session& session : sessions->sessions()) {
+      WarnIfLeaseEndsSoon(c.err, session);
+    }
+  }
+  return Print(c, sessions, &SessionListTable);
 }
 
 absl::Status SessionGet(const CommandContext& c) {
-  return Print(c, c.client.GetSession(c.args.positionals[0]), &SessionTable);
+  absl::StatusOr<v1::Session> session =
+      c.client.GetSession(c.args.positionals[0]);
+  if (session.ok()) WarnIfLeaseEndsSoon(c.err, *session);
+  return Print(c, session, &SessionTable);
 }
 
 std::string RenewedSessionTable(const v1::Session& session) {
@@ -370,7 +379,7 @@ absl::StatusOr<v1::SessionOptions> SessionOptionsFromFlags(
   absl::StatusOr<std::optional<uint32_t>> lease =
       OptionalNumber<uint32_t>(args, "lease");
   if (!lease.ok()) return lease.status();
-  if (*lease) options.set_lease_seconds(**lease);
+  options.set_lease_seconds(lease->value_or(kCliSessionLeaseSeconds));
   return options;
 }
 

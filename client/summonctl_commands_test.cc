@@ -75,12 +75,13 @@ TEST_F(SummonctlTest, BadValuesExitWithInvalidArgumentBeforeAnyCall) {
 TEST_F(SummonctlTest, HelpPrintsEveryCommandAndExitsZero) {
   const SummonctlResult result = Run({"--help"});
   EXPECT_EQ(result.exit_code, 0);
-  EXPECT_EQ(result.out.rfind(
-                "usage: summonctl [--server ADDR] [--output "
-                "table|json|yaml] [--principal P] [--tls-ca PEM] [--tls-cert PEM] "
-                "[--tls-key PEM] [--token-file FILE] [--quiet] NOUN VERB ...\n",
-                0),
-            0u)
+  EXPECT_EQ(
+      result.out.rfind(
+          "usage: summonctl [--server ADDR] [--output "
+          "table|json|yaml] [--principal P] [--tls-ca PEM] [--tls-cert PEM] "
+          "[--tls-key PEM] [--token-file FILE] [--quiet] NOUN VERB ...\n",
+          0),
+      0u)
       << result.out;
   for (const CommandSpec& command : SummonctlCommands()) {
     EXPECT_NE(result.out.find(UsageLine("summonctl", command)),
@@ -230,14 +231,16 @@ TEST_F(SummonctlTest, SessionOpenFlagsBecomeSessionOptions) {
   EXPECT_EQ(options.lease_seconds(), 30u);
 }
 
-TEST_F(SummonctlTest, SessionOpenDefaultsLeaveEveryOptionUnset) {
+TEST_F(SummonctlTest, SessionOpenDefaultsLeaveOptionsUnsetButTheLease) {
   ASSERT_EQ(Run({"session", "open", "gpt"}).exit_code, 0);
   const v1::SessionOptions options =
       summon().LastRequest<v1::OpenSessionRequest>("OpenSession").options();
   EXPECT_EQ(options.scope_case(), v1::SessionOptions::SCOPE_NOT_SET);
   EXPECT_FALSE(options.has_writeback());
   EXPECT_FALSE(options.has_home_rank());
-  EXPECT_FALSE(options.has_lease_seconds());
+  // summonctl does not renew: its sessions last 10 minutes unless --lease.
+  EXPECT_EQ(options.lease_seconds(), kCliSessionLeaseSeconds);
+  EXPECT_EQ(kCliSessionLeaseSeconds, 600u);
   EXPECT_FALSE(options.rank0_only());
   EXPECT_EQ(options.read_dtype(), v1::DTYPE_UNSPECIFIED);
 

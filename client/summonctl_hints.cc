@@ -3,6 +3,7 @@
 // NOT_FOUND (did-you-mean for FQNs, how `model load` creates a model).
 
 #include <algorithm>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -10,10 +11,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/summonctl_internal.h"
 
 namespace summon::client {
 namespace {
+
+// A lease ending within this is worth a warning.
+constexpr int64_t kLeaseWarningMs = 60'000;
 
 // The session's parameter and gradient FQNs and its model's aliases.
 std::vector<std::string> SessionFqns(const SummonClient& client,
@@ -103,9 +109,21 @@ absl::Status CheckModelName(absl::string_view name) {
         return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
       });
   if (valid) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "model name '", name, "': use 1 to ", kMaxModelNameBytes,
-      " of A-Z a-z 0-9 . _ - (not '.' or '..')"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("model name '", name, "': use 1 to ", kMaxModelNameBytes,
+                   " of A-Z a-z 0-9 . _ - (not '.' or '..')"));
+}
+
+void WarnIfLeaseEndsSoon(std::ostream& err, const v1::Session& session) {
+  if (session.expires_at_unix_ms() <= 0) return;  // Not known.
+  const int64_t left_ms =
+      session.expires_at_unix_ms() - absl::ToUnixMillis(absl::Now());
+  if (left_ms > kLeaseWarningMs) return;
+  err << "warning: session " << session.id() << "'s lease "
+      << (left_ms > 0 ? absl::StrCat("ends in ", (left_ms + 999) / 1000, " s")
+                      : std::string("has ended"))
+      << ": renew it (summonctl session renew " << session.id()
+      << " [--lease SECONDS]) or its edits are dropped\n";
 }
 
 absl::Status WithHints(const CommandContext& c, const absl::Status& status) {
@@ -128,11 +146,11 @@ absl::Status WithHints(const CommandContext& c, const absl::Status& status) {
       !c.args.Has("no-orig-params") && !c.args.Has("skip") &&
       absl::StrContains(status.message(),
                         absl::StrCat("no model named '", words[0], "'"))) {
-    return absl::Status(
-        status.code(),
-        absl::StrCat(status.message(), ": to create it from the checkpoint, "
-                                       "add --wrap PREFIX,... (its units) "
-                                       "and/or --strategy S"));
+    return absl::Status(status.code(),
+                        absl::StrCat(status.message(),
+                                     ": to create it from the checkpoint, "
+                                     "add --wrap PREFIX,... (its units) "
+                                     "and/or --strategy S"));
   }
   return status;
 }

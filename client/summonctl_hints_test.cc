@@ -6,6 +6,9 @@
 #include <fstream>
 #include <string>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/npy.h"
 #include "client/summonctl_test_fixture.h"
 #include "gtest/gtest.h"
 
@@ -37,8 +40,8 @@ class SummonctlHintsTest : public SummonctlTest {
 };
 
 TEST_F(SummonctlHintsTest, ServerWithoutAPortIsRefused) {
-  for (const std::string address : {"127.0.0.1", "localhost", "::1",
-                                    "[::1]", "127.0.0.1:", "127.0.0.1:0"}) {
+  for (const std::string address : {"127.0.0.1", "localhost", "::1", "[::1]",
+                                    "127.0.0.1:", "127.0.0.1:0"}) {
     const SummonctlResult result =
         RunWithEnvironment({"--server", address, "model", "list"}, "");
     EXPECT_EQ(result.exit_code, 3) << address;
@@ -57,11 +60,11 @@ TEST_F(SummonctlHintsTest, ServerWithoutAPortIsRefused) {
   // Addresses that name their port, or a scheme gRPC resolves, pass.
   for (const std::string address :
        {"[::1]:1", "unix:/nonexistent/summon.sock", "dns:localhost:1"}) {
-    EXPECT_NE(RunWithEnvironment({"--server", address, "model", "list",
-                                  "--output", "json"},
-                                 "")
-                  .exit_code,
-              3)
+    EXPECT_NE(
+        RunWithEnvironment(
+            {"--server", address, "model", "list", "--output", "json"}, "")
+            .exit_code,
+        3)
         << address;
   }
 }
@@ -69,12 +72,10 @@ TEST_F(SummonctlHintsTest, ServerWithoutAPortIsRefused) {
 TEST_F(SummonctlHintsTest, ModelNamesFollowTheDaemonsRuleAsStated) {
   const std::string longest(128, 'm');
   const std::string layout = TempPath("hints_layout.json");
-  {
-    std::ofstream(layout) << "{}";
-  }
+  { std::ofstream(layout) << "{}"; }
   EXPECT_EQ(Run({"model", "create", longest, "--layout", layout}).exit_code, 0);
   for (const std::string& bad : {longest + "m", std::string("a/b"),
-                                std::string(".."), std::string("")}) {
+                                 std::string(".."), std::string("")}) {
     const SummonctlResult result =
         Run({"model", "create", bad, "--layout", layout});
     EXPECT_EQ(result.exit_code, 3) << bad;
@@ -103,10 +104,9 @@ TEST_F(SummonctlHintsTest, LoadIntoANewNameSaysHowToCreate) {
 
 TEST_F(SummonctlHintsTest, FqnTyposGetADidYouMean) {
   SessionAndModel();
-  summon().SetError("TensorStats",
-                    grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                 "session s-1 has no parameter "
-                                 "'layers.1.attn.qkv.weigth'"));
+  summon().SetError("TensorStats", grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                                "session s-1 has no parameter "
+                                                "'layers.1.attn.qkv.weigth'"));
   const SummonctlResult stats =
       Run({"tensor", "stats", "s-1", "layers.1.attn.qkv.weigth"});
   EXPECT_EQ(stats.exit_code, 5);
@@ -121,9 +121,8 @@ TEST_F(SummonctlHintsTest, FqnTyposGetADidYouMean) {
   EXPECT_EQ(Run({"tensor", "stats", "s-1", "zzz"}).err,
             "ERROR NOT_FOUND: session s-1 has no parameter 'zzz'\n");
   // Aliases count, and `session open --scope` is checked against the model.
-  summon().SetError("OpenSession",
-                    grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                 "unknown module 'layers.l'"));
+  summon().SetError("OpenSession", grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                                "unknown module 'layers.l'"));
   EXPECT_EQ(Run({"session", "open", "gpt", "--scope", "layers.l"}).err,
             "ERROR NOT_FOUND: unknown module 'layers.l' (did you mean "
             "'layers.1'?)\n");
@@ -133,6 +132,45 @@ TEST_F(SummonctlHintsTest, FqnTyposGetADidYouMean) {
   EXPECT_EQ(Run({"session", "open", "gpt", "--params", "lm_haed.weight"}).err,
             "ERROR NOT_FOUND: unknown parameter 'lm_haed.weight' (did you "
             "mean 'lm_head.weight'?)\n");
+}
+
+// summonctl does not renew sessions: it warns when one it touches is about
+// to lapse (its pending edits would be dropped).
+TEST_F(SummonctlHintsTest, SessionsAboutToLapseAreWarnedOf) {
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  v1::Session session;
+  session.set_id("s-1");
+  session.set_model("gpt");
+  *session.add_params() = TensorOf("w", v1::DTYPE_FLOAT32, {2});
+  session.set_expires_at_unix_ms(now_ms + 20'000);
+  summon().SetResponse("GetSession", session);
+  const SummonctlResult soon = Run({"session", "get", "s-1"});
+  EXPECT_EQ(soon.exit_code, 0);
+  EXPECT_EQ(soon.err.substr(0, 45),
+            "warning: session s-1's lease ends in 20 s: re");
+  EXPECT_NE(soon.err.find("summonctl session renew s-1 [--lease SECONDS]"),
+            std::string::npos);
+
+  const std::string npy = TempPath("lease.npy");
+  ASSERT_TRUE(
+      WriteNpyFile(npy, {core::DType::kFloat32, {2}, std::string(8, '\0')})
+          .ok());
+  const SummonctlResult write =
+      Run({"tensor", "write", "s-1", "w", "--in", npy});
+  EXPECT_NE(write.err.find("warning: session s-1's lease ends in"),
+            std::string::npos)
+      << write.err;
+
+  session.set_expires_at_unix_ms(now_ms - 1000);
+  v1::ListSessionsResponse listed;
+  *listed.add_sessions() = session;
+  summon().SetResponse("ListSessions", listed);
+  EXPECT_NE(Run({"session", "list"}).err.find("s-1's lease has ended"),
+            std::string::npos);
+
+  session.set_expires_at_unix_ms(now_ms + 600'000);
+  summon().SetResponse("GetSession", session);
+  EXPECT_EQ(Run({"session", "get", "s-1"}).err, "");
 }
 
 }  // namespace

@@ -78,6 +78,10 @@ absl::Status CheckModelName(absl::string_view name);
 // exist. Other statuses are returned as they are.
 absl::Status WithHints(const CommandContext& c, const absl::Status& status);
 
+// Warns on `err` when `session`'s lease ends within a minute (or ended):
+// summonctl does not renew, and an expired session's edits are dropped.
+void WarnIfLeaseEndsSoon(std::ostream& err, const v1::Session& session);
+
 // The tensor commands (summonctl_tensors.cc).
 absl::Status TensorRead(const CommandContext& c);
 absl::Status TensorWrite(const CommandContext& c);

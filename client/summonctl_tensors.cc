@@ -247,8 +247,11 @@ absl::Status TensorWrite(const CommandContext& c) {
                      absl::StrCat(path, ": ", header.status().message())),
         /*input=*/true);
   }
-  absl::StatusOr<std::optional<v1::TensorInfo>> info = c.client.FindTensor(ref);
+  v1::Session session;
+  absl::StatusOr<std::optional<v1::TensorInfo>> info =
+      c.client.FindTensor(ref, &session);
   if (!info.ok()) return info.status();
+  WarnIfLeaseEndsSoon(c.err, session);
   core::DType target = header->dtype;
   if (info->has_value()) {
     absl::StatusOr<core::DType> wire = WireTargetFor(ref.fqn, **info, *header);

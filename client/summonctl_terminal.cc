@@ -59,16 +59,14 @@ std::string ExitCodeName(const absl::Status& status) {
 absl::Status Fail(std::ostream& err, const absl::Status& status,
                   OutputFormat format) {
   if (format == OutputFormat::kTable) {
-    err << "ERROR " << ExitCodeName(status) << ": " << status.message()
-        << "\n";
+    err << "ERROR " << ExitCodeName(status) << ": " << status.message() << "\n";
     return status;
   }
   const std::string json =
-      nlohmann::ordered_json{
-          {"error",
-           {{"code", ExitCodeName(status)},
-            {"codeNumber", ExitCodeOf(status)},
-            {"message", std::string(status.message())}}}}
+      nlohmann::ordered_json{{"error",
+                              {{"code", ExitCodeName(status)},
+                               {"codeNumber", ExitCodeOf(status)},
+                               {"message", std::string(status.message())}}}}
           .dump(2) +
       "\n";
   err << (format == OutputFormat::kJson ? json : JsonToYaml(json));

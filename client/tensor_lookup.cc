@@ -48,26 +48,26 @@ absl::Status CheckWholeWrite(const v1::TensorInfo& tensor,
                        numel, " elements, the data ", element_count));
     }
     if (params.shape != shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", params.tensor.fqn, "' has shape ", ShapeText(shape),
-                       ", the data has shape ", ShapeText(params.shape),
-                       advice));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", params.tensor.fqn, "' has shape ", ShapeText(shape),
+          ", the data has shape ", ShapeText(params.shape), advice));
     }
     return absl::OkStatus();
   }
   if (element_count != tensor.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", params.tensor.fqn, "' has shape ", ShapeText(shape), " (",
-        tensor.numel(), " elements), the data has shape [", element_count, "]",
-        advice));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", params.tensor.fqn, "' has shape ", ShapeText(shape),
+                     " (", tensor.numel(), " elements), the data has shape [",
+                     element_count, "]", advice));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<v1::TensorInfo>> SummonClient::FindTensor(
-    const TensorRef& ref) const {
+    const TensorRef& ref, v1::Session* session_out) const {
   absl::StatusOr<v1::Session> session = GetSession(ref.session_id);
   if (!session.ok()) return session.status();
+  if (session_out != nullptr) *session_out = *session;
   const auto& listed = ref.grad ? session->grads() : session->params();
   const auto find = [&listed](absl::string_view fqn) {
     for (const v1::TensorInfo& info : listed) {

@@ -377,8 +377,8 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
   const Json root = Json::parse(json.begin(), json.end(), nullptr,
                                 /*allow_exceptions=*/false);
   if (root.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "layout is not valid JSON: ", JsonSyntaxError(json)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout is not valid JSON: ", JsonSyntaxError(json)));
   }
   if (!root.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(
