@@ -31,6 +31,8 @@ struct FlagSpec {
   // Another flag this one contradicts: giving both is a usage error.
   // Empty: none.
   absl::string_view conflicts_with;
+  // One sentence for `help NOUN VERB`.
+  absl::string_view help = "";
 };
 
 struct CommandSpec {

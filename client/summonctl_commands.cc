@@ -220,30 +220,49 @@ absl::Status TrainerPhase(const CommandContext& c) {
                &ReportPhaseTable);
 }
 
-FlagSpec Switch(absl::string_view name) { return {name, "", false, "", ""}; }
+FlagSpec Switch(absl::string_view name, absl::string_view help) {
+  return {name, "", false, "", "", help};
+}
 // A switch that makes no sense together with `other`.
-FlagSpec SwitchNot(absl::string_view name, absl::string_view other) {
-  return {name, "", false, "", other};
+FlagSpec SwitchNot(absl::string_view name, absl::string_view other,
+                   absl::string_view help) {
+  return {name, "", false, "", other, help};
 }
-FlagSpec Valued(absl::string_view name, absl::string_view value_name) {
-  return {name, value_name, false, "", ""};
+FlagSpec Valued(absl::string_view name, absl::string_view value_name,
+                absl::string_view help) {
+  return {name, value_name, false, "", "", help};
 }
-FlagSpec Required(absl::string_view name, absl::string_view value_name) {
-  return {name, value_name, true, "", ""};
+FlagSpec Required(absl::string_view name, absl::string_view value_name,
+                  absl::string_view help) {
+  return {name, value_name, true, "", "", help};
 }
 FlagSpec OnlyWith(absl::string_view name, absl::string_view value_name,
-                  absl::string_view other_flag) {
-  return {name, value_name, false, other_flag, ""};
+                  absl::string_view other_flag, absl::string_view help) {
+  return {name, value_name, false, other_flag, "", help};
 }
+
+constexpr absl::string_view kGradHelp =
+    "the tensor's gradient instead of the parameter";
 
 }  // namespace
 
 const std::vector<FlagSpec>& SummonctlGlobalFlags() {
   static const auto* const kFlags = new std::vector<FlagSpec>{
-      Valued("server", "ADDR"),     Valued("output", "table|json|yaml"),
-      Valued("principal", "P"),     Valued("tls-ca", "PEM"),
-      Valued("tls-cert", "PEM"),    Valued("tls-key", "PEM"),
-      Valued("token-file", "FILE"), Switch("quiet"),
+      Valued("server", "ADDR",
+             "the daemon, HOST:PORT or unix:PATH (default $SUMMON_SERVER, "
+             "else 127.0.0.1:7070)"),
+      Valued("output", "table|json|yaml",
+             "how responses and errors are printed (-o; default table)"),
+      Valued("principal", "P",
+             "who calls, on an --insecure-local daemon (summon-principal "
+             "metadata; default anonymous)"),
+      Valued("tls-ca", "PEM", "the CA that signed a TLS daemon's certificate"),
+      Valued("tls-cert", "PEM", "a client certificate, with --tls-key"),
+      Valued("tls-key", "PEM", "the client certificate's private key"),
+      Valued("token-file", "FILE",
+             "a file whose first line is a bearer token (default "
+             "$SUMMON_TOKEN_FILE); implies TLS"),
+      Switch("quiet", "no progress line on stderr for tensor transfers"),
   };
   return *kFlags;
 }
@@ -257,39 +276,80 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {"M"},
        "",
        false,
-       {Required("layout", "FILE.json"), Valued("strategy", "S"),
-        Valued("init", "zeros|seeded:SEED|external"),
-        Valued("grad-ranks", "R,R|all"),
-        OnlyWith("grad-init", "zeros|seeded:SEED", "grad-ranks")},
+       {Required("layout", "FILE.json",
+                 "the layout file: units, parameters, shapes and dtypes"),
+        Valued("strategy", "S",
+               "the sharding strategy (default: the layout's): full_shard, "
+               "shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2"),
+        Valued("init", "zeros|seeded:SEED|external",
+               "the parameters' values (default zeros; external: a trainer "
+               "fills them)"),
+        Valued("grad-ranks", "R,R|all",
+               "the ranks that hold gradient shards (default none)"),
+        OnlyWith("grad-init", "zeros|seeded:SEED", "grad-ranks",
+                 "the gradients' values (default zeros)")},
        &ModelCreate},
       {"model",
        "load",
        {"M"},
        "",
        false,
-       {Required("from", "PATH"), Valued("wrap", "PREFIX,..."),
-        Valued("strategy", "S"), Switch("no-orig-params"),
-        Valued("skip", "REGEX"), Valued("dtype", "D")},
+       {Required("from", "PATH",
+                 "the safetensors checkpoint, a file or a directory under a "
+                 "--checkpoint-root of the daemon"),
+        Valued("wrap", "PREFIX,...",
+               "create M from the checkpoint with these module prefixes as "
+               "units"),
+        Valued("strategy", "S",
+               "create M from the checkpoint with this sharding strategy "
+               "(full_shard, shard_grad_op, no_shard, ...)"),
+        Switch("no-orig-params",
+               "create M with use_orig_params off (FSDP's flat parameters)"),
+        Valued("skip", "REGEX", "tensors of the checkpoint to leave out"),
+        Valued("dtype", "D", "convert every tensor to this floating dtype")},
        &ModelLoad},
       {"model",
        "save",
        {"M"},
        "",
        false,
-       {Required("to", "PATH"), Valued("max-file-bytes", "N"),
-        Switch("overwrite")},
+       {Required("to", "PATH",
+                 "where the checkpoint goes, under a --checkpoint-root of "
+                 "the daemon"),
+        Valued("max-file-bytes", "N",
+               "split into files of at most N bytes (default one file)"),
+        Switch("overwrite", "replace existing checkpoint files")},
        &ModelSave},
       {"model", "checksum", {"M"}, "", false, {}, &ModelChecksum},
-      {"model", "delete", {"M"}, "", false, {Switch("force")}, &ModelDelete},
+      {"model",
+       "delete",
+       {"M"},
+       "",
+       false,
+       {Switch("force", "detach an attached trainer first")},
+       &ModelDelete},
       {"session",
        "open",
        {"M"},
        "",
        false,
-       {Valued("scope", "FQN"), Switch("no-recurse"), Valued("params", "A,B"),
-        Switch("no-writeback"), Switch("rank0-only"), Valued("home-rank", "R"),
-        Switch("offload-to-cpu"), Switch("with-grads"),
-        Valued("read-dtype", "D"), Valued("lease", "SECONDS")},
+       {Valued("scope", "FQN",
+               "the module to gather, with every unit below it (default the "
+               "root)"),
+        Switch("no-recurse", "only the unit at --scope, not those below it"),
+        Valued("params", "A,B",
+               "gather exactly these parameters instead of a module"),
+        Switch("no-writeback",
+               "a read-only session: shares gathers, never blocks training, "
+               "writes nothing back (inspect with it)"),
+        Switch("rank0-only", "one copy, on the home rank"),
+        Valued("home-rank", "R", "the home of a --rank0-only session"),
+        Switch("offload-to-cpu", "keep the copy in host memory"),
+        Switch("with-grads", "gather the gradients too"),
+        Valued("read-dtype", "D", "reads convert to this floating dtype"),
+        Valued("lease", "SECONDS",
+               "how long the session lives without a renew (default 600; "
+               "summonctl does not renew)")},
        &SessionOpen},
       {"session", "list", {}, "M", false, {}, &SessionList},
       {"session", "get", {"ID"}, "", false, {}, &SessionGet},
@@ -298,44 +358,58 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {"ID"},
        "",
        false,
-       {Valued("lease", "SECONDS")},
+       {Valued("lease", "SECONDS",
+               "the new lease length from now (default the current one)")},
        &SessionRenew},
       {"session",
        "close",
        {"ID"},
        "",
        false,
-       // --force overwrites at writeback; --abort writes nothing back.
-       {SwitchNot("abort", "force"), Switch("force")},
+       {SwitchNot("abort", "force",
+                  "drop the session without writing anything back"),
+        Switch("force",
+               "write back even if training moved the units since the "
+               "gather (R7)")},
        &SessionClose},
       {"tensor",
        "read",
        {"ID", "FQN"},
        "",
        false,
-       {Required("out", "FILE.npy|-"), Switch("grad"), Valued("dtype", "D"),
-        Switch("no-map")},
+       {Required("out", "FILE.npy|-",
+                 "the .npy to write (- for stdout); FIFOs and devices are "
+                 "written in place"),
+        Switch("grad", kGradHelp),
+        Valued("dtype", "D", "convert to this floating dtype"),
+        Switch("no-map", "always stream, even on the daemon's host")},
        &TensorRead},
       {"tensor",
        "write",
        {"ID", "FQN"},
        "",
        false,
-       {Required("in", "FILE.npy|-"), Switch("grad")},
+       {Required("in", "FILE.npy|-",
+                 "the .npy to send (- for stdin), of the tensor's exact "
+                 "shape"),
+        Switch("grad", kGradHelp)},
        &TensorWrite},
       {"tensor",
        "stats",
        {"ID"},
        "FQN",
        true,
-       {Switch("grad"), Valued("bins", "N")},
+       {Switch("grad", "the gradients' statistics"),
+        Valued("bins", "N", "histogram bins (default 16)")},
        &TensorStats},
       {"trainer",
        "phase",
        {"M", "RANK", "PHASE"},
        "",
        false,
-       {Valued("step", "N"), Valued("deadline-ms", "N")},
+       {Valued("step", "N", "the training step the phase belongs to"),
+        Valued("deadline-ms", "N",
+               "wait up to N ms for writable sessions to close (R3)")},
        &TrainerPhase},
   };
   return *kCommands;

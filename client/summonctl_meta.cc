@@ -1,5 +1,6 @@
 #include "client/summonctl_meta.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/status/status.h"
@@ -18,6 +19,27 @@ std::string FlagWords(const std::vector<FlagSpec>& flags) {
   for (const FlagSpec& flag : flags)
     words.push_back(absl::StrCat("--", flag.name));
   return absl::StrJoin(words, " ");
+}
+
+// "\nTITLE:\n  --flag VALUE  sentence\n..." with the sentences aligned; ""
+// without flags.
+std::string FlagHelp(absl::string_view title,
+                     const std::vector<FlagSpec>& flags) {
+  if (flags.empty()) return "";
+  std::vector<std::string> names;
+  size_t width = 0;
+  for (const FlagSpec& flag : flags) {
+    names.push_back(absl::StrCat(
+        "--", flag.name, flag.value_name.empty() ? "" : " ", flag.value_name));
+    width = std::max(width, names.back().size());
+  }
+  std::string text = absl::StrCat("\n", title, ":\n");
+  for (size_t i = 0; i < flags.size(); ++i) {
+    absl::StrAppend(
+        &text, "  ", names[i], std::string(width - names[i].size() + 2, ' '),
+        flags[i].help, flags[i].required ? " (required)" : "", "\n");
+  }
+  return text;
 }
 
 }  // namespace
@@ -43,6 +65,10 @@ absl::StatusOr<std::string> HelpText(const std::vector<std::string>& words) {
     if (command.noun == words[0] &&
         (words.size() == 1 || command.verb == words[1])) {
       absl::StrAppend(&text, UsageLine(kProgram, command), "\n");
+      if (words.size() == 2) {
+        absl::StrAppend(&text, FlagHelp("flags", command.flags),
+                        FlagHelp("global flags", SummonctlGlobalFlags()));
+      }
     }
   }
   if (!text.empty()) return text;
