@@ -78,6 +78,38 @@ absl::Status WithSuggestion(const absl::Status& status,
 
 }  // namespace
 
+int RunDaemonCompletion(const std::vector<std::string>& words,
+                        const SummonClient& client, std::ostream& out) {
+  std::vector<std::string> found;
+  const std::string kind = words.empty() ? "" : words[0];
+  const std::string arg = words.size() > 1 ? words[1] : "";
+  if (kind == "models") {
+    absl::StatusOr<v1::ListModelsResponse> models = client.ListModels();
+    if (models.ok()) {
+      for (const v1::ModelSummary& model : models->models()) {
+        found.push_back(model.name());
+      }
+    }
+  } else if (kind == "sessions") {
+    absl::StatusOr<v1::ListSessionsResponse> sessions = client.ListSessions();
+    if (sessions.ok()) {
+      for (const v1::Session& session : sessions->sessions()) {
+        found.push_back(session.id());
+      }
+    }
+  } else if (kind == "fqns" && !arg.empty()) {
+    found = SessionFqns(client, arg);
+  } else if (kind == "modules" && !arg.empty()) {
+    found = ModelFqns(client, arg);
+  }
+  std::sort(found.begin(), found.end());
+  found.erase(std::unique(found.begin(), found.end()), found.end());
+  for (const std::string& word : found) {
+    if (!word.empty()) out << word << "\n";
+  }
+  return 0;
+}
+
 absl::Status CheckServerAddress(absl::string_view address,
                                 absl::string_view from) {
   // A gRPC target with a scheme (unix:, unix-abstract:, dns:, ipv4:, ipv6:,

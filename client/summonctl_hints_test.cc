@@ -173,5 +173,26 @@ TEST_F(SummonctlHintsTest, SessionsAboutToLapseAreWarnedOf) {
   EXPECT_EQ(Run({"session", "get", "s-1"}).err, "");
 }
 
+// The completion script's questions: names from the daemon, one a line,
+// sorted; nothing (and exit 0) where the daemon does not answer.
+TEST_F(SummonctlHintsTest, CompleteListsTheDaemonsNames) {
+  SessionAndModel();
+  v1::ListModelsResponse models;
+  models.add_models()->set_name("gpt");
+  models.add_models()->set_name("bert");
+  summon().SetResponse("ListModels", models);
+  EXPECT_EQ(Run({"__complete", "models"}).out, "bert\ngpt\n");
+  EXPECT_EQ(Run({"__complete", "fqns", "s-1"}).out,
+            "layers.1.attn.qkv.weight\nlayers.1.mlp.fc.weight\n"
+            "lm_head.weight\n");
+  EXPECT_EQ(Run({"__complete", "modules", "gpt"}).out,
+            "layers.1\nlayers.1.attn.qkv.weight\nlm_head.weight\n");
+  summon().SetError("ListSessions",
+                    grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"));
+  const SummonctlResult down = Run({"__complete", "sessions"});
+  EXPECT_EQ(down.exit_code, 0);
+  EXPECT_EQ(down.out + down.err, "");
+}
+
 }  // namespace
 }  // namespace summon::client

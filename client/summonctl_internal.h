@@ -6,7 +6,9 @@
 // transfers): printing a response and reading flag values.
 
 #include <optional>
+#include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -77,6 +79,14 @@ absl::Status CheckModelName(absl::string_view name);
 // session or model has, and how `model load` creates a model that does not
 // exist. Other statuses are returned as they are.
 absl::Status WithHints(const CommandContext& c, const absl::Status& status);
+
+// `summonctl __complete KIND [ARG]`, for the completion script: prints one
+// a line the names the daemon has, sorted: `models`, `sessions`, `fqns ID`
+// (the session's tensors and the model's aliases), `modules M` (the model's
+// units, parameters and aliases). Prints nothing when the daemon does not
+// answer. Returns the exit code, 0.
+int RunDaemonCompletion(const std::vector<std::string>& words,
+                        const SummonClient& client, std::ostream& out);
 
 // Warns on `err` when `session`'s lease ends within a minute (or ended):
 // summonctl does not renew, and an expired session's edits are dropped.
