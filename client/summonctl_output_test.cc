@@ -5,6 +5,7 @@
 // or given a `.part` beside it; an unwritable place is a clear local error
 // (exit 73, printed as CANTCREAT).
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,7 +14,6 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "client/npy.h"
@@ -54,6 +54,24 @@ std::string Contents(const std::string& path) {
   return text.str();
 }
 
+// Opens the read end of the FIFO at `path` without waiting for a writer, so
+// that a writer's open does not wait either and a test that fails cannot
+// hang: its writer never meets this reader.
+int OpenFifoReader(const std::string& path) {
+  return ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+}
+
+// Everything in the FIFO once its writer closed it.
+std::string Drain(int fd) {
+  std::string data;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof(buffer))) > 0;) {
+    data.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return data;
+}
+
 class SummonctlOutputTest : public SummonctlTest {
  protected:
   void SetUp() override {
@@ -85,13 +103,12 @@ TEST_F(SummonctlOutputTest, FifoWithAReaderIsWrittenThroughAndKept) {
   const std::string dir = FreshDirectory("fifo");
   const std::string path = dir + "/pipe";
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
-  std::string received;
-  std::thread reader([&] { received = Contents(path); });
+  const int reader = OpenFifoReader(path);
+  ASSERT_GE(reader, 0);
   const SummonctlResult result =
       Run({"tensor", "read", "s-1", "w", "--out", path});
-  reader.join();
   EXPECT_EQ(result.exit_code, 0) << result.err;
-  EXPECT_EQ(received, ExpectedNpy());
+  EXPECT_EQ(Drain(reader), ExpectedNpy());
   EXPECT_TRUE(fs::is_fifo(path));
   EXPECT_EQ(Names(dir), std::vector<std::string>{"pipe"});
 }
