@@ -1,6 +1,8 @@
 """Exact shapes on every Python write path (issue 23): a whole-tensor write
 carries exactly the tensor's shape or is refused with INVALID_ARGUMENT naming
-both shapes, before anything is sent; a partial write names its range."""
+both shapes, before anything is sent; a partial write names its range. Also
+the client's other checks before sending: an address without a port, a
+model name outside the daemon's rule."""
 
 from __future__ import annotations
 
@@ -87,3 +89,27 @@ def test_write_tensor_checks_an_alias_against_its_primary(
             "[48, 16]", "[16, 48]")
     assert client.write_tensor(session.id, "tied", np.zeros((48, 16), np.float32)) == 768
     client.close_session(session.id)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "localhost", "::1", "[::1]", "h:0", "h:x"])
+def test_an_address_without_a_port_is_refused(address: str) -> None:
+    with pytest.raises(summon.SummonError) as error:
+        summon.Client(address)
+    assert error.value.code == "INVALID_ARGUMENT"
+    assert error.value.message == (f"address '{address}' names no port: write HOST:PORT "
+                                   "(127.0.0.1:7070, [::1]:7070) or unix:PATH")
+
+
+def test_addresses_with_a_port_or_scheme_pass() -> None:
+    for address in ("127.0.0.1:7070", "[::1]:7070", "unix:/run/summon.sock", "dns:h:1"):
+        summon.Client(address).close()
+
+
+def test_model_names_follow_the_daemons_rule(client: summon.Client) -> None:
+    client.create_model("m" * 128, LAYOUT)
+    for bad in ("m" * 129, "a/b", "..", ""):
+        with pytest.raises(summon.SummonError) as error:
+            client.create_model(bad, LAYOUT)
+        assert error.value.code == "INVALID_ARGUMENT"
+        assert error.value.message == (f"model name '{bad}': use 1 to 128 of "
+                                       "A-Z a-z 0-9 . _ - (not '.' or '..')")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, S
 import grpc
 import numpy as np
 
-from summon import dtypes, shapes
+from summon import checks, dtypes, shapes
 from summon.errors import SummonError
 from summon.messages import (Attachment, CloseResult, LoadResult, Model, ModelSummary,
                           PhaseReport, SaveResult, Session, ShardChecksum, ShardMap,
@@ -147,6 +147,7 @@ class Client:
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  token: Optional[str] = None):
         self.address = address or os.environ.get("SUMMON_SERVER") or DEFAULT_ADDRESS
+        checks.check_address(self.address, "address" if address else "$SUMMON_SERVER")
         self.timeout = timeout
         self.principal = principal
         self._metadata = (("summon-principal", principal),) if principal else None
@@ -218,6 +219,7 @@ class Client:
         attached trainer fills the shards and calls mark_initialized).
         grad_ranks: None (no gradients), "all", or a list of global ranks.
         """
+        checks.check_model_name(name)
         request = summon_pb2.CreateModelRequest(
             name=name, layout_json=layout if isinstance(layout, str) else json.dumps(layout))
         if strategy is not None:
@@ -242,6 +244,7 @@ class Client:
         `skip` (a regular expression) leaves matching tensors out of a new
         model; `dtype` ("float32", "bfloat16", ...) converts every tensor to it.
         """
+        checks.check_model_name(name)
         request = summon_pb2.LoadModelRequest(model=name, path=path, skip=skip)
         if dtype is not None:
             request.dtype = dtypes.to_proto(dtype)
