@@ -113,3 +113,19 @@ def test_model_names_follow_the_daemons_rule(client: summon.Client) -> None:
         assert error.value.code == "INVALID_ARGUMENT"
         assert error.value.message == (f"model name '{bad}': use 1 to 128 of "
                                        "A-Z a-z 0-9 . _ - (not '.' or '..')")
+
+
+def test_trainer_copy_from_a_module_of_another_shape_is_refused(client: summon.Client) -> None:
+    import summon.torch as st
+    torch.manual_seed(5)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    st.register(client, "t", net, [net[0], net[1]])
+    other = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))  # [3, 4] weights
+    with st.attach(client, "t", [0, 1]) as trainer:
+        before = [p.detach().clone() for p in trainer.shard_views(0).parameters()]
+        with pytest.raises(summon.SummonError) as error:
+            trainer.shard_views(0).copy_from_module(other)
+        assert error.value.code == "INVALID_ARGUMENT"
+        assert "'0.weight' has shape [4, 3], the data has shape [3, 4]" in error.value.message
+        after = trainer.shard_views(0).parameters()
+        assert all(torch.equal(a, b) for a, b in zip(before, after))
