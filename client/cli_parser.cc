@@ -25,12 +25,13 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
   return row[b.size()];
 }
 
-// " (did you mean 'x'?)" for the closest candidate within two edits, else "".
+// " (did you mean 'x'?)" for the closest candidate within `max_edits`
+// edits, else "".
 std::string Suggestion(absl::string_view given,
                        const std::vector<absl::string_view>& candidates,
-                       absl::string_view prefix = "") {
+                       absl::string_view prefix = "", size_t max_edits = 2) {
   absl::string_view best;
-  size_t best_distance = 3;
+  size_t best_distance = max_edits + 1;
   for (absl::string_view candidate : candidates) {
     const size_t distance = EditDistance(given, candidate);
     if (distance < best_distance) {
@@ -244,6 +245,14 @@ class CommandLineParser {
 };
 
 }  // namespace
+
+std::string DidYouMean(absl::string_view given,
+                       const std::vector<std::string>& candidates) {
+  const std::vector<absl::string_view> views(candidates.begin(),
+                                             candidates.end());
+  // Two edits, or one in four characters of a long name (FQNs).
+  return Suggestion(given, views, "", std::max<size_t>(2, given.size() / 4));
+}
 
 bool Invocation::Has(absl::string_view flag) const {
   return flags.find(flag) != flags.end();

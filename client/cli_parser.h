@@ -31,6 +31,8 @@ struct FlagSpec {
   // Another flag this one contradicts: giving both is a usage error.
   // Empty: none.
   absl::string_view conflicts_with;
+  // One sentence for `help NOUN VERB`.
+  absl::string_view help = "";
 };
 
 struct CommandSpec {
@@ -75,6 +77,11 @@ absl::StatusOr<Invocation> ParseCommandLine(
     const std::vector<std::string>& args, absl::string_view program,
     const std::vector<FlagSpec>& global_flags,
     const std::vector<CommandSpec>& commands);
+
+// " (did you mean 'x'?)" for the candidate closest to `given` within two
+// edits (one in four characters of a longer name), else "".
+std::string DidYouMean(absl::string_view given,
+                       const std::vector<std::string>& candidates);
 
 // "summonctl tensor read ID FQN --out FILE.npy [--grad] [--dtype D]".
 std::string UsageLine(absl::string_view program, const CommandSpec& command);

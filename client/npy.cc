@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/output_file.h"
 
 namespace summon::client {
 namespace {
@@ -342,14 +343,7 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
 absl::Status WriteNpyFile(const std::string& path, const NpyArray& array) {
   absl::StatusOr<std::string> bytes = EncodeNpy(array);
   if (!bytes.ok()) return bytes.status();
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", path));
-  }
-  file.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
-  file.close();
-  if (!file) return absl::DataLossError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
+  return WriteOutputFile(path, *bytes);
 }
 
 absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {

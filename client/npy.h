@@ -52,7 +52,9 @@ absl::StatusOr<NpyHeader> DecodeNpyHeader(absl::string_view bytes);
 // Reads exactly the header from `in`, leaving it at the first data byte.
 absl::StatusOr<NpyHeader> ReadNpyHeader(std::istream& in);
 
-// EncodeNpy/DecodeNpy through a file; file errors carry the path.
+// EncodeNpy/DecodeNpy through a file; file errors carry the path. Writing
+// goes through OutputFile: devices, FIFOs and sockets are written in place,
+// a symlink's target is replaced, a regular file renamed into place.
 absl::Status WriteNpyFile(const std::string& path, const NpyArray& array);
 absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path);
 

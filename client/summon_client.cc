@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/stream_watchdog.h"
+#include "client/tensor_lookup.h"
 #include "client/wire_dtype.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -416,13 +417,30 @@ absl::StatusOr<v1::WriteTensorResponse> SummonClient::WriteTensorChunks(
     return absl::InvalidArgumentError(absl::StrCat(
         "WriteTensor needs a dtype, got ", v1::DType_Name(params.dtype)));
   }
+  if (params.element_offset.has_value()) {
+    if (*params.element_offset < 0) {
+      return absl::OutOfRangeError(
+          absl::StrCat("element_offset ", *params.element_offset,
+                       " is before the start of ", params.tensor.fqn));
+    }
+  } else {
+    absl::StatusOr<std::optional<v1::TensorInfo>> info =
+        params.tensor_info.has_value() ? params.tensor_info
+                                       : FindTensor(params.tensor);
+    if (!info.ok()) return info.status();
+    // A tensor the session does not hold: the server answers NOT_FOUND.
+    if (info->has_value()) {
+      absl::Status whole = CheckWholeWrite(**info, params, element_count);
+      if (!whole.ok()) return whole;
+    }
+  }
   v1::WriteTensorRequest header_message;
   v1::WriteTensorHeader& header = *header_message.mutable_header();
   header.set_session_id(params.tensor.session_id);
   header.set_fqn(params.tensor.fqn);
   header.set_grad(params.tensor.grad);
   header.set_dtype(params.dtype);
-  header.set_element_offset(params.element_offset);
+  header.set_element_offset(params.element_offset.value_or(0));
   header.set_element_count(element_count);
 
   absl::StatusOr<std::unique_ptr<grpc::ClientContext>> context =

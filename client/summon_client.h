@@ -105,11 +105,26 @@ struct TensorData {
   std::string data;
 };
 
+// One rule for writes (R5): a whole-tensor write carries exactly the
+// tensor's shape, with no implicit reshape, broadcast or short write; a
+// partial write names its element range explicitly.
 struct WriteTensorParams {
   TensorRef tensor;
   // Must be the stored dtype (R5).
   v1::DType dtype = v1::DTYPE_UNSPECIFIED;
-  int64_t element_offset = 0;
+  // Set: a partial write of the data's elements from this element of the
+  // flattened tensor on (the server answers OUT_OF_RANGE past its end).
+  // Unset: a whole-tensor write; the client looks the tensor up first and
+  // refuses, with INVALID_ARGUMENT naming both shapes and before anything is
+  // sent, data whose shape (or, without `shape`, element count) is not the
+  // tensor's.
+  std::optional<int64_t> element_offset = std::nullopt;
+  // The data's shape, for a whole-tensor write. Empty: the data has the
+  // tensor's shape if it has the tensor's element count.
+  std::vector<int64_t> shape = {};
+  // The tensor's description when the caller has it already (FindTensor):
+  // the whole-tensor check uses it instead of looking the tensor up again.
+  std::optional<v1::TensorInfo> tensor_info = std::nullopt;
 };
 
 // Keeps the memory of freed gRPC receive buffers in this process for reuse
@@ -180,7 +195,9 @@ class SummonClient {
   // Tensors. ReadTensor concatenates the stream's chunks, checking that each
   // continues where the previous one ended and that the expected element
   // count arrived (INTERNAL otherwise). WriteTensor sends a header with the
-  // element count, then `bytes` in chunks of options().write_chunk_bytes.
+  // element count, then `bytes` in chunks of options().write_chunk_bytes;
+  // a whole-tensor write is checked against the tensor first
+  // (WriteTensorParams).
   absl::StatusOr<TensorData> ReadTensor(const ReadTensorParams& params) const;
   // WriteTensor from a source of chunks: `element_count` elements are
   // declared in the header, then `next_chunk` fills each data message (whole
@@ -202,6 +219,12 @@ class SummonClient {
       const std::function<absl::Status(absl::string_view)>& on_bytes) const;
   absl::StatusOr<v1::WriteTensorResponse> WriteTensor(
       const WriteTensorParams& params, absl::string_view bytes) const;
+  // The session's description of the tensor `ref` names; a tied alias,
+  // which a session lists under its primary's name, through the model's
+  // aliases (one DescribeModel). nullopt when the session holds neither.
+  // `session`, when not null, receives the session as GetSession gave it.
+  absl::StatusOr<std::optional<v1::TensorInfo>> FindTensor(
+      const TensorRef& ref, v1::Session* session = nullptr) const;
   // Empty `fqns`: every parameter of the session. Unset `histogram_bins`: the
   // server's default (16).
   absl::StatusOr<v1::TensorStatsResponse> TensorStats(

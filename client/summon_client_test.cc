@@ -89,8 +89,9 @@ TEST_F(SummonClientTest, PrincipalMetadataReachesTheServerOnEveryCall) {
       client.WriteTensor({{"s", "w"}, v1::DTYPE_FLOAT32}, std::string(8, '\0'))
           .ok());
   ASSERT_TRUE(client.ReportPhase("m", 0, v1::TRAINING_PHASE_FORWARD).ok());
+  // The whole-tensor write looked the tensor up (GetSession, DescribeModel).
   EXPECT_EQ(server_.summon().calls().Principals(),
-            std::vector<std::string>(3, "alice@example"));
+            std::vector<std::string>(5, "alice@example"));
   EXPECT_EQ(server_.trainer().calls().Principals(),
             std::vector<std::string>{"alice@example"});
 }
@@ -381,6 +382,47 @@ TEST_F(SummonClientTest, WriteTensorRefusesBytesThatAreNotWholeElements) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(server_.summon().calls().Count("WriteTensor"), 0);
+}
+
+// A whole-tensor write must have the tensor's exact shape: the client
+// refuses another one (or a short write) before sending anything.
+TEST_F(SummonClientTest, WholeTensorWritesNeedTheExactShape) {
+  v1::Session session;
+  session.set_id("s1");
+  *session.add_params() = Float32Tensor("w", 48, 16);
+  server_.summon().calls().SetResponse("GetSession", session);
+  const SummonClient client = Client();
+  WriteTensorParams params{{"s1", "w"}, v1::DTYPE_FLOAT32};
+  params.shape = {16, 48};
+  EXPECT_EQ(client.WriteTensor(params, std::string(768 * 4, '\0')).status(),
+            absl::InvalidArgumentError(
+                "'w' has shape [48, 16], the data has shape [16, 48]: a "
+                "whole-tensor write needs the exact shape (R5); reshape the "
+                "data, or write a range with element_offset"));
+  params.shape.clear();
+  EXPECT_EQ(client.WriteTensor(params, std::string(10 * 4, '\0')).status(),
+            absl::InvalidArgumentError(
+                "'w' has shape [48, 16] (768 elements), the data has shape "
+                "[10]: a whole-tensor write needs the exact shape (R5); "
+                "reshape the data, or write a range with element_offset"));
+  params.shape = {2, 5};
+  EXPECT_EQ(client.WriteTensor(params, std::string(12 * 4, '\0')).status(),
+            absl::InvalidArgumentError(
+                "the data's shape [2, 5] has 10 elements, the data 12"));
+  EXPECT_EQ(server_.summon().calls().Count("WriteTensor"), 0);
+
+  // The exact shape, or a range named explicitly, is sent.
+  params.shape = {48, 16};
+  EXPECT_TRUE(client.WriteTensor(params, std::string(768 * 4, '\0')).ok());
+  params.shape.clear();
+  params.element_offset = 700;
+  EXPECT_TRUE(client.WriteTensor(params, std::string(10 * 4, '\0')).ok());
+  EXPECT_EQ(server_.summon().LastWrite().header.element_offset(), 700);
+  EXPECT_EQ(server_.summon().LastWrite().header.element_count(), 10);
+  params.element_offset = -1;
+  EXPECT_EQ(client.WriteTensor(params, std::string(4, '\0')).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(server_.summon().calls().Count("WriteTensor"), 2);
 }
 
 TEST_F(SummonClientTest, WriteTensorReportsTheServersRefusal) {

@@ -1,28 +1,19 @@
 #include "client/summonctl_commands.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
-#include <iostream>
 #include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli_output.h"
 #include "client/cli_values.h"
 #include "client/npy.h"
 #include "client/summonctl_internal.h"
-#include "client/summonctl_meta.h"
 #include "client/summonctl_terminal.h"
 
 namespace summon::client {
 namespace {
-
-constexpr absl::string_view kProgram = "summonctl";
 
 // An InitMethod flag's value; zeros (the default InitMethod) when absent.
 absl::StatusOr<v1::InitMethod> InitFlag(const Invocation& args,
@@ -43,6 +34,9 @@ absl::Status ModelDescribe(const CommandContext& c) {
 }
 
 absl::Status ModelCreate(const CommandContext& c) {
+  if (absl::Status name = CheckModelName(c.args.positionals[0]); !name.ok()) {
+    return name;
+  }
   CreateModelParams params;
   params.name = c.args.positionals[0];
   absl::StatusOr<std::string> layout = ReadFileToString(c.args.Value("layout"));
@@ -70,6 +64,9 @@ absl::Status ModelCreate(const CommandContext& c) {
 }
 
 absl::Status ModelLoad(const CommandContext& c) {
+  if (absl::Status name = CheckModelName(c.args.positionals[0]); !name.ok()) {
+    return name;
+  }
   // --wrap, --strategy or --no-orig-params asks for the model to be created
   // from the checkpoint; without them it is loaded into the existing model.
   std::optional<v1::CheckpointWrapRule> create;
@@ -142,12 +139,21 @@ absl::Status SessionOpen(const CommandContext& c) {
 
 absl::Status SessionList(const CommandContext& c) {
   const std::vector<std::string> model = c.args.OptionalPositionals();
-  return Print(c, c.client.ListSessions(model.empty() ? "" : model[0]),
-               &SessionListTable);
+  absl::StatusOr<v1::ListSessionsResponse> sessions =
+      c.client.ListSessions(model.empty() ? "" : model[0]);
+  if (sessions.ok()) {
+    for (const v1::Session& session : sessions->sessions()) {
+      WarnIfLeaseEndsSoon(c.err, session);
+    }
+  }
+  return Print(c, sessions, &SessionListTable);
 }
 
 absl::Status SessionGet(const CommandContext& c) {
-  return Print(c, c.client.GetSession(c.args.positionals[0]), &SessionTable);
+  absl::StatusOr<v1::Session> session =
+      c.client.GetSession(c.args.positionals[0]);
+  if (session.ok()) WarnIfLeaseEndsSoon(c.err, *session);
+  return Print(c, session, &SessionTable);
 }
 
 std::string RenewedSessionTable(const v1::Session& session) {
@@ -205,30 +211,49 @@ absl::Status TrainerPhase(const CommandContext& c) {
                &ReportPhaseTable);
 }
 
-FlagSpec Switch(absl::string_view name) { return {name, "", false, "", ""}; }
+FlagSpec Switch(absl::string_view name, absl::string_view help) {
+  return {name, "", false, "", "", help};
+}
 // A switch that makes no sense together with `other`.
-FlagSpec SwitchNot(absl::string_view name, absl::string_view other) {
-  return {name, "", false, "", other};
+FlagSpec SwitchNot(absl::string_view name, absl::string_view other,
+                   absl::string_view help) {
+  return {name, "", false, "", other, help};
 }
-FlagSpec Valued(absl::string_view name, absl::string_view value_name) {
-  return {name, value_name, false, "", ""};
+FlagSpec Valued(absl::string_view name, absl::string_view value_name,
+                absl::string_view help) {
+  return {name, value_name, false, "", "", help};
 }
-FlagSpec Required(absl::string_view name, absl::string_view value_name) {
-  return {name, value_name, true, "", ""};
+FlagSpec Required(absl::string_view name, absl::string_view value_name,
+                  absl::string_view help) {
+  return {name, value_name, true, "", "", help};
 }
 FlagSpec OnlyWith(absl::string_view name, absl::string_view value_name,
-                  absl::string_view other_flag) {
-  return {name, value_name, false, other_flag, ""};
+                  absl::string_view other_flag, absl::string_view help) {
+  return {name, value_name, false, other_flag, "", help};
 }
+
+constexpr absl::string_view kGradHelp =
+    "the tensor's gradient instead of the parameter";
 
 }  // namespace
 
 const std::vector<FlagSpec>& SummonctlGlobalFlags() {
   static const auto* const kFlags = new std::vector<FlagSpec>{
-      Valued("server", "ADDR"),     Valued("output", "table|json|yaml"),
-      Valued("principal", "P"),     Valued("tls-ca", "PEM"),
-      Valued("tls-cert", "PEM"),    Valued("tls-key", "PEM"),
-      Valued("token-file", "FILE"), Switch("quiet"),
+      Valued("server", "ADDR",
+             "the daemon, HOST:PORT or unix:PATH (default $SUMMON_SERVER, "
+             "else 127.0.0.1:7070)"),
+      Valued("output", "table|json|yaml",
+             "how responses and errors are printed (-o; default table)"),
+      Valued("principal", "P",
+             "who calls, on an --insecure-local daemon (summon-principal "
+             "metadata; default anonymous)"),
+      Valued("tls-ca", "PEM", "the CA that signed a TLS daemon's certificate"),
+      Valued("tls-cert", "PEM", "a client certificate, with --tls-key"),
+      Valued("tls-key", "PEM", "the client certificate's private key"),
+      Valued("token-file", "FILE",
+             "a file whose first line is a bearer token (default "
+             "$SUMMON_TOKEN_FILE); implies TLS"),
+      Switch("quiet", "no progress line on stderr for tensor transfers"),
   };
   return *kFlags;
 }
@@ -242,39 +267,80 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {"M"},
        "",
        false,
-       {Required("layout", "FILE.json"), Valued("strategy", "S"),
-        Valued("init", "zeros|seeded:SEED|external"),
-        Valued("grad-ranks", "R,R|all"),
-        OnlyWith("grad-init", "zeros|seeded:SEED", "grad-ranks")},
+       {Required("layout", "FILE.json",
+                 "the layout file: units, parameters, shapes and dtypes"),
+        Valued("strategy", "S",
+               "the sharding strategy (default: the layout's): full_shard, "
+               "shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2"),
+        Valued("init", "zeros|seeded:SEED|external",
+               "the parameters' values (default zeros; external: a trainer "
+               "fills them)"),
+        Valued("grad-ranks", "R,R|all",
+               "the ranks that hold gradient shards (default none)"),
+        OnlyWith("grad-init", "zeros|seeded:SEED", "grad-ranks",
+                 "the gradients' values (default zeros)")},
        &ModelCreate},
       {"model",
        "load",
        {"M"},
        "",
        false,
-       {Required("from", "PATH"), Valued("wrap", "PREFIX,..."),
-        Valued("strategy", "S"), Switch("no-orig-params"),
-        Valued("skip", "REGEX"), Valued("dtype", "D")},
+       {Required("from", "PATH",
+                 "the safetensors checkpoint, a file or a directory under a "
+                 "--checkpoint-root of the daemon"),
+        Valued("wrap", "PREFIX,...",
+               "create M from the checkpoint with these module prefixes as "
+               "units"),
+        Valued("strategy", "S",
+               "create M from the checkpoint with this sharding strategy "
+               "(full_shard, shard_grad_op, no_shard, ...)"),
+        Switch("no-orig-params",
+               "create M with use_orig_params off (FSDP's flat parameters)"),
+        Valued("skip", "REGEX", "tensors of the checkpoint to leave out"),
+        Valued("dtype", "D", "convert every tensor to this floating dtype")},
        &ModelLoad},
       {"model",
        "save",
        {"M"},
        "",
        false,
-       {Required("to", "PATH"), Valued("max-file-bytes", "N"),
-        Switch("overwrite")},
+       {Required("to", "PATH",
+                 "where the checkpoint goes, under a --checkpoint-root of "
+                 "the daemon"),
+        Valued("max-file-bytes", "N",
+               "split into files of at most N bytes (default one file)"),
+        Switch("overwrite", "replace existing checkpoint files")},
        &ModelSave},
       {"model", "checksum", {"M"}, "", false, {}, &ModelChecksum},
-      {"model", "delete", {"M"}, "", false, {Switch("force")}, &ModelDelete},
+      {"model",
+       "delete",
+       {"M"},
+       "",
+       false,
+       {Switch("force", "detach an attached trainer first")},
+       &ModelDelete},
       {"session",
        "open",
        {"M"},
        "",
        false,
-       {Valued("scope", "FQN"), Switch("no-recurse"), Valued("params", "A,B"),
-        Switch("no-writeback"), Switch("rank0-only"), Valued("home-rank", "R"),
-        Switch("offload-to-cpu"), Switch("with-grads"),
-        Valued("read-dtype", "D"), Valued("lease", "SECONDS")},
+       {Valued("scope", "FQN",
+               "the module to gather, with every unit below it (default the "
+               "root)"),
+        Switch("no-recurse", "only the unit at --scope, not those below it"),
+        Valued("params", "A,B",
+               "gather exactly these parameters instead of a module"),
+        Switch("no-writeback",
+               "a read-only session: shares gathers, never blocks training, "
+               "writes nothing back (inspect with it)"),
+        Switch("rank0-only", "one copy, on the home rank"),
+        Valued("home-rank", "R", "the home of a --rank0-only session"),
+        Switch("offload-to-cpu", "keep the copy in host memory"),
+        Switch("with-grads", "gather the gradients too"),
+        Valued("read-dtype", "D", "reads convert to this floating dtype"),
+        Valued("lease", "SECONDS",
+               "how long the session lives without a renew (default 600; "
+               "summonctl does not renew)")},
        &SessionOpen},
       {"session", "list", {}, "M", false, {}, &SessionList},
       {"session", "get", {"ID"}, "", false, {}, &SessionGet},
@@ -283,44 +349,58 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {"ID"},
        "",
        false,
-       {Valued("lease", "SECONDS")},
+       {Valued("lease", "SECONDS",
+               "the new lease length from now (default the current one)")},
        &SessionRenew},
       {"session",
        "close",
        {"ID"},
        "",
        false,
-       // --force overwrites at writeback; --abort writes nothing back.
-       {SwitchNot("abort", "force"), Switch("force")},
+       {SwitchNot("abort", "force",
+                  "drop the session without writing anything back"),
+        Switch("force",
+               "write back even if training moved the units since the "
+               "gather (R7)")},
        &SessionClose},
       {"tensor",
        "read",
        {"ID", "FQN"},
        "",
        false,
-       {Required("out", "FILE.npy"), Switch("grad"), Valued("dtype", "D"),
-        Switch("no-map")},
+       {Required("out", "FILE.npy|-",
+                 "the .npy to write (- for stdout); FIFOs and devices are "
+                 "written in place"),
+        Switch("grad", kGradHelp),
+        Valued("dtype", "D", "convert to this floating dtype"),
+        Switch("no-map", "always stream, even on the daemon's host")},
        &TensorRead},
       {"tensor",
        "write",
        {"ID", "FQN"},
        "",
        false,
-       {Required("in", "FILE.npy"), Switch("grad")},
+       {Required("in", "FILE.npy|-",
+                 "the .npy to send (- for stdin), of the tensor's exact "
+                 "shape"),
+        Switch("grad", kGradHelp)},
        &TensorWrite},
       {"tensor",
        "stats",
        {"ID"},
        "FQN",
        true,
-       {Switch("grad"), Valued("bins", "N")},
+       {Switch("grad", "the gradients' statistics"),
+        Valued("bins", "N", "histogram bins (default 16)")},
        &TensorStats},
       {"trainer",
        "phase",
        {"M", "RANK", "PHASE"},
        "",
        false,
-       {Valued("step", "N"), Valued("deadline-ms", "N")},
+       {Valued("step", "N", "the training step the phase belongs to"),
+        Valued("deadline-ms", "N",
+               "wait up to N ms for writable sessions to close (R3)")},
        &TrainerPhase},
   };
   return *kCommands;
@@ -364,114 +444,8 @@ absl::StatusOr<v1::SessionOptions> SessionOptionsFromFlags(
   absl::StatusOr<std::optional<uint32_t>> lease =
       OptionalNumber<uint32_t>(args, "lease");
   if (!lease.ok()) return lease.status();
-  if (*lease) options.set_lease_seconds(**lease);
+  options.set_lease_seconds(lease->value_or(kCliSessionLeaseSeconds));
   return options;
-}
-
-namespace {
-
-// How summonctl reaches the daemon: TLS as soon as a CA, a client
-// certificate or a token is given (a token never crosses in the clear).
-// A file that cannot be read is a local input error (exit 66).
-absl::StatusOr<ClientOptions> ClientOptionsFrom(const Invocation& invocation) {
-  ClientOptions options;
-  options.principal = invocation.Value("principal");
-  std::string token_file = invocation.Value("token-file");
-  if (token_file.empty()) {
-    const char* environment = std::getenv("SUMMON_TOKEN_FILE");
-    if (environment != nullptr) token_file = environment;
-  }
-  const std::pair<const char*, std::string*> files[] = {
-      {"tls-ca", &options.tls_root_certs},
-      {"tls-cert", &options.tls_cert_chain},
-      {"tls-key", &options.tls_private_key},
-      {"token-file", &options.token}};
-  for (const auto& [flag, value] : files) {
-    const std::string path = absl::string_view(flag) == "token-file"
-                                 ? token_file
-                                 : invocation.Value(flag);
-    if (path.empty()) continue;
-    absl::StatusOr<std::string> text = ReadFileToString(path);
-    if (!text.ok()) {
-      return LocalFileError(
-          absl::Status(text.status().code(),
-                       absl::StrCat("--", flag, ": ", text.status().message())),
-          /*input=*/true);
-    }
-    *value = std::move(*text);
-    options.tls = true;
-  }
-  // A token file's first line, without the newline editors add.
-  options.token = std::string(absl::StripAsciiWhitespace(
-      absl::string_view(options.token).substr(0, options.token.find('\n'))));
-  if (options.tls_cert_chain.empty() != options.tls_private_key.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls-cert and --tls-key go together: give both or neither");
-  }
-  return options;
-}
-
-}  // namespace
-
-int RunSummonctl(const std::vector<std::string>& raw_args,
-                 absl::string_view environment_server, std::ostream& out,
-                 std::ostream& err, std::istream& in) {
-  const std::vector<std::string> args = ExpandShortFlags(raw_args);
-  const absl::StatusOr<OutputFormat> format = OutputFormatOf(args);
-  if (!format.ok()) return Fail(err, format.status()).raw_code();
-  if (std::find(args.begin(), args.end(), "--version") != args.end()) {
-    out << VersionText();
-    return 0;
-  }
-  // help and completion may follow the global flags.
-  size_t first = 0;
-  while (first < args.size() && absl::StartsWith(args[first], "--")) {
-    bool valued = false;
-    for (const FlagSpec& global : SummonctlGlobalFlags()) {
-      valued = valued || (args[first] == absl::StrCat("--", global.name) &&
-                          !global.value_name.empty());
-    }
-    first += valued ? 2 : 1;
-  }
-  if (first < args.size() &&
-      (args[first] == "help" || args[first] == "completion")) {
-    const std::vector<std::string> rest(args.begin() + first + 1, args.end());
-    absl::StatusOr<std::string> text =
-        args[first] == "help" ? HelpText(rest)
-        : rest.size() == 1    ? CompletionScript(rest[0])
-                              : absl::InvalidArgumentError(
-                                    "usage: summonctl completion bash|zsh");
-    if (!text.ok()) return Fail(err, text.status(), *format).raw_code();
-    out << *text;
-    return 0;
-  }
-  const absl::StatusOr<Invocation> invocation = ParseCommandLine(
-      args, kProgram, SummonctlGlobalFlags(), SummonctlCommands());
-  if (!invocation.ok()) {
-    return Fail(err, invocation.status(), *format).raw_code();
-  }
-  if (invocation->command == nullptr) {
-    out << "usage: "
-        << Usage(kProgram, SummonctlGlobalFlags(), SummonctlCommands())
-        << "\n\nThe server is --server, else $" << kServerEnvironmentVariable
-        << ", else " << kDefaultServer << ". The exit code is the gRPC status "
-        << "code (0 = OK). Also: summonctl help [NOUN [VERB]], summonctl "
-        << "completion bash|zsh, summonctl --version.\n";
-    return 0;
-  }
-  std::string server(environment_server.empty() ? kDefaultServer
-                                                : environment_server);
-  if (invocation->Has("server")) server = invocation->Value("server");
-  absl::StatusOr<ClientOptions> options = ClientOptionsFrom(*invocation);
-  if (!options.ok()) return ExitCodeOf(Fail(err, options.status(), *format));
-  const SummonClient client(server, *options);
-  // The progress line only where a person watches: stderr is a terminal.
-  const bool progress = !invocation->Has("quiet") && &err == &std::cerr &&
-                        isatty(STDERR_FILENO) == 1;
-  const CommandContext context{*invocation, client, *format, out,
-                               err,         in,     progress};
-  const absl::Status status = invocation->command->handler(context);
-  return status.ok() ? 0 : ExitCodeOf(Fail(err, status, *format));
 }
 
 }  // namespace summon::client

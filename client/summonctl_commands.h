@@ -50,7 +50,13 @@ int RunSummonctl(const std::vector<std::string>& args,
                  absl::string_view environment_server, std::ostream& out,
                  std::ostream& err, std::istream& in = std::cin);
 
-// The SessionOptions that `session open`'s flags ask for. INVALID_ARGUMENT for
+// The lease `session open` asks for without --lease: 10 minutes, long enough
+// for a person typing commands (summonctl does not renew; the daemon's own
+// default is 60 s).
+inline constexpr uint32_t kCliSessionLeaseSeconds = 600;
+
+// The SessionOptions that `session open`'s flags ask for (the lease
+// kCliSessionLeaseSeconds unless --lease gives one). INVALID_ARGUMENT for
 // contradictory flags (--params with --scope or --no-recurse) or bad values.
 absl::StatusOr<v1::SessionOptions> SessionOptionsFromFlags(
     const Invocation& args);

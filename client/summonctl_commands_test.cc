@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/testing/summonctl_test_fixture.h"
 #include "gtest/gtest.h"
 
@@ -40,8 +41,8 @@ TEST_F(SummonctlTest, UsageErrorsExitWithInvalidArgumentAndAUsageLine) {
 TEST_F(SummonctlTest, UsageErrorNamesTheProblemThenTheCommandsUsage) {
   const SummonctlResult result = Run({"tensor", "read", "s-1", "w", "--grad"});
   EXPECT_EQ(result.err,
-            "ERROR INVALID_ARGUMENT: missing flag --out FILE.npy\n"
-            "usage: summonctl tensor read ID FQN --out FILE.npy [--grad] "
+            "ERROR INVALID_ARGUMENT: missing flag --out FILE.npy|-\n"
+            "usage: summonctl tensor read ID FQN --out FILE.npy|- [--grad] "
             "[--dtype D] [--no-map]\n");
 }
 
@@ -94,7 +95,13 @@ TEST_F(SummonctlTest, HelpPrintsEveryCommandAndExitsZero) {
 TEST_F(SummonctlTest, HelpNounVerbVersionAndCompletion) {
   SummonctlResult help = Run({"help", "session", "close"});
   EXPECT_EQ(help.exit_code, 0);
-  EXPECT_EQ(help.out, "summonctl session close ID [--abort] [--force]\n");
+  EXPECT_EQ(help.out.substr(0, help.out.find("\nglobal flags:")),
+            "summonctl session close ID [--abort] [--force]\n"
+            "\n"
+            "flags:\n"
+            "  --abort  drop the session without writing anything back\n"
+            "  --force  write back even if training moved the units since "
+            "the gather (R7)\n");
   help = Run({"help", "trainer"});
   EXPECT_EQ(help.out,
             "summonctl trainer phase M RANK PHASE [--step N] [--deadline-ms "
@@ -119,6 +126,32 @@ TEST_F(SummonctlTest, HelpNounVerbVersionAndCompletion) {
   EXPECT_EQ(
       Run({"completion", "zsh"}).out.rfind("autoload -U +X bashcompinit", 0),
       0u);
+}
+
+// `help NOUN VERB` lists every flag of the verb, and the global ones, each
+// with a sentence.
+TEST_F(SummonctlTest, HelpNounVerbListsEveryFlagWithASentence) {
+  for (const CommandSpec& command : SummonctlCommands()) {
+    const SummonctlResult help =
+        Run({"help", std::string(command.noun), std::string(command.verb)});
+    ASSERT_EQ(help.exit_code, 0);
+    std::vector<FlagSpec> flags = command.flags;
+    flags.insert(flags.end(), SummonctlGlobalFlags().begin(),
+                 SummonctlGlobalFlags().end());
+    for (const FlagSpec& flag : flags) {
+      EXPECT_GT(flag.help.size(), 10u) << flag.name;
+      std::string line = absl::StrCat("\n  --", flag.name);
+      if (!flag.value_name.empty())
+        absl::StrAppend(&line, " ", flag.value_name);
+      const size_t at = help.out.find(line + " ");
+      ASSERT_NE(at, std::string::npos)
+          << command.noun << " " << command.verb << " --" << flag.name;
+      const size_t end = help.out.find('\n', at + 1);
+      EXPECT_NE(help.out.substr(at, end - at).find(std::string(flag.help)),
+                std::string::npos)
+          << flag.name;
+    }
+  }
 }
 
 TEST_F(SummonctlTest, ShortOutputFlagYamlAndStructuredErrors) {
@@ -231,14 +264,16 @@ TEST_F(SummonctlTest, SessionOpenFlagsBecomeSessionOptions) {
   EXPECT_EQ(options.lease_seconds(), 30u);
 }
 
-TEST_F(SummonctlTest, SessionOpenDefaultsLeaveEveryOptionUnset) {
+TEST_F(SummonctlTest, SessionOpenDefaultsLeaveOptionsUnsetButTheLease) {
   ASSERT_EQ(Run({"session", "open", "gpt"}).exit_code, 0);
   const v1::SessionOptions options =
       summon().LastRequest<v1::OpenSessionRequest>("OpenSession").options();
   EXPECT_EQ(options.scope_case(), v1::SessionOptions::SCOPE_NOT_SET);
   EXPECT_FALSE(options.has_writeback());
   EXPECT_FALSE(options.has_home_rank());
-  EXPECT_FALSE(options.has_lease_seconds());
+  // summonctl does not renew: its sessions last 10 minutes unless --lease.
+  EXPECT_EQ(options.lease_seconds(), kCliSessionLeaseSeconds);
+  EXPECT_EQ(kCliSessionLeaseSeconds, 600u);
   EXPECT_FALSE(options.rank0_only());
   EXPECT_EQ(options.read_dtype(), v1::DTYPE_UNSPECIFIED);
 

@@ -6,7 +6,9 @@
 // transfers): printing a response and reading flag values.
 
 #include <optional>
+#include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,6 +58,39 @@ absl::StatusOr<Enum> EnumFlag(const Invocation& args, absl::string_view flag,
   if (!text) return absent;
   return ParseEnum<Enum>(absl::StrCat("--", flag), *text);
 }
+
+// Checks and advice (summonctl_hints.cc) --------------------------------------
+
+// The longest model name summond accepts (server/shard_store.h,
+// ValidateModelName): model names end up in shared-memory segment names.
+inline constexpr size_t kMaxModelNameBytes = 128;
+
+// INVALID_ARGUMENT for a server address without a port ("127.0.0.1"), which
+// gRPC would dial at port 0; `from` says where it came from ("--server").
+absl::Status CheckServerAddress(absl::string_view address,
+                                absl::string_view from);
+
+// INVALID_ARGUMENT unless `name` is 1 to kMaxModelNameBytes of A-Z a-z 0-9
+// . _ - and not "." or "..": the daemon's rule, checked before sending.
+absl::Status CheckModelName(absl::string_view name);
+
+// A command's NOT_FOUND with advice appended: "did you mean" for an FQN of
+// `tensor` commands and `session open --scope/--params` close to one the
+// session or model has, and how `model load` creates a model that does not
+// exist. Other statuses are returned as they are.
+absl::Status WithHints(const CommandContext& c, const absl::Status& status);
+
+// `summonctl __complete KIND [ARG]`, for the completion script: prints one
+// a line the names the daemon has, sorted: `models`, `sessions`, `fqns ID`
+// (the session's tensors and the model's aliases), `modules M` (the model's
+// units, parameters and aliases). Prints nothing when the daemon does not
+// answer. Returns the exit code, 0.
+int RunDaemonCompletion(const std::vector<std::string>& words,
+                        const SummonClient& client, std::ostream& out);
+
+// Warns on `err` when `session`'s lease ends within a minute (or ended):
+// summonctl does not renew, and an expired session's edits are dropped.
+void WarnIfLeaseEndsSoon(std::ostream& err, const v1::Session& session);
 
 // The tensor commands (summonctl_tensors.cc).
 absl::Status TensorRead(const CommandContext& c);

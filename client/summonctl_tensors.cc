@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/local_map.h"
 #include "client/npy.h"
+#include "client/output_file.h"
 #include "client/progress_bar.h"
 #include "client/summonctl_internal.h"
 #include "client/summonctl_terminal.h"
@@ -27,43 +27,6 @@ namespace {
 
 TensorRef TensorFromArgs(const Invocation& args) {
   return {args.positionals[0], args.positionals[1], args.Has("grad")};
-}
-
-// The primary parameter that `alias` is tied to; nullopt when `alias` is no
-// alias of the model.
-std::optional<std::string> PrimaryOf(const v1::Model& model,
-                                     absl::string_view alias) {
-  for (const v1::Unit& unit : model.units()) {
-    for (const v1::Parameter& param : unit.params()) {
-      for (const std::string& name : param.aliases()) {
-        if (name == alias) return param.info().fqn();
-      }
-    }
-  }
-  return std::nullopt;
-}
-
-// The session's description of the tensor `ref` names. A session lists a tied
-// alias only under its primary's name, so a name it does not list is looked
-// up among the model's aliases (one DescribeModel). nullopt when the session
-// holds neither: the write is left to the server, which answers NOT_FOUND.
-absl::StatusOr<std::optional<v1::TensorInfo>> FindSessionTensor(
-    const SummonClient& client, const TensorRef& ref) {
-  absl::StatusOr<v1::Session> session = client.GetSession(ref.session_id);
-  if (!session.ok()) return session.status();
-  const auto& listed = ref.grad ? session->grads() : session->params();
-  const auto find = [&listed](absl::string_view fqn) {
-    for (const v1::TensorInfo& info : listed) {
-      if (info.fqn() == fqn) return std::optional<v1::TensorInfo>(info);
-    }
-    return std::optional<v1::TensorInfo>();
-  };
-  if (std::optional<v1::TensorInfo> info = find(ref.fqn)) return info;
-  absl::StatusOr<v1::Model> model = client.DescribeModel(session->model());
-  if (!model.ok()) return model.status();
-  const std::optional<std::string> primary = PrimaryOf(*model, ref.fqn);
-  if (!primary) return std::optional<v1::TensorInfo>();
-  return find(*primary);
 }
 
 // The dtype a .npy of `header` is sent as: the stored one (the .npy's
@@ -177,8 +140,10 @@ std::optional<absl::Status> ReadThroughMapping(const SummonClient& client,
 
 // Streams the tensor into a .npy file (or stdout for "-") chunk by chunk:
 // the header from the first chunk's description, then each chunk's bytes,
-// so memory stays at one chunk whatever the tensor's size. A file is
-// written under a temporary name and renamed once complete.
+// so memory stays at one chunk whatever the tensor's size. The file is
+// opened once the first chunk arrived, through OutputFile: a regular file
+// (or a symlink's target) is written under a temporary name and renamed once
+// complete; a device, FIFO or socket is written in place.
 absl::Status TensorRead(const CommandContext& c) {
   ReadTensorParams params;
   params.tensor = TensorFromArgs(c.args);
@@ -188,17 +153,19 @@ absl::Status TensorRead(const CommandContext& c) {
   params.dtype = *dtype;
   const std::string& out_path = c.args.Value("out");
   const bool to_stdout = out_path == "-";
-  const std::string temp_path = out_path + ".part";
-  std::ofstream file;
-  std::ostream& sink = to_stdout ? c.out : file;
+  std::optional<OutputFile> file;
   v1::TensorInfo info;
   std::optional<ProgressBar> bar;
-  const auto write = [&](absl::string_view bytes) {
-    sink.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    return sink ? absl::OkStatus()
-                : LocalFileError(absl::DataLossError(
-                                     absl::StrCat("cannot write ", out_path)),
-                                 /*input=*/false);
+  const auto write = [&](absl::string_view bytes) -> absl::Status {
+    if (file) {
+      absl::Status written = file->Write(bytes);
+      return written.ok() ? written : LocalFileError(written, /*input=*/false);
+    }
+    c.out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return c.out ? absl::OkStatus()
+                 : LocalFileError(
+                       absl::DataLossError("cannot write to standard output"),
+                       /*input=*/false);
   };
   // Shown in the progress line: how the bytes come.
   std::string route;
@@ -217,14 +184,10 @@ absl::Status TensorRead(const CommandContext& c) {
     absl::StatusOr<std::string> header = EncodeNpyHeader(
         *core_dtype, core::Shape(info.shape().begin(), info.shape().end()));
     if (!header.ok()) return header.status();
-    if (!to_stdout) {
-      file.open(temp_path, std::ios::binary | std::ios::trunc);
-      if (!file) {
-        return LocalFileError(
-            absl::ErrnoToStatus(errno,
-                                absl::StrCat("cannot create ", out_path)),
-            /*input=*/false);
-      }
+    if (!to_stdout && !file) {
+      absl::StatusOr<OutputFile> opened = OutputFile::Open(out_path);
+      if (!opened.ok()) return LocalFileError(opened.status(), /*input=*/false);
+      file.emplace(*std::move(opened));
     }
     return write(*header);
   };
@@ -244,25 +207,13 @@ absl::Status TensorRead(const CommandContext& c) {
       mapped.has_value() ? *std::move(mapped)
                          : c.client.ReadTensorChunks(params, on_info, on_bytes);
   if (bar && read.ok()) bar->Finish();
-  if (!to_stdout && file.is_open()) {
-    file.close();
-    if (read.ok() && !file) {
-      read = LocalFileError(
-          absl::DataLossError(absl::StrCat("cannot write ", out_path)),
-          /*input=*/false);
+  if (file && read.ok()) {
+    if (absl::Status committed = file->Commit(); !committed.ok()) {
+      read = LocalFileError(committed, /*input=*/false);
     }
-    std::error_code error;
-    if (read.ok()) {
-      std::filesystem::rename(temp_path, out_path, error);
-      if (error) {
-        read = LocalFileError(
-            absl::InternalError(absl::StrCat("cannot rename to ", out_path,
-                                             ": ", error.message())),
-            /*input=*/false);
-      }
-    }
-    if (!read.ok()) std::filesystem::remove(temp_path, error);
   }
+  // Not committed: the destructor removes a temporary file.
+  file.reset();
   if (!read.ok()) return read;
   if (to_stdout) {
     // The data went to stdout: the description goes to stderr.
@@ -296,9 +247,11 @@ absl::Status TensorWrite(const CommandContext& c) {
                      absl::StrCat(path, ": ", header.status().message())),
         /*input=*/true);
   }
+  v1::Session session;
   absl::StatusOr<std::optional<v1::TensorInfo>> info =
-      FindSessionTensor(c.client, ref);
+      c.client.FindTensor(ref, &session);
   if (!info.ok()) return info.status();
+  WarnIfLeaseEndsSoon(c.err, session);
   core::DType target = header->dtype;
   if (info->has_value()) {
     absl::StatusOr<core::DType> wire = WireTargetFor(ref.fqn, **info, *header);
@@ -318,6 +271,8 @@ absl::Status TensorWrite(const CommandContext& c) {
   WriteTensorParams params;
   params.tensor = ref;
   params.dtype = WireDType(target);
+  params.shape.assign(header->shape.begin(), header->shape.end());
+  params.tensor_info = *info;
   return Print(
       c,
       c.client.WriteTensorChunks(

@@ -40,21 +40,33 @@ int ExitCodeOf(const absl::Status& status) {
   return status.raw_code();
 }
 
-// Prints the error on stderr in the chosen format: "ERROR CODE: message", or
-// {"error": {"code", "codeNumber", "message"}} as JSON or YAML.
+std::string ExitCodeName(const absl::Status& status) {
+  switch (ExitCodeOf(status)) {
+    case 65:
+      return "DATAERR";
+    case 66:
+      return "NOINPUT";
+    case 73:
+      return "CANTCREAT";
+    default:
+      return absl::StatusCodeToString(status.code());
+  }
+}
+
+// Prints the error on stderr in the chosen format: "ERROR NAME: message", or
+// {"error": {"code", "codeNumber", "message"}} as JSON or YAML, where NAME
+// and the number are those of the exit code.
 absl::Status Fail(std::ostream& err, const absl::Status& status,
                   OutputFormat format) {
   if (format == OutputFormat::kTable) {
-    err << "ERROR " << absl::StatusCodeToString(status.code()) << ": "
-        << status.message() << "\n";
+    err << "ERROR " << ExitCodeName(status) << ": " << status.message() << "\n";
     return status;
   }
   const std::string json =
-      nlohmann::ordered_json{
-          {"error",
-           {{"code", absl::StatusCodeToString(status.code())},
-            {"codeNumber", status.raw_code()},
-            {"message", std::string(status.message())}}}}
+      nlohmann::ordered_json{{"error",
+                              {{"code", ExitCodeName(status)},
+                               {"codeNumber", ExitCodeOf(status)},
+                               {"message", std::string(status.message())}}}}
           .dump(2) +
       "\n";
   err << (format == OutputFormat::kJson ? json : JsonToYaml(json));

@@ -22,8 +22,9 @@ std::vector<std::string> ExpandShortFlags(const std::vector<std::string>& args);
 absl::StatusOr<OutputFormat> OutputFormatOf(
     const std::vector<std::string>& args);
 
-// Prints the error on stderr in `format`: "ERROR CODE: message", or
-// {"error": {"code", "codeNumber", "message"}} as JSON or YAML. Returns it.
+// Prints the error on stderr in `format`: "ERROR NAME: message", or
+// {"error": {"code", "codeNumber", "message"}} as JSON or YAML, with the
+// exit code's name and number (ExitCodeName, ExitCodeOf). Returns it.
 absl::Status Fail(std::ostream& err, const absl::Status& status,
                   OutputFormat format = OutputFormat::kTable);
 
@@ -35,6 +36,10 @@ absl::Status LocalFileError(const absl::Status& status, bool input);
 // The process exit code for `status`: a local file error's own code, else
 // the gRPC status code number.
 int ExitCodeOf(const absl::Status& status);
+// The name printed for that exit code: sysexits(3)'s without "EX_" for a
+// local file error (DATAERR 65, NOINPUT 66, CANTCREAT 73), else the gRPC
+// status code's name.
+std::string ExitCodeName(const absl::Status& status);
 
 }  // namespace summon::client
 

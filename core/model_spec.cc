@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/json_error.h"
 
 namespace summon::core {
 namespace {
@@ -376,7 +377,8 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
   const Json root = Json::parse(json.begin(), json.end(), nullptr,
                                 /*allow_exceptions=*/false);
   if (root.is_discarded()) {
-    return absl::InvalidArgumentError("layout is not valid JSON");
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout is not valid JSON: ", JsonSyntaxError(json)));
   }
   if (!root.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(

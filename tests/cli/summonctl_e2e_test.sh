@@ -88,6 +88,22 @@ first="$(npy_data "$work/seeded.npy" | od -A n -t x4 -N 16 | tr -s ' ')"
 cmp <(npy_data "$work/seeded.npy") "$work/expected_seeded.bin" ||
   fail "$weight differs from its seeded init"
 
+# --- the user's files (issue 23): a FIFO with a reader is written through and
+# stays a FIFO, nothing beside it; a symlink's target is written, the link kept.
+mkdir "$work/out_dir"
+mkfifo "$work/out_dir/pipe"
+cat "$work/out_dir/pipe" >"$work/from_pipe.npy" &
+reader=$!
+expect 0 "" tensor read "$sid" "$weight" --out "$work/out_dir/pipe"
+wait "$reader" || fail "the FIFO's reader failed"
+[ -p "$work/out_dir/pipe" ] || fail "the FIFO was replaced"
+[ "$(ls "$work/out_dir")" = "pipe" ] || fail "beside the FIFO: $(ls "$work/out_dir")"
+cmp "$work/from_pipe.npy" "$work/seeded.npy" || fail "the FIFO got other bytes"
+ln -s seeded.npy "$work/link.npy"
+expect 0 "" tensor read "$sid" "$weight" --out "$work/link.npy"
+[ -L "$work/link.npy" ] || fail "the symlink was replaced"
+cmp "$work/link.npy" "$work/seeded.npy" || fail "the symlink's target differs"
+
 # --- write doubled values, close with writeback, reopen read-only --------------
 npy_header_len=$(($(wc -c <"$work/seeded.npy") - weight_numel * 4))
 {

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, S
 import grpc
 import numpy as np
 
-from summon import dtypes
+from summon import checks, dtypes, shapes
 from summon.errors import SummonError
 from summon.messages import (Attachment, CloseResult, LoadResult, Model, ModelSummary,
                           PhaseReport, SaveResult, Session, ShardChecksum, ShardMap,
@@ -147,6 +147,7 @@ class Client:
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  token: Optional[str] = None):
         self.address = address or os.environ.get("SUMMON_SERVER") or DEFAULT_ADDRESS
+        checks.check_address(self.address, "address" if address else "$SUMMON_SERVER")
         self.timeout = timeout
         self.principal = principal
         self._metadata = (("summon-principal", principal),) if principal else None
@@ -218,6 +219,7 @@ class Client:
         attached trainer fills the shards and calls mark_initialized).
         grad_ranks: None (no gradients), "all", or a list of global ranks.
         """
+        checks.check_model_name(name)
         request = summon_pb2.CreateModelRequest(
             name=name, layout_json=layout if isinstance(layout, str) else json.dumps(layout))
         if strategy is not None:
@@ -242,6 +244,7 @@ class Client:
         `skip` (a regular expression) leaves matching tensors out of a new
         model; `dtype` ("float32", "bfloat16", ...) converts every tensor to it.
         """
+        checks.check_model_name(name)
         request = summon_pb2.LoadModelRequest(model=name, path=path, skip=skip)
         if dtype is not None:
             request.dtype = dtypes.to_proto(dtype)
@@ -433,16 +436,39 @@ class Client:
         self._before_close.setdefault(session_id, []).append(callback)
 
     def write_tensor(self, session_id: str, fqn: str, data: np.ndarray, grad: bool = False,
-                     dtype: Optional[str] = None, offset: int = 0,
+                     dtype: Optional[str] = None, offset: Optional[int] = None,
+                     count: Optional[int] = None,
                      chunk_bytes: int = WRITE_CHUNK_BYTES) -> int:
-        """Writes raw wire data into a session tensor from `offset`; returns elements written.
+        """Writes raw wire data into a session tensor; returns elements written.
 
+        Without `offset` the write is of the whole tensor, and `data` must
+        have exactly its shape (summon.shapes: no reshape, no broadcast, no
+        short write; INVALID_ARGUMENT naming both shapes, nothing sent).
+        With `offset` it writes the range of `data.size` elements (`count`,
+        when given, must say the same) from that element of the flattened
+        tensor, which must lie within the tensor (OUT_OF_RANGE).
         `dtype` is the tensor's stored dtype (writes never convert, R5);
         default: float32/float64/float16 from the array, and bfloat16 for a
         uint16 array of bit patterns. The array is streamed in chunks of its
         own memory; the write lands only when the whole stream arrived.
         """
         array = np.ascontiguousarray(data)
+        if offset is None:
+            if count is not None:
+                raise SummonError("INVALID_ARGUMENT", "count= names a range: give offset= too")
+            info = shapes.find_tensor(self, session_id, fqn, grad)
+            if info is not None:
+                shapes.check_whole_write(fqn, info.shape, array.shape)
+            offset = 0
+        elif count is not None and count != array.size:
+            raise SummonError("INVALID_ARGUMENT", f"count={count} but the data has "
+                              f"{array.size} elements")
+        return self._write_stream(session_id, fqn, array, grad, dtype, offset, chunk_bytes)
+
+    def _write_stream(self, session_id: str, fqn: str, array: np.ndarray, grad: bool,
+                      dtype: Optional[str], offset: int,
+                      chunk_bytes: int = WRITE_CHUNK_BYTES) -> int:
+        """WriteTensor of `array` from element `offset`, with no shape check."""
         if dtype is None:
             dtype = {"<f4": "float32", "<f8": "float64", "<f2": "float16",
                      "<u2": "bfloat16"}.get(array.dtype.newbyteorder("<").str)
@@ -453,7 +479,7 @@ class Client:
         if array.dtype != wire:
             raise ValueError(f"{dtype} data must be a {wire} array, got {array.dtype} "
                              "(writes never convert)")
-        raw = memoryview(array.reshape(-1).view(np.uint8))
+        raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
         header = summon_pb2.WriteTensorHeader(
             session_id=session_id, fqn=fqn, grad=grad, dtype=dtypes.to_proto(dtype),
             element_offset=offset, element_count=array.size)

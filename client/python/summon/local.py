@@ -119,6 +119,12 @@ class LocalDaemon:
         a daemon that has a data dir) are freed."""
         from summon.client import Client, SummonError
         with Client(self.address, timeout=10) as client:
+            # A model with open sessions cannot be deleted: abort them first.
+            for session in client.list_sessions():
+                try:
+                    client.close_session(session.id, abort=True)
+                except SummonError:
+                    pass
             for model in client.list_models():
                 try:
                     client.delete_model(model.name, force=True)

@@ -1,6 +1,6 @@
 """A full-parameter session as a context manager, with FSDP's names.
 
-    with client.summon_full_params("gpt", scope="layers.1", writeback=True) as s:
+    with client.summon_full_params("gpt", scope="layers.1") as s:   # writable
         w = s["layers.1.attn.qkv.weight"]          # numpy array
         s["layers.1.attn.qkv.weight"] = w * 0.5    # into the session
         print(s.stats("layers.1.attn.qkv.weight")[0].l2_norm)
@@ -10,10 +10,14 @@
 Values: `s[fqn]` returns float32, float64 and float16 tensors as they are
 stored and bfloat16 ones widened exactly to float32 (NumPy has no bfloat16;
 `s.read(fqn, raw=True)` gives the uint16 bit patterns, `s.torch(fqn)` a real
-torch.bfloat16 tensor). `s[fqn] = array` converts floating arrays to the
-stored dtype on the client (bfloat16 rounds to nearest even) and takes a
-uint16 array as bfloat16 bit patterns. While the session is open a
-background thread renews its lease.
+torch.bfloat16 tensor). `s[fqn] = array` (a NumPy array or a torch tensor)
+writes the whole tensor and needs exactly its shape: another shape is a
+SummonError INVALID_ARGUMENT naming both, and nothing is written (no reshape,
+no broadcast; write a range with `client.write_tensor(..., offset=)`). The
+only implicit conversions are these, on the client: floating arrays (and
+integer ones, as NumPy's astype does) convert to the stored dtype, bfloat16
+rounding to nearest even, and a uint16 array is taken as bfloat16 bit
+patterns. While the session is open a background thread renews its lease.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import numpy as np
 
-from summon import dtypes
+from summon import dtypes, shapes
 from summon.errors import SummonError
 from summon.messages import CloseResult, Session, TensorInfo, TensorStats
 from summon.v1 import types_pb2
@@ -149,20 +153,17 @@ class FullParams:
         return self.read(fqn, grad=True)
 
     def write(self, fqn: str, value: Any, grad: bool = False) -> int:
-        """Writes a full tensor, converted to the stored dtype (see module docstring)."""
+        """Writes a whole tensor of exactly its shape, converted to the stored
+        dtype (see module docstring); another shape is INVALID_ARGUMENT."""
         info = self.info(fqn, grad)
         array = _as_numpy(value)
-        if array.shape != info.shape and array.size == info.numel:
-            array = array.reshape(info.shape)
-        if array.shape != info.shape:
-            raise ValueError(f"'{fqn}' has shape {list(info.shape)}, got "
-                             f"{list(array.shape)} (shapes never change, R5)")
+        shapes.check_whole_write(fqn, info.shape, array.shape)
         if info.dtype == "bfloat16":
             if array.dtype != np.uint16:
                 array = dtypes.float32_to_bfloat16(array.astype(np.float32))
         else:
             array = array.astype(dtypes.wire_numpy(info.dtype), copy=False)
-        return self._client.write_tensor(self.id, fqn, array, grad=grad, dtype=info.dtype)
+        return self._client._write_stream(self.id, fqn, array, grad, info.dtype, offset=0)
 
     def __setitem__(self, fqn: str, value: Any) -> None:
         self.write(fqn, value)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
-from summon import cuda_ipc
+from summon import cuda_ipc, shapes
 from summon.client import Client
 from summon.errors import SummonError
 from summon.messages import (Attachment, Model, PhaseReport, ShardMap, UnitGeneration,
@@ -266,6 +266,10 @@ class ShardViews:
         with torch.no_grad():
             for view in self.units.values():
                 for part in view.shard.params:
+                    # The module's tensor must have the layout's shape: a
+                    # transposed or short one is refused, not flattened in.
+                    shapes.check_whole_write(part.info.fqn, part.info.shape,
+                                             tuple(tensors[part.info.fqn].shape))
                     source = tensors[part.info.fqn].detach().reshape(-1)
                     window = source[part.element_offset:part.element_offset + part.numel]
                     view.param_views[part.info.fqn].copy_(window)

@@ -1,0 +1,97 @@
+"""Every ```python block of README.md and docs/api.md against the package:
+each parses (a `>>>` transcript as the code it shows), and every keyword
+argument it passes to a method or function of summon (summon.Client, the
+session context manager, summon.torch, ...) is a parameter that callable
+has. A renamed or removed option fails here, as a flag does for summonctl."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+import summon
+import summon.mapping
+import summon.session
+import summon.torch
+
+REPO = Path(__file__).resolve().parents[2]
+DOCUMENTS = [REPO / "README.md", REPO / "docs" / "api.md"]
+
+
+def python_blocks(path: Path) -> Iterator[tuple[int, str]]:
+    """(first line, code) of each ```python block; transcripts keep their code."""
+    lines = path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() == "```python":
+            start, body = i + 2, []
+            i += 1
+            while i < len(lines) and not lines[i].startswith("```"):
+                body.append(lines[i])
+                i += 1
+            if any(line.startswith(">>> ") for line in body):
+                body = [line[4:] for line in body if line.startswith((">>> ", "... "))]
+            yield start, "\n".join(body)
+        i += 1
+
+
+BLOCKS = [(f"{path.name}:{line}", code) for path in DOCUMENTS
+          for line, code in python_blocks(path)]
+
+
+def callables() -> dict[str, list[Callable]]:
+    """Public callables of the package by name."""
+    found: dict[str, list[Callable]] = {}
+    owners = [summon.Client, summon.session.FullParams, summon.mapping.SessionMapping,
+              summon.torch]
+    owners += [member for _, member in inspect.getmembers(summon.torch, inspect.isclass)
+               if member.__module__ == "summon.torch"]
+    for owner in owners:
+        for name, member in inspect.getmembers(owner, callable):
+            if not name.startswith("_") or name == "__init__":
+                found.setdefault(name, []).append(member)
+    found.setdefault("Client", []).append(summon.Client)
+    return found
+
+
+def accepts(function: Callable, keywords: set[str]) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return True
+    return keywords <= {p.name for p in parameters}
+
+
+def test_the_documents_have_python_blocks() -> None:
+    assert len(BLOCKS) >= 8
+
+
+@pytest.mark.parametrize("where,code", BLOCKS, ids=[where for where, _ in BLOCKS])
+def test_python_block_matches_the_package(where: str, code: str) -> None:
+    tree = ast.parse(code, filename=where)  # a block that does not parse fails
+    known = callables()
+    checked = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        keywords = {k.arg for k in node.keywords if k.arg is not None}
+        if name not in known or not keywords:
+            continue
+        checked.append(name)
+        assert any(accepts(f, keywords) for f in known[name]), (
+            f"{where}: {name}({', '.join(sorted(keywords))}): no summon callable "
+            f"named {name} takes all of these")
+
+
+def test_a_stale_keyword_is_caught() -> None:
+    code = 'client.summon_full_params("m", writeback_never=True)'
+    with pytest.raises(AssertionError, match="writeback_never"):
+        test_python_block_matches_the_package("example", code)
