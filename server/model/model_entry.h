@@ -4,8 +4,9 @@
 // One model as this node hosts it (ModelEntry), how its shards get their
 // first values (ModelInit) and its health for clients (HealthOf). Apart from
 // the registry because almost every room uses an entry while only a few
-// create, load or delete models: they include this header, not the
-// registry's.
+// create, load or delete models: code that only uses an entry can include
+// this header and depend on //server/model:model_entry alone.
+// model_registry.h includes it.
 
 #include <cstdint>
 #include <memory>
