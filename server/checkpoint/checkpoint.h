@@ -7,7 +7,7 @@
 // the model (or of a tensor) is ever built.
 //
 // A checkpoint `path` for loading and LayoutJsonFromCheckpoint takes any
-// form OpenSafetensorsCheckpoint (server/safetensors.h) accepts.
+// form OpenSafetensorsCheckpoint (server/checkpoint/safetensors.h) accepts.
 
 #include <cstdint>
 #include <map>
@@ -182,7 +182,8 @@ enum class NonFloatingTensors {
   kSkip,    // Left out of the layout (and so never loaded).
 };
 
-// Builds a layout JSON (DESIGN.md section 6) for the checkpoint's tensors.
+// Builds a layout JSON (docs/design.md#the-layout-file) for the checkpoint's
+// tensors.
 // Units: every module (a proper dot-prefix of a tensor name) that matches a
 // pattern of `wrap_patterns` is a unit; a pattern is a dot-separated module
 // path from the root in which a "*" component matches any one component

@@ -1,6 +1,7 @@
 // LayoutJsonFromCheckpoint: a model layout derived from a checkpoint's
 // tensors (units by wrap patterns, FSDP's one-dtype rule, R14), for a load
-// that creates the model. checkpoint.cc loads and saves the shards.
+// that creates the model. checkpoint_load.cc loads the shards and
+// checkpoint_save.cc saves them.
 
 #include <regex.h>
 

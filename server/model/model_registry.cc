@@ -1,3 +1,7 @@
+// The registry's core: creating, finding, recreating and removing the
+// node's models. Checkpoint loads and saves of a model's shards are in
+// model_checkpoints.cc, the models file of the data dir in models_file.cc,
+// and an entry's own state in model_entry.cc.
 #include "server/model/model_registry.h"
 
 #include <fcntl.h>
@@ -8,18 +12,14 @@
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <random>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/seeded_init.h"
 #include "core/trainer_rules.h"
-#include "nlohmann/json.hpp"
-#include "server/checkpoint/checkpoint.h"
 #include "spdlog/spdlog.h"
 
 namespace summon::server {
@@ -97,66 +97,7 @@ absl::Status CheckShardsFit(const ModelEntry& model) {
   return absl::OkStatus();
 }
 
-uint64_t Fnv1a(const uint8_t* data, int64_t size) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (int64_t i = 0; i < size; ++i) {
-    hash ^= data[i];
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
 }  // namespace
-
-namespace {
-
-// Every rank IDLE, every unit at the store's generation (0 without one).
-void InitRuntime(ModelEntry& model, int world_size) {
-  absl::MutexLock lock(&model.runtime_mu);
-  model.runtime.model = model.name;
-  model.runtime.phase_per_rank.assign(world_size, core::TrainingPhase::kIdle);
-  model.steps.assign(world_size, std::nullopt);
-  model.optimizer_entries.assign(world_size, 0);
-  for (size_t u = 0; u < model.spec.units.size(); ++u) {
-    core::UnitRuntimeState unit;
-    unit.fqn = model.spec.units[u].fqn;
-    if (model.store != nullptr) {
-      unit.generation = model.store->Generation(static_cast<int>(u));
-    }
-    model.runtime.units.push_back(std::move(unit));
-  }
-}
-
-}  // namespace
-
-ModelHealth HealthOf(ModelEntry& model, std::string* detail) {
-  if (model.store == nullptr) {
-    *detail = absl::StrCat(model.missing_detail,
-                           "; recover with `summonctl model load ", model.name,
-                           " --from CHECKPOINT` or `summonctl model delete ",
-                           model.name, "`");
-    return ModelHealth::kMissingShards;
-  }
-  {
-    absl::MutexLock lock(&model.runtime_mu);
-    if (model.awaiting_init) {
-      *detail =
-          "init external: the attached trainer fills the shards and calls "
-          "Trainer.MarkInitialized";
-      return ModelHealth::kAwaitingInit;
-    }
-  }
-  const std::vector<std::string> unlinked = model.store->UnlinkedSegments();
-  if (!unlinked.empty()) {
-    *detail = absl::StrCat(
-        "segment ", unlinked.front(),
-        " was unlinked from /dev/shm by another process; its data lives only "
-        "until this daemon exits: save the model now");
-    return ModelHealth::kDegraded;
-  }
-  detail->clear();
-  return ModelHealth::kReady;
-}
 
 std::string InstanceForDataDir(const std::string& data_dir) {
   if (data_dir.empty()) {
@@ -285,27 +226,6 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Create(
   return entry;
 }
 
-absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::CreateFromCheckpoint(
-    const std::string& name, const std::string& path,
-    const std::vector<std::string>& wrap_patterns, core::Strategy strategy,
-    bool use_orig_params, int64_t* bytes_read) {
-  absl::StatusOr<std::string> layout =
-      LayoutJsonFromCheckpoint(path, wrap_patterns, strategy, use_orig_params,
-                               NonFloatingTensors::kReject, "", std::nullopt,
-                               options_.checkpoint_admission);
-  if (!layout.ok()) return layout.status();
-  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
-      Create(name, *layout, strategy, ModelInit{}, {}, ModelInit{});
-  if (!model.ok()) return model.status();
-  absl::StatusOr<int64_t> bytes = LoadCheckpoint(**model, path);
-  if (!bytes.ok()) {
-    Remove(name).IgnoreError();
-    return bytes.status();
-  }
-  *bytes_read = *bytes;
-  return model;
-}
-
 absl::Status ModelRegistry::MarkInitialized(ModelEntry& model) {
   {
     absl::MutexLock lock(&model.runtime_mu);
@@ -348,109 +268,6 @@ absl::Status ModelRegistry::Remove(const std::string& name) {
     return ShardStore::RemoveSegments(options_.instance, name);
   }
   return model->store->Destroy();
-}
-
-absl::Status ModelRegistry::Persist(ModelEntry& model) const {
-  if (options_.data_dir.empty()) return absl::OkStatus();
-  std::error_code error;
-  const fs::path dir = fs::path(options_.data_dir) / "models";
-  fs::create_directories(dir, error);
-  if (error) {
-    return absl::InternalError(
-        absl::StrCat("cannot create ", dir.string(), ": ", error.message()));
-  }
-  absl::MutexLock runtime_lock(&model.runtime_mu);
-  nlohmann::json record = {
-      {"name", model.name},
-      {"layout_json", model.layout_json},
-      {"strategy", std::string(core::StrategyName(model.spec.groups.declared))},
-      {"nodes", options_.topology.nodes},
-      {"local_ranks", options_.topology.local_ranks},
-      {"grads_by_rank", model.grads_by_rank},
-      {"awaiting_init", model.awaiting_init},
-  };
-  const fs::path final_path = dir / (model.name + ".json");
-  const fs::path temp_path = dir / (model.name + ".json.tmp");
-  {
-    std::ofstream out(temp_path, std::ios::trunc);
-    out << record.dump(2) << "\n";
-    if (!out) {
-      return absl::InternalError(
-          absl::StrCat("cannot write ", temp_path.string()));
-    }
-  }
-  fs::rename(temp_path, final_path, error);
-  if (error) {
-    return absl::InternalError(absl::StrCat(
-        "cannot rename to ", final_path.string(), ": ", error.message()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ModelRegistry::Recover() {
-  if (options_.data_dir.empty()) return absl::OkStatus();
-  const fs::path dir = fs::path(options_.data_dir) / "models";
-  std::error_code error;
-  if (!fs::exists(dir, error)) return absl::OkStatus();
-  for (const fs::directory_entry& file : fs::directory_iterator(dir, error)) {
-    if (file.path().extension() != ".json") continue;
-    std::ifstream in(file.path());
-    std::stringstream text;
-    text << in.rdbuf();
-    nlohmann::json record =
-        nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.is_object() ||
-        !record.contains("name") || !record["name"].is_string() ||
-        !record.contains("layout_json") || !record["layout_json"].is_string() ||
-        !record.contains("strategy") || !record["strategy"].is_string()) {
-      spdlog::error("model record {} is malformed; skipped",
-                    file.path().string());
-      continue;
-    }
-    absl::StatusOr<core::Strategy> strategy =
-        core::ParseStrategy(record["strategy"].get<std::string>());
-    const std::string name = record["name"].get<std::string>();
-    const std::string layout = record["layout_json"].get<std::string>();
-    absl::StatusOr<std::shared_ptr<ModelEntry>> model =
-        strategy.ok()
-            ? Build(name, layout, *strategy, AttachMode::kAttach)
-            : absl::StatusOr<std::shared_ptr<ModelEntry>>(strategy.status());
-    if (!model.ok() && strategy.ok() &&
-        (model.status().code() == absl::StatusCode::kNotFound ||
-         model.status().code() == absl::StatusCode::kFailedPrecondition)) {
-      // Its shards are gone (a client unlinked a segment, or the host
-      // rebooted): keep the model visible as MISSING_SHARDS so its users
-      // learn what happened and can reload or delete it.
-      spdlog::error(
-          "model {} is MISSING_SHARDS: {}; recover with `summonctl model load "
-          "{} --from CHECKPOINT` or `summonctl model delete {}`",
-          name, std::string(model.status().message()), name, name);
-      model = BuildMissing(name, layout, *strategy, model.status());
-    }
-    if (!model.ok()) {
-      spdlog::error("model {} not re-attached: {}", name,
-                    model.status().ToString());
-      continue;
-    }
-    if (record.contains("awaiting_init") &&
-        record["awaiting_init"].is_boolean()) {
-      absl::MutexLock runtime_lock(&(*model)->runtime_mu);
-      (*model)->awaiting_init = record["awaiting_init"].get<bool>();
-    }
-    if (record.contains("grads_by_rank") &&
-        record["grads_by_rank"].is_array() &&
-        record["grads_by_rank"].size() == (*model)->grads_by_rank.size()) {
-      for (size_t rank = 0; rank < record["grads_by_rank"].size(); ++rank) {
-        const auto& flag = record["grads_by_rank"][rank];
-        (*model)->grads_by_rank[rank] = flag.is_boolean() && flag.get<bool>();
-      }
-    }
-    absl::MutexLock lock(&mu_);
-    models_[name] = *model;
-    spdlog::info("model reattach name={} units={}", name,
-                 (*model)->spec.units.size());
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Find(
@@ -525,102 +342,6 @@ std::vector<std::shared_ptr<ModelEntry>> ModelRegistry::List() const {
   std::vector<std::shared_ptr<ModelEntry>> models;
   for (const auto& [name, model] : models_) models.push_back(model);
   return models;
-}
-
-absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
-                                                      const std::string& path,
-                                                      bool convert) {
-  absl::MutexLock runtime_lock(&model.runtime_mu);
-  if (model.open_sessions > 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model '", model.name, "' has ", model.open_sessions,
-                     " open sessions; close them before loading a checkpoint"));
-  }
-  absl::MutexLock shards_lock(&model.shards_mu);
-  absl::StatusOr<ShardStore::HostShards> shards =
-      model.store->OnHost(/*grads=*/false, /*read=*/true);
-  if (!shards.ok()) return shards.status();
-  absl::StatusOr<int64_t> bytes = server::LoadCheckpoint(
-      path, model.spec, model.local_ranks,
-      [&](int rank, int unit) { return shards->Shard(rank, unit); }, convert,
-      options_.checkpoint_admission);
-  if (!bytes.ok()) return bytes.status();
-  if (absl::Status flushed = shards->Flush(); !flushed.ok()) return flushed;
-  for (size_t u = 0; u < model.runtime.units.size(); ++u) {
-    model.runtime.units[u].generation =
-        model.store->BumpGeneration(static_cast<int>(u));
-    if (core::IsExternalWrite(core::ShardWriter::kLoad)) {
-      model.store->NoteExternalWrite(static_cast<int>(u));
-    }
-  }
-  spdlog::info("model load name={} path={} bytes={}", model.name, path, *bytes);
-  return bytes;
-}
-
-absl::StatusOr<std::vector<std::string>> ModelRegistry::SaveCheckpoint(
-    ModelEntry& model, const std::string& path, int64_t max_file_bytes) {
-  absl::ReaderMutexLock shards_lock(&model.shards_mu);
-  absl::StatusOr<ShardStore::HostShards> shards =
-      model.store->OnHost(/*grads=*/false, /*read=*/true);
-  if (!shards.ok()) return shards.status();
-  absl::StatusOr<SavedCheckpoint> saved = server::SaveCheckpoint(
-      path, model.spec, model.local_ranks,
-      [&](int rank, int unit) { return shards->Shard(rank, unit); },
-      {{"summon.model", model.name}},
-      max_file_bytes > 0 ? max_file_bytes : kDefaultMaxCheckpointFileBytes,
-      options_.checkpoint_admission);
-  if (!saved.ok()) return saved.status();
-  spdlog::info("model save name={} path={} bytes={}", model.name, path,
-               saved->bytes_written);
-  return saved->files;
-}
-
-absl::StatusOr<CheckpointFiles> ModelRegistry::PlanSave(
-    const ModelEntry& model, const std::string& path,
-    int64_t max_file_bytes) const {
-  return PlanCheckpoint(
-      path, model.spec, {{"summon.model", model.name}},
-      max_file_bytes > 0 ? max_file_bytes : kDefaultMaxCheckpointFileBytes,
-      options_.checkpoint_admission);
-}
-
-absl::StatusOr<int64_t> ModelRegistry::WriteSaveRanges(
-    ModelEntry& model, const CheckpointFiles& plan) {
-  absl::ReaderMutexLock shards_lock(&model.shards_mu);
-  absl::StatusOr<ShardStore::HostShards> shards =
-      model.store->OnHost(/*grads=*/false, /*read=*/true);
-  if (!shards.ok()) return shards.status();
-  return WriteCheckpointRanges(
-      plan, model.spec, model.local_ranks,
-      [&](int rank, int unit) { return shards->Shard(rank, unit); });
-}
-
-absl::StatusOr<std::vector<ShardChecksums>> ModelRegistry::Checksums(
-    ModelEntry& model) {
-  absl::ReaderMutexLock shards_lock(&model.shards_mu);
-  std::vector<ShardChecksums> result;
-  absl::StatusOr<ShardStore::HostShards> params =
-      model.store->OnHost(/*grads=*/false, /*read=*/true);
-  if (!params.ok()) return params.status();
-  absl::StatusOr<ShardStore::HostShards> grads =
-      model.store->OnHost(/*grads=*/true, /*read=*/true);
-  if (!grads.ok()) return grads.status();
-  for (int rank : model.local_ranks) {
-    for (size_t u = 0; u < model.spec.units.size(); ++u) {
-      const int unit = static_cast<int>(u);
-      const int64_t bytes = model.spec.units[u].layout.shard_bytes();
-      ShardChecksums sums;
-      sums.rank = rank;
-      sums.unit = unit;
-      sums.params = Fnv1a(params->Shard(rank, unit), bytes);
-      if (model.store->HasGrads(rank)) {
-        sums.grads = Fnv1a(grads->Shard(rank, unit), bytes);
-      }
-      sums.generation = model.store->Generation(unit);
-      result.push_back(sums);
-    }
-  }
-  return result;
 }
 
 }  // namespace summon::server

@@ -18,29 +18,18 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/model_spec.h"
+#include "server/store/segment_names.h"
 #include "server/store/shard_memory.h"
 
 namespace summon::server {
 namespace shm {
-class Segment;  // server/shm_segment.h
+class Segment;  // server/store/shm_segment.h
 }  // namespace shm
-
-// INVALID_ARGUMENT unless `name` matches [A-Za-z0-9._-]{1,128} and is not "."
-// or "..": model names end up in shared-memory segment and file names.
-absl::Status ValidateModelName(absl::string_view name);
 
 enum class AttachMode {
   kCreate,          // ALREADY_EXISTS when any of the model's segments exist.
   kAttach,          // NOT_FOUND when the model's segments are absent.
   kCreateOrAttach,  // Attach when present, create when absent.
-};
-
-// What a shared-memory segment holds for one rank.
-enum class SegmentKind : uint32_t {
-  kParams = 1,
-  kGrads = 2,
-  kStaged = 3,       // Writeback data between PREPARE and COMMIT.
-  kStagedGrads = 4,  // The same for gradients.
 };
 
 // One node's shards of one model, in POSIX shared memory: per local rank a
@@ -140,6 +129,8 @@ class ShardStore {
       const core::ModelSpec& model, const std::vector<int>& local_ranks,
       AttachMode mode, const ShardMemoryProvider* device = nullptr);
 
+  // Names alone, no store (defined in segment_names.cc): a segment's name,
+  // "/summon-<instance>-<model>-r<rank>-<KindSuffix(kind)>".
   static std::string SegmentName(absl::string_view instance,
                                  absl::string_view model_name, int rank,
                                  SegmentKind kind);
@@ -202,11 +193,12 @@ class ShardStore {
   // needed when every byte will be overwritten before Flush()).
   absl::StatusOr<HostShards> OnHost(bool grads, bool read) const;
 
-  // A unit's generation (DESIGN.md section 1), kept in every local rank's
-  // params header. On attach, ranks that disagree (a daemon killed between
-  // two header updates) are set to the highest value: generations only move
-  // forward, and the higher one makes any older gather stale (R7). A unit
-  // out of range reads 0 and is never written.
+  // A unit's generation (docs/design.md#generations-and-external-writes),
+  // kept in every local rank's params header. On attach, ranks that
+  // disagree (a daemon killed between two header updates) are set to the
+  // highest value: generations only move forward, and the higher one makes
+  // any older gather stale (R7). A unit out of range reads 0 and is never
+  // written.
   uint64_t Generation(int unit) const;
   // Returns the new generation.
   uint64_t BumpGeneration(int unit);

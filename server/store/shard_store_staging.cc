@@ -1,10 +1,11 @@
-// The staged segments of the two-phase writeback (DESIGN.md section 4):
-// PREPARE fills them, COMMIT copies them into the params. They live in
-// shared memory so that a daemon killed during COMMIT finishes it after a
-// restart instead of leaving some ranks written and others not. After a
-// commit they stay, spare, for kSpareStagingGrace: the next writeback reuses
-// their allocated pages instead of creating, zeroing and unlinking 2x the
-// unit's bytes of shared memory each time.
+// The staged segments of the two-phase writeback (R8, docs/rules.md#r8;
+// docs/design.md#how-nodes-work-together): PREPARE fills them, COMMIT
+// copies them into the params. They live in shared memory so that a daemon
+// killed during COMMIT finishes it after a restart instead of leaving some
+// ranks written and others not. After a commit they stay, spare, for
+// kSpareStagingGrace: the next writeback reuses their allocated pages
+// instead of creating, zeroing and unlinking 2x the unit's bytes of shared
+// memory each time.
 #include <algorithm>
 #include <cstring>
 #include <functional>

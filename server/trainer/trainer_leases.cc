@@ -1,21 +1,18 @@
+// Attached trainers' leases (R17): attach, renew, detach, the lease checks
+// of phase reports, and the reaper that ends lapsed leases. The leases file
+// of the data dir is read and written in leases_file.cc.
 #include "server/trainer/trainer_leases.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace summon::server {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr size_t kEndedLeasesKept = 1024;
 
@@ -311,150 +308,6 @@ int TrainerLeases::ReapLapsed() {
   }
   if (!lapsed.empty()) PersistLocked();
   return static_cast<int>(lapsed.size());
-}
-
-void TrainerLeases::Persist() {
-  absl::MutexLock lock(&mu_);
-  PersistLocked();
-}
-
-void TrainerLeases::PersistLocked() {
-  if (options_.data_dir.empty()) return;
-  nlohmann::json record;
-  record["leases"] = nlohmann::json::array();
-  for (const auto& [id, lease] : leases_) {
-    record["leases"].push_back(
-        {{"id", id},
-         {"model", lease.model},
-         {"incarnation", lease.incarnation},
-         {"ranks", lease.ranks},
-         {"lease_ms", absl::ToInt64Milliseconds(lease.ttl)}});
-  }
-  record["models"] = nlohmann::json::object();
-  for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
-    absl::MutexLock runtime_lock(&model->runtime_mu);
-    nlohmann::json phases = nlohmann::json::array();
-    nlohmann::json steps = nlohmann::json::array();
-    for (size_t rank = 0; rank < model->runtime.phase_per_rank.size(); ++rank) {
-      phases.push_back(std::string(
-          core::TrainingPhaseName(model->runtime.phase_per_rank[rank])));
-      steps.push_back(model->steps[rank].has_value()
-                          ? nlohmann::json(*model->steps[rank])
-                          : nlohmann::json(nullptr));
-    }
-    record["models"][model->name] = {
-        {"phases", phases},
-        {"steps", steps},
-        {"optimizer_entries", model->optimizer_entries},
-        {"last_optimizer_step",
-         model->last_optimizer_step.has_value()
-             ? nlohmann::json(*model->last_optimizer_step)
-             : nlohmann::json(nullptr)}};
-  }
-  record["events"] = nlohmann::json::array();
-  for (const auto& [key, event] : last_event_) {
-    record["events"].push_back(
-        {{"model", key.first}, {"rank", key.second}, {"event", event}});
-  }
-  const fs::path path = fs::path(options_.data_dir) / "trainers.json";
-  const fs::path temp = fs::path(options_.data_dir) / "trainers.json.tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << record.dump() << "\n";
-    if (!out) {
-      spdlog::error(
-          "cannot write {}: trainer phases will not survive a "
-          "restart",
-          temp.string());
-      return;
-    }
-  }
-  std::error_code error;
-  fs::rename(temp, path, error);
-  if (error) {
-    spdlog::error("cannot rename {}: {}", temp.string(), error.message());
-  }
-}
-
-absl::Status TrainerLeases::Recover() {
-  if (options_.data_dir.empty()) return absl::OkStatus();
-  const fs::path path = fs::path(options_.data_dir) / "trainers.json";
-  std::ifstream in(path);
-  if (!in) return absl::OkStatus();
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json record =
-      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (record.is_discarded() || !record.is_object()) {
-    spdlog::error("{} is malformed; trainer phases start IDLE", path.string());
-    return absl::OkStatus();
-  }
-  try {
-    absl::MutexLock lock(&mu_);
-    const absl::Time now = options_.clock();
-    const nlohmann::json models =
-        record.value("models", nlohmann::json::object());
-    const nlohmann::json leases =
-        record.value("leases", nlohmann::json::array());
-    const nlohmann::json events =
-        record.value("events", nlohmann::json::array());
-    for (const auto& [name, state] : models.items()) {
-      absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry_->Find(name);
-      if (!model.ok()) continue;
-      ModelEntry& entry = **model;
-      absl::MutexLock runtime_lock(&entry.runtime_mu);
-      const nlohmann::json& phases = state.at("phases");
-      const nlohmann::json& steps = state.at("steps");
-      const nlohmann::json& entries = state.at("optimizer_entries");
-      if (phases.size() != entry.runtime.phase_per_rank.size() ||
-          steps.size() != phases.size() || entries.size() != phases.size()) {
-        continue;
-      }
-      for (size_t rank = 0; rank < phases.size(); ++rank) {
-        absl::StatusOr<core::TrainingPhase> phase =
-            core::ParseTrainingPhase(phases[rank].get<std::string>());
-        if (phase.ok()) entry.runtime.phase_per_rank[rank] = *phase;
-        if (!steps[rank].is_null())
-          entry.steps[rank] = steps[rank].get<int64_t>();
-        entry.optimizer_entries[rank] = entries[rank].get<int64_t>();
-      }
-      if (!state.at("last_optimizer_step").is_null()) {
-        entry.last_optimizer_step =
-            state.at("last_optimizer_step").get<int64_t>();
-      }
-    }
-    for (const nlohmann::json& saved : leases) {
-      core::TrainerLease lease;
-      lease.id = saved.at("id").get<std::string>();
-      lease.model = saved.at("model").get<std::string>();
-      lease.incarnation = saved.at("incarnation").get<std::string>();
-      lease.ranks = saved.at("ranks").get<std::vector<int>>();
-      lease.ttl = absl::Milliseconds(saved.at("lease_ms").get<int64_t>());
-      lease.expires = now + lease.ttl;
-      absl::StatusOr<std::shared_ptr<ModelEntry>> model =
-          registry_->Find(lease.model);
-      const int world =
-          model.ok() ? (*model)->spec.groups.topology.world_size() : 0;
-      if (lease.ranks.empty() ||
-          std::any_of(lease.ranks.begin(), lease.ranks.end(),
-                      [&](int rank) { return rank < 0 || rank >= world; })) {
-        continue;
-      }
-      std::sort(lease.ranks.begin(), lease.ranks.end());
-      spdlog::info("trainer lease recovered model={} incarnation={} lease={}",
-                   lease.model, lease.incarnation, lease.id);
-      leases_[lease.id] = std::move(lease);
-    }
-    for (const nlohmann::json& saved : events) {
-      last_event_[{saved.at("model").get<std::string>(),
-                   saved.at("rank").get<int>()}] =
-          saved.at("event").get<std::string>();
-    }
-  } catch (const nlohmann::json::exception& error) {
-    spdlog::error("{} is malformed ({}); trainer state partly recovered",
-                  path.string(), error.what());
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace summon::server
