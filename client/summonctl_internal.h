@@ -61,7 +61,7 @@ absl::StatusOr<Enum> EnumFlag(const Invocation& args, absl::string_view flag,
 
 // Checks and advice (summonctl_hints.cc) --------------------------------------
 
-// The longest model name summond accepts (server/shard_store.h,
+// The longest model name summond accepts (server/store/segment_names.cc,
 // ValidateModelName): model names end up in shared-memory segment names.
 inline constexpr size_t kMaxModelNameBytes = 128;
 

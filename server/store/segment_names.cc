@@ -93,9 +93,9 @@ absl::Status ValidateModelName(absl::string_view name) {
         return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
       });
   if (valid) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("invalid model name '", name,
-                   "': use 1 to 64 of A-Z a-z 0-9 . _ - (not '.' or '..')"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid model name '", name, "': use 1 to ", kMaxModelNameBytes,
+      " of A-Z a-z 0-9 . _ - (not '.' or '..')"));
 }
 
 uint64_t LayoutFingerprint(const core::ModelSpec& model, int rank) {

@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "server/store/segment_names.h"
 #include "server/store/shard_store.h"
-#include "server/store/shard_store_test_fixture.h"
+#include "server/testing/shard_store_fixture.h"
 
 namespace summon::server {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "server/store/shard_store_test_fixture.h"
+#include "server/testing/shard_store_fixture.h"
 
 namespace summon::server {
 namespace {

@@ -456,7 +456,7 @@ class Client:
         if offset is None:
             if count is not None:
                 raise SummonError("INVALID_ARGUMENT", "count= names a range: give offset= too")
-            info = shapes.find_tensor(self, session_id, fqn, grad)
+            info = self._find_tensor(session_id, fqn, grad)
             if info is not None:
                 shapes.check_whole_write(fqn, info.shape, array.shape)
             offset = 0
@@ -464,6 +464,19 @@ class Client:
             raise SummonError("INVALID_ARGUMENT", f"count={count} but the data has "
                               f"{array.size} elements")
         return self._write_stream(session_id, fqn, array, grad, dtype, offset, chunk_bytes)
+
+    def _find_tensor(self, session_id: str, fqn: str, grad: bool) -> Optional[TensorInfo]:
+        """The session's description of `fqn` (a tied alias through its primary);
+        None when the session lists neither: the daemon then answers NOT_FOUND."""
+        session = self.get_session(session_id)
+        listed = {info.fqn: info for info in (session.grads if grad else session.params)}
+        if fqn in listed:
+            return listed[fqn]
+        for unit in self.describe_model(session.model).units:
+            for param in unit.params:
+                if fqn in param.aliases:
+                    return listed.get(param.fqn)
+        return None
 
     def _write_stream(self, session_id: str, fqn: str, array: np.ndarray, grad: bool,
                       dtype: Optional[str], offset: int,

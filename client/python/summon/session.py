@@ -23,7 +23,7 @@ patterns. While the session is open a background thread renews its lease.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Protocol
 
 import numpy as np
 
@@ -35,13 +35,33 @@ from summon.v1 import types_pb2
 if TYPE_CHECKING:
     import torch as torch_types
 
-    from summon.client import Client
+
+class SessionClient(Protocol):
+    """What a FullParams needs of its client (summon.Client provides it), so
+    that this module does not import the client back."""
+
+    def _open(self, model: str, options: types_pb2.SessionOptions) -> Session: ...
+
+    def close_session(self, session_id: str, abort: bool = False,
+                      force: bool = False) -> CloseResult: ...
+
+    def renew_session(self, session_id: str,
+                      lease_seconds: Optional[int] = None) -> Session: ...
+
+    def read_tensor(self, session_id: str, fqn: str, grad: bool = False,
+                    dtype: Optional[str] = None) -> np.ndarray: ...
+
+    def _write_stream(self, session_id: str, fqn: str, array: np.ndarray, grad: bool,
+                      dtype: Optional[str], offset: int) -> int: ...
+
+    def tensor_stats(self, session_id: str, fqns: Iterable[str] = (), grad: bool = False,
+                     bins: Optional[int] = None) -> list[TensorStats]: ...
 
 
 class FullParams:
     """An open session's full tensors by FQN (see the module docstring)."""
 
-    def __init__(self, client: "Client", model: str, options: types_pb2.SessionOptions,
+    def __init__(self, client: SessionClient, model: str, options: types_pb2.SessionOptions,
                  force: bool = False):
         self._client = client
         self._model = model

@@ -10,13 +10,9 @@ tensor, as the daemon answers), raised before anything is sent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Sequence
 
 from summon.errors import SummonError
-from summon.messages import TensorInfo
-
-if TYPE_CHECKING:
-    from summon.client import Client
 
 
 def check_whole_write(fqn: str, tensor_shape: Sequence[int],
@@ -37,18 +33,3 @@ def check_range(fqn: str, numel: int, offset: int, count: int) -> None:
             "OUT_OF_RANGE",
             f"elements [{offset}, {offset + count}) are outside '{fqn}' "
             f"({numel} elements)")
-
-
-def find_tensor(client: "Client", session_id: str, fqn: str,
-                grad: bool) -> Optional[TensorInfo]:
-    """The session's description of `fqn` (a tied alias through its primary);
-    None when the session lists neither: the daemon then answers NOT_FOUND."""
-    session = client.get_session(session_id)
-    listed = {info.fqn: info for info in (session.grads if grad else session.params)}
-    if fqn in listed:
-        return listed[fqn]
-    for unit in client.describe_model(session.model).units:
-        for param in unit.params:
-            if fqn in param.aliases:
-                return listed.get(param.fqn)
-    return None

@@ -1,5 +1,5 @@
-#ifndef SUMMON_SERVER_STORE_SHARD_STORE_TEST_FIXTURE_H_
-#define SUMMON_SERVER_STORE_SHARD_STORE_TEST_FIXTURE_H_
+#ifndef SUMMON_SERVER_TESTING_SHARD_STORE_FIXTURE_H_
+#define SUMMON_SERVER_TESTING_SHARD_STORE_FIXTURE_H_
 
 // The fixture shared by the shard store's tests (shard_segments_test.cc and
 // shard_store_test.cc): a two-unit model on two ranks, a fresh instance per
@@ -120,4 +120,4 @@ class ShardStoreTest : public ::testing::Test {
 
 }  // namespace summon::server
 
-#endif  // SUMMON_SERVER_STORE_SHARD_STORE_TEST_FIXTURE_H_
+#endif  // SUMMON_SERVER_TESTING_SHARD_STORE_FIXTURE_H_
