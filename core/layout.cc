@@ -95,7 +95,7 @@ ShardSlice FlatParamLayout::SliceOf(int param_index, int position) const {
   const FlatParamEntry& param = params_[param_index];
   ShardSlice slice;
   if (param.numel == 0 || chunk_numel_ == 0) return slice;
-  // Inclusive ranges, exactly as reference section 1.3 states them.
+  // Inclusive ranges, exactly as docs/design.md#who-owns-what states them.
   const int64_t rank_start = position * chunk_numel_;
   const int64_t rank_end = rank_start + chunk_numel_ - 1;
   const int64_t param_start = param.flat_offset;

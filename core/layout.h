@@ -35,8 +35,9 @@ struct FlatSegment {
   int param_index = -1;  // -1: alignment or end padding.
 };
 
-// The part of one parameter held by one shard-group position (reference
-// section 1.3). `intra_end` is inclusive, as in FSDP's bookkeeping.
+// The part of one parameter held by one shard-group position
+// (docs/design.md#who-owns-what). `intra_end` is inclusive, as in FSDP's
+// bookkeeping.
 struct ShardSlice {
   bool in_shard = false;
   int64_t intra_start = 0;      // First owned element of flatten(param).

@@ -1,9 +1,9 @@
-// The seed checklist (reference section 6) at the core level, items 12-15
-// and 18-22: opens refused during a training step (R1), rank0_only and
-// offload_to_cpu placements, access after forward, param and grad writeback,
-// shape mismatches (R5), writeback between forward and backward (R4). Items
-// 16, 17 and 23-29 are training parity: the daemon's conformance suite covers
-// them.
+// The seed checklist (docs/design.md#the-seed-checklist) at the core level,
+// items 12-15 and 18-22: opens refused during a training step (R1), rank0_only
+// and offload_to_cpu placements, access after forward, param and grad
+// writeback, shape mismatches (R5), writeback between forward and backward
+// (R4). Items 16, 17 and 23-29 are training parity: the daemon's conformance
+// suite covers them.
 
 #include "core/testing/seed_checklist_harness.h"
 #include "gtest/gtest.h"

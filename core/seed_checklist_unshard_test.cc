@@ -1,7 +1,7 @@
-// The seed checklist (reference section 6) at the core level, items 1-11:
-// unshard with writeback, param data, singleton params, reshard, recurse,
-// named parameters, with_grads, submodules, NO_SHARD. Every resulting element
-// is checked exactly against the seeded init (core/testing/
+// The seed checklist (docs/design.md#the-seed-checklist) at the core level,
+// items 1-11: unshard with writeback, param data, singleton params, reshard,
+// recurse, named parameters, with_grads, submodules, NO_SHARD. Every resulting
+// element is checked exactly against the seeded init (core/testing/
 // seed_checklist_harness.h). Where summon's semantics differ from FSDP's
 // (docs/design.md#where-summon-departs-from-fsdp and docs/rules.md) the test
 // asserts summon's.

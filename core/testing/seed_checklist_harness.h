@@ -1,10 +1,10 @@
-// The simulated cluster of the seed checklist tests (docs/design.md and
-// reference section 6): every rank's shards in memory, each rank filling only
-// its owned slices with the seeded init and padding with FSDP's marker 42; the
-// core's plans gather them into session copies and write them back. Expected
-// shard contents come from FSDP's definition (group position r holds flat
-// elements [r*c, (r+1)*c)), not from SliceOf, so the checks do not share the
-// intersection code the plans are built on.
+// The simulated cluster of the seed checklist tests
+// (docs/design.md#the-seed-checklist): every rank's shards in memory, each
+// rank filling only its owned slices with the seeded init and padding with
+// FSDP's marker 42; the core's plans gather them into session copies and write
+// them back. Expected shard contents come from FSDP's definition (group
+// position r holds flat elements [r*c, (r+1)*c)), not from SliceOf, so the
+// checks do not share the intersection code the plans are built on.
 
 #ifndef SUMMON_CORE_TESTING_SEED_CHECKLIST_HARNESS_H_
 #define SUMMON_CORE_TESTING_SEED_CHECKLIST_HARNESS_H_
