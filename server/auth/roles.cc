@@ -124,6 +124,7 @@ const std::vector<RpcRule>& RpcTable() {
       {"/summon.v1.Peer/NodePrepare", Role::kPeer},
       {"/summon.v1.Peer/NodeCommit", Role::kPeer},
       {"/summon.v1.Peer/NodeAbort", Role::kPeer},
+      {"/summon.v1.Peer/NodeSetGenerations", Role::kPeer},
       {"/summon.v1.Peer/NodeRelease", Role::kPeer},
       {"/summon.v1.Peer/NodeCreateModel", Role::kPeer},
       {"/summon.v1.Peer/NodeLoadModel", Role::kPeer},

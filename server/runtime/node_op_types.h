@@ -77,6 +77,16 @@ struct CommitOp {
   std::map<int, uint64_t> target_generations;
 };
 
+// An optimizer step's generation move (R7, R23): every node sets each
+// unit's generation to the value the leader chose, in sequence order, so a
+// PREPARE on any node compares against the same generation as the leader.
+// External-write counters stay (R18: a step is the trainer's own write).
+struct GenerationsOp {
+  uint64_t sequence = 0;
+  std::string model;
+  std::map<int, uint64_t> generations;  // Unit -> its new generation.
+};
+
 // A copy held on this node, handed to a client on its host (MapSession):
 // a host copy as a read-only descriptor, a device copy as the CUDA IPC
 // handle of each GPU's copy.

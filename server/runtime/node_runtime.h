@@ -79,6 +79,8 @@ class NodeRuntime {
   // was staged.
   absl::StatusOr<int64_t> Prepare(const PrepareOp& op);
   absl::Status Commit(const CommitOp& op);
+  // Sets this node's generations to an optimizer step's (in sequence).
+  absl::Status SetGenerations(const GenerationsOp& op);
   // Drops what `session_id` staged here; an empty id drops everything
   // staged on this node (after a re-form, once decided commits finished).
   void Abort(const std::string& session_id);

@@ -2,7 +2,8 @@
 // that the scoped units did not move since the gather (R7) and stages this
 // node's ranks' owned slices (from its own copy, or scattered from the home
 // copy under rank0_only) without changing a shard; COMMIT publishes what was
-// staged and sets the target generations (R8, R18); ABORT drops it. The
+// staged and sets the target generations (R8, R18); ABORT drops it. An
+// optimizer step's generations reach every node here too (SetGenerations). The
 // decision between them is the session manager's (session_writeback.cc).
 
 #include <functional>
@@ -187,6 +188,22 @@ absl::Status NodeRuntime::Commit(const CommitOp& op) {
       }
     }
     FaultPoint("commit.after_apply");
+    return absl::OkStatus();
+  });
+}
+
+absl::Status NodeRuntime::SetGenerations(const GenerationsOp& op) {
+  // The sequence number is taken on every node even when the model is gone
+  // here, so that later operations are not left waiting for it.
+  return InSequence(op.sequence, [&]() -> absl::Status {
+    absl::StatusOr<std::shared_ptr<ModelEntry>> found =
+        registry_->Get(op.model);
+    if (!found.ok()) return found.status();
+    ModelEntry& model = **found;
+    if (model.store == nullptr) return absl::OkStatus();  // MISSING_SHARDS.
+    for (const auto& [unit, generation] : op.generations) {
+      model.store->SetGeneration(unit, generation);
+    }
     return absl::OkStatus();
   });
 }

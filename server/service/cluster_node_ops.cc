@@ -310,6 +310,23 @@ absl::Status ClusterNodeOps::Commit(const CommitOp& op) {
   }));
 }
 
+absl::Status ClusterNodeOps::SetGenerations(const GenerationsOp& op) {
+  v1::NodeSetGenerationsRequest request;
+  request.set_sequence(op.sequence);
+  request.set_model(op.model);
+  request.set_epoch(membership_->epoch());
+  for (const auto& [unit, generation] : op.generations) {
+    (*request.mutable_generations())[unit] = generation;
+  }
+  return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
+    if (node == membership_->node_rank()) return local_->SetGenerations(op);
+    Call call(*this);
+    v1::NodeSetGenerationsResponse response;
+    return FromGrpcStatus(
+        Stub(node)->NodeSetGenerations(call.get(), request, &response));
+  }));
+}
+
 void ClusterNodeOps::Abort(const std::string& session_id) {
   v1::NodeAbortRequest request;
   request.set_session_id(session_id);

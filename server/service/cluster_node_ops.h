@@ -45,6 +45,7 @@ class ClusterNodeOps final : public NodeOps {
   absl::StatusOr<int64_t> Prepare(const PrepareOp& op) override;
   absl::Status Commit(const CommitOp& op) override;
   void Abort(const std::string& session_id) override;
+  absl::Status SetGenerations(const GenerationsOp& op) override;
   uint64_t Epoch() const override { return membership_->epoch(); }
   // Cancels every call in flight to any node: after a failure nothing waits
   // for the lost node until its own deadline.

@@ -277,6 +277,25 @@ grpc::Status PeerServiceImpl::NodeCommit(grpc::ServerContext* context,
   return ToGrpcStatus(runtime_->Commit(op));
 }
 
+grpc::Status PeerServiceImpl::NodeSetGenerations(
+    grpc::ServerContext* context, const v1::NodeSetGenerationsRequest* request,
+    v1::NodeSetGenerationsResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeSetGenerations", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
+  GenerationsOp op;
+  op.sequence = request->sequence();
+  op.model = request->model();
+  op.generations = {request->generations().begin(),
+                    request->generations().end()};
+  return ToGrpcStatus(runtime_->SetGenerations(op));
+}
+
 grpc::Status PeerServiceImpl::NodeAbort(grpc::ServerContext* context,
                                         const v1::NodeAbortRequest* request,
                                         v1::NodeAbortResponse*) {

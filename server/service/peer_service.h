@@ -53,6 +53,10 @@ class PeerServiceImpl final : public KvStoreService {
   grpc::Status NodeCommit(grpc::ServerContext* context,
                           const v1::NodeCommitRequest* request,
                           v1::NodeCommitResponse* response) override;
+  grpc::Status NodeSetGenerations(
+      grpc::ServerContext* context,
+      const v1::NodeSetGenerationsRequest* request,
+      v1::NodeSetGenerationsResponse* response) override;
   grpc::Status NodeAbort(grpc::ServerContext* context,
                          const v1::NodeAbortRequest* request,
                          v1::NodeAbortResponse* response) override;

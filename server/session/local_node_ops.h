@@ -50,6 +50,9 @@ class LocalNodeOps final : public NodeOps {
   void Abort(const std::string& session_id) override {
     runtime_->Abort(session_id);
   }
+  absl::Status SetGenerations(const GenerationsOp& op) override {
+    return runtime_->SetGenerations(op);
+  }
   void Release(const std::string& gather_id) override {
     runtime_->Release(gather_id);
   }

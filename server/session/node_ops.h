@@ -47,6 +47,9 @@ class NodeOps {
   virtual absl::StatusOr<int64_t> Prepare(const PrepareOp& op) = 0;
   virtual absl::Status Commit(const CommitOp& op) = 0;
   virtual void Abort(const std::string& session_id) = 0;
+  // Every node, in op.sequence order, before the trainer hears back: an
+  // optimizer step's generations (R7, R23).
+  virtual absl::Status SetGenerations(const GenerationsOp& op) = 0;
   // The cluster epoch operations run in (0 on a single node); a session
   // whose gather ran in another epoch cannot be written back.
   virtual uint64_t Epoch() const { return 0; }

@@ -2,6 +2,9 @@
 // phase moves (R3, R16, one generation per optimizer step) and shard writes
 // outside sessions taking the model like a writable session (R15).
 
+#include <optional>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/trainer_rules.h"
@@ -18,55 +21,79 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
   if (!found.ok()) return found.status();
   ModelEntry& model = **found;
   const absl::Time started = options_.clock();
-  absl::MutexLock lock(&mu_);
-  while (true) {
-    absl::StatusOr<core::PhaseChangeDecision> decision;
-    {
-      absl::MutexLock runtime_lock(&model.runtime_mu);
-      decision = core::DecidePhaseChange(model.runtime, rank, phase, deadline,
-                                         options_.clock());
-      // DecidePhaseChange checked the rank; the machine (R16) comes first
-      // so that an illegal move is never made to wait.
-      if (decision.ok() || !absl::IsInvalidArgument(decision.status())) {
-        if (absl::Status legal = core::CheckPhaseMove(
-                model_name, rank, model.runtime.phase_per_rank[rank], phase);
-            !legal.ok()) {
-          return legal;
-        }
-      }
-      if (decision.ok() && *decision == core::PhaseChangeDecision::kAllow) {
-        PhaseReport report;
-        report.previous = model.runtime.phase_per_rank[rank];
-        report.phase = phase;
-        model.runtime.phase_per_rank[rank] = phase;
-        if (step.has_value()) model.steps[rank] = step;
-        report.step = model.steps[rank];
-        if (phase == core::TrainingPhase::kOptimizer &&
-            report.previous != core::TrainingPhase::kOptimizer) {
-          ++model.optimizer_entries[rank];
-        }
-        // The step's key: its number when the trainer reports one, else how
-        // often this rank entered OPTIMIZER. The first rank to enter
-        // OPTIMIZER for a step moves every unit's generation (R7 relies on
-        // it); its external-write counter stays (the trainer's own write).
-        const int64_t step_key = model.steps[rank].has_value()
-                                     ? *model.steps[rank]
-                                     : model.optimizer_entries[rank];
-        if (core::CountOptimizerStep(report.previous, phase, step_key,
-                                     model.last_optimizer_step)) {
-          for (size_t unit = 0; unit < model.runtime.units.size(); ++unit) {
-            model.runtime.units[unit].generation =
-                model.store->BumpGeneration(static_cast<int>(unit));
+  PhaseReport report;
+  // An optimizer step's generations, set on every node (R7, R23) after the
+  // manager's lock is released and before the trainer hears back.
+  std::optional<GenerationsOp> step_generations;
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      absl::StatusOr<core::PhaseChangeDecision> decision;
+      {
+        absl::MutexLock runtime_lock(&model.runtime_mu);
+        decision = core::DecidePhaseChange(model.runtime, rank, phase, deadline,
+                                           options_.clock());
+        // DecidePhaseChange checked the rank; the machine (R16) comes first
+        // so that an illegal move is never made to wait.
+        if (decision.ok() || !absl::IsInvalidArgument(decision.status())) {
+          if (absl::Status legal = core::CheckPhaseMove(
+                  model_name, rank, model.runtime.phase_per_rank[rank], phase);
+              !legal.ok()) {
+            return legal;
           }
         }
-        report.waited = options_.clock() - started;
-        return report;
+        if (decision.ok() && *decision == core::PhaseChangeDecision::kAllow) {
+          report.previous = model.runtime.phase_per_rank[rank];
+          report.phase = phase;
+          model.runtime.phase_per_rank[rank] = phase;
+          if (step.has_value()) model.steps[rank] = step;
+          report.step = model.steps[rank];
+          if (phase == core::TrainingPhase::kOptimizer &&
+              report.previous != core::TrainingPhase::kOptimizer) {
+            ++model.optimizer_entries[rank];
+          }
+          // The step's key: its number when the trainer reports one, else
+          // how often this rank entered OPTIMIZER. The first rank to enter
+          // OPTIMIZER for a step moves every unit's generation (R7 relies on
+          // it) on every node; its external-write counter stays (the
+          // trainer's own write, R18).
+          const int64_t step_key = model.steps[rank].has_value()
+                                       ? *model.steps[rank]
+                                       : model.optimizer_entries[rank];
+          if (core::CountOptimizerStep(report.previous, phase, step_key,
+                                       model.last_optimizer_step)) {
+            GenerationsOp op;
+            op.model = model_name;
+            for (size_t unit = 0; unit < model.runtime.units.size(); ++unit) {
+              const uint64_t generation =
+                  ++model.runtime.units[unit].generation;
+              op.generations[static_cast<int>(unit)] = generation;
+            }
+            // In the global order, so that every node sets them at the same
+            // point relative to gathers and PREPAREs.
+            op.sequence = next_sequence_++;
+            step_generations = std::move(op);
+          }
+          break;
+        }
       }
+      if (!decision.ok()) return decision.status();
+      // kWait: a session will release the unit or the deadline passes.
+      released_.WaitWithDeadline(&mu_, *deadline);
     }
-    if (!decision.ok()) return decision.status();
-    // kWait: a session will release the unit or the deadline passes.
-    released_.WaitWithDeadline(&mu_, *deadline);
   }
+  if (step_generations.has_value()) {
+    if (absl::Status set = ops_->SetGenerations(*step_generations); !set.ok()) {
+      // The leader moved: a node that missed it refuses writebacks of the
+      // units (R7 errs on the safe side) until the next step sets them.
+      spdlog::error(
+          "optimizer step of model {} (rank {}): generations not "
+          "set on every node: {}",
+          model_name, rank, set.ToString());
+    }
+  }
+  report.waited = options_.clock() - started;
+  return report;
 }
 
 absl::StatusOr<SessionManager::ShardWriteGuard>
