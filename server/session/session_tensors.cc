@@ -33,6 +33,9 @@ absl::StatusOr<std::shared_ptr<SessionRecord>> SessionManager::FindOpenSession(
   if ((*found)->state != core::SessionState::kOpen) {
     return NotOpen(id, (*found)->state);
   }
+  // R25: any use of a session (read, stats, write, map) renews its lease.
+  (*found)->lease_deadline =
+      core::RenewLease(options_.clock(), (*found)->options.lease);
   return found;
 }
 
