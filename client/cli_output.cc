@@ -302,6 +302,9 @@ std::string CloseSessionTable(const v1::CloseSessionResponse& response) {
   Table summary;
   summary.AddRow({"written_back", BoolText(response.written_back())});
   summary.AddRow({"bytes_written", absl::StrCat(response.bytes_written())});
+  if (!response.reason().empty()) {
+    summary.AddRow({"reason", response.reason()});
+  }
   if (response.generations().empty()) return summary.ToString();
   return absl::StrCat(summary.ToString(), "\n",
                       GenerationsTable(response.generations()));

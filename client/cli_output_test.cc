@@ -31,7 +31,8 @@ TEST(ToJsonTest, PrintsCanonicalJsonWithDefaults) {
             "{\n"
             " \"writtenBack\": false,\n"
             " \"bytesWritten\": \"12\",\n"
-            " \"generations\": []\n"
+            " \"generations\": [],\n"
+            " \"reason\": \"\"\n"
             "}\n");
 }
 

@@ -417,6 +417,7 @@ absl::StatusOr<v1::WriteTensorResponse> SummonClient::WriteTensorChunks(
     return absl::InvalidArgumentError(absl::StrCat(
         "WriteTensor needs a dtype, got ", v1::DType_Name(params.dtype)));
   }
+  std::vector<int64_t> whole_shape;
   if (params.element_offset.has_value()) {
     if (*params.element_offset < 0) {
       return absl::OutOfRangeError(
@@ -432,10 +433,17 @@ absl::StatusOr<v1::WriteTensorResponse> SummonClient::WriteTensorChunks(
     if (info->has_value()) {
       absl::Status whole = CheckWholeWrite(**info, params, element_count);
       if (!whole.ok()) return whole;
+      whole_shape.assign((*info)->shape().begin(), (*info)->shape().end());
     }
+    if (!params.shape.empty()) whole_shape = params.shape;
   }
   v1::WriteTensorRequest header_message;
   v1::WriteTensorHeader& header = *header_message.mutable_header();
+  // The server checks a whole-tensor write's shape itself (R5).
+  if (!params.element_offset.has_value()) {
+    header.set_whole_tensor(true);
+    for (const int64_t extent : whole_shape) header.add_shape(extent);
+  }
   header.set_session_id(params.tensor.session_id);
   header.set_fqn(params.tensor.fqn);
   header.set_grad(params.tensor.grad);

@@ -217,6 +217,16 @@ absl::Status CheckWrite(absl::string_view session, const FlatParamEntry* target,
         absl::StrCat(where, "elements [", write.offset, ", +", write.count,
                      ") are not inside [0, ", target->numel, ")"));
   }
+  // A whole-tensor write (one that declares a shape) covers every element:
+  // no short write, no write from elsewhere than element 0.
+  if (write.shape.has_value() &&
+      (write.offset != 0 || write.count != target->numel)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "a whole-tensor write of shape ", ShapeToString(*write.shape),
+        " carries ", write.count, " elements from element ", write.offset,
+        ", not all ", target->numel, " of ", ShapeToString(target->shape),
+        " from 0; write a range without a shape"));
+  }
   return absl::OkStatus();
 }
 

@@ -150,7 +150,9 @@ struct TensorWrite {
 // R5 (FSDP's P1): `target` is the parameter the session resolved `write.fqn`
 // to, or null when the session has no such parameter (NOT_FOUND). A dtype or
 // shape other than the stored one is INVALID_ARGUMENT; an element range not
-// inside [0, numel) is OUT_OF_RANGE.
+// inside [0, numel) is OUT_OF_RANGE. A write that declares a shape is a
+// whole-tensor write: anything but all numel elements from 0 is
+// INVALID_ARGUMENT.
 absl::Status CheckWrite(absl::string_view session, const FlatParamEntry* target,
                         const TensorWrite& write);
 

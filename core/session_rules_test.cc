@@ -330,6 +330,21 @@ TEST(SessionRulesTest, R5_ShapeChangeIsInvalidArgument) {
                {"layers.0.w", ShapeToString({4, 5}), ShapeToString({5, 4})});
 }
 
+TEST(SessionRulesTest, R5_WholeTensorWriteCoversEveryElement) {
+  const FlatParamEntry weight = Weight();
+  TensorWrite write = WriteOf(0, 20);
+  write.shape = Shape{5, 4};
+  EXPECT_TRUE(CheckWrite("s-edit", &weight, write).ok());
+  write.count = 19;  // A short whole-tensor write.
+  ExpectStatus(CheckWrite("s-edit", &weight, write),
+               absl::StatusCode::kInvalidArgument,
+               {"layers.0.w", "19 elements", "not all 20"});
+  write.offset = 1;  // Whole, but not from element 0.
+  ExpectStatus(CheckWrite("s-edit", &weight, write),
+               absl::StatusCode::kInvalidArgument,
+               {"from element 1", ShapeToString({5, 4})});
+}
+
 TEST(SessionRulesTest, R5_RangeOutsideTheTensorIsOutOfRange) {
   const FlatParamEntry weight = Weight();
   for (auto [offset, count] : {std::pair<int64_t, int64_t>{15, 6},

@@ -168,6 +168,7 @@ grpc::Status SummonServiceImpl::CloseSession(
   }
   if (!result.ok()) return ToGrpcStatus(result.status());
   response->set_written_back(result->written_back);
+  response->set_reason(result->reason);
   response->set_bytes_written(result->bytes_written);
   for (const auto& [unit, generation] : result->generations) {
     v1::UnitGeneration* entry = response->add_generations();

@@ -150,14 +150,21 @@ grpc::Status SummonServiceImpl::WriteTensor(
   absl::StatusOr<core::SessionTensor> tensor = sessions_->DescribeTensor(
       header.session_id(), header.fqn(), header.grad(), principal);
   if (!tensor.ok()) return ToGrpcStatus(tensor.status());
-  // Without element_count, whatever arrives before the half-close is
-  // written (up to the end of the tensor).
-  const bool counted = header.has_element_count();
-  const int64_t limit = counted ? header.element_count()
-                                : tensor->numel - header.element_offset();
+  // A whole-tensor write declares the shape (R5, checked by the session
+  // manager) and must carry every element. Otherwise, without
+  // element_count, whatever arrives before the half-close is written (up to
+  // the end of the tensor).
+  std::optional<core::Shape> shape;
+  if (header.whole_tensor()) {
+    shape = core::Shape(header.shape().begin(), header.shape().end());
+  }
+  const bool counted = header.has_element_count() || shape.has_value();
+  const int64_t limit = header.has_element_count()
+                            ? header.element_count()
+                            : tensor->numel - header.element_offset();
   absl::StatusOr<core::SessionTensor> target = sessions_->CheckWriteTarget(
       header.session_id(), header.fqn(), header.grad(), *dtype,
-      header.element_offset(), limit, principal);
+      header.element_offset(), limit, principal, shape);
   if (!target.ok()) return ToGrpcStatus(target.status());
   const int64_t element_size = static_cast<int64_t>(core::ElementSize(*dtype));
   const int64_t expected = limit * element_size;
@@ -195,7 +202,7 @@ grpc::Status SummonServiceImpl::WriteTensor(
   const int64_t count = static_cast<int64_t>(staged.size()) / element_size;
   absl::StatusOr<core::SessionTensor> written =
       sessions_->Write(header.session_id(), header.fqn(), header.grad(), *dtype,
-                       header.element_offset(), staged, principal);
+                       header.element_offset(), staged, principal, shape);
   if (!written.ok()) return ToGrpcStatus(written.status());
   metrics::Summon().written_bytes->Add({}, static_cast<double>(staged.size()));
   TensorInfoToProto(*written, response->mutable_info());

@@ -58,6 +58,10 @@ struct SessionRecord {
   // its own copy of, and their bytes on each node.
   std::set<std::pair<int, bool>> private_tensors;
   std::vector<int64_t> private_bytes_per_node;
+  // R22, guarded by the manager's mutex: a WriteTensor reached this session,
+  // or its device copies went out for writing (MapSession). A writable
+  // session never written closes without a writeback.
+  bool written = false;
 
   bool writable() const { return options.writeback; }
 };

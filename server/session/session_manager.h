@@ -101,13 +101,15 @@ class SessionManager {
                     std::optional<int64_t> count, int64_t chunk_bytes,
                     const std::string& principal, const ChunkSink& sink);
   // R5: `bytes` must be whole elements of the stored dtype inside the
-  // tensor. Applied to the session's copy (a shared gather is first copied
-  // for this session).
-  absl::StatusOr<core::SessionTensor> Write(const std::string& id,
-                                            const std::string& fqn, bool grad,
-                                            core::DType dtype, int64_t offset,
-                                            absl::string_view bytes,
-                                            const std::string& principal);
+  // tensor; with `shape` (a whole-tensor write) the tensor's exact shape and
+  // every element from 0, else INVALID_ARGUMENT naming both shapes. Applied
+  // to the session's copy (a shared gather is first copied for this
+  // session); marks the session written (R22).
+  absl::StatusOr<core::SessionTensor> Write(
+      const std::string& id, const std::string& fqn, bool grad,
+      core::DType dtype, int64_t offset, absl::string_view bytes,
+      const std::string& principal,
+      const std::optional<core::Shape>& shape = std::nullopt);
   // The session's tensor `fqn` (a tied alias names its primary).
   absl::StatusOr<core::SessionTensor> DescribeTensor(
       const std::string& id, const std::string& fqn, bool grad,
@@ -116,7 +118,8 @@ class SessionManager {
   absl::StatusOr<core::SessionTensor> CheckWriteTarget(
       const std::string& id, const std::string& fqn, bool grad,
       core::DType dtype, int64_t offset, int64_t count,
-      const std::string& principal);
+      const std::string& principal,
+      const std::optional<core::Shape>& shape = std::nullopt);
   // The same-node path (MapSession): a session's copy held on this node,
   // with its size and tensors: a read-only session's host copy as a
   // read-only descriptor, any session's device copies as CUDA IPC handles

@@ -137,5 +137,26 @@ TEST_F(SessionManagerTest, LeaseExpiryAbortsWithoutWriteback) {
   EXPECT_EQ(Read(check.id, "scale"), Seeded("scale", 1));
 }
 
+// R25: a read, a stats call and a write renew the lease like RenewSession.
+TEST_F(SessionManagerTest, R25_AnyUseRenewsTheLease) {
+  Start(2, core::Strategy::kFullShard);
+  SessionOptions options;
+  options.lease = absl::Seconds(5);
+  SessionInfo info = Open(options);
+  now_ += absl::Seconds(4);
+  EXPECT_EQ(Read(info.id, "scale"), Seeded("scale", 1));
+  now_ += absl::Seconds(4);
+  EXPECT_EQ(sessions_->ReapExpired(), 0);
+  ASSERT_TRUE(sessions_->Stats(info.id, {"scale"}, false, 0, "alice").ok());
+  now_ += absl::Seconds(4);
+  EXPECT_EQ(sessions_->ReapExpired(), 0);
+  WriteAll(info.id, "scale", {9.0f});
+  now_ += absl::Seconds(4);
+  EXPECT_EQ(sessions_->ReapExpired(), 0);
+  EXPECT_EQ(sessions_->Get(info.id, "alice")->expires, now_ + absl::Seconds(1));
+  now_ += absl::Seconds(2);
+  EXPECT_EQ(sessions_->ReapExpired(), 1);
+}
+
 }  // namespace
 }  // namespace summon::server

@@ -33,6 +33,9 @@ absl::StatusOr<std::shared_ptr<SessionRecord>> SessionManager::FindOpenSession(
   if ((*found)->state != core::SessionState::kOpen) {
     return NotOpen(id, (*found)->state);
   }
+  // R25: any use of a session (read, stats, write, map) renews its lease.
+  (*found)->lease_deadline =
+      core::RenewLease(options_.clock(), (*found)->options.lease);
   return found;
 }
 
@@ -113,7 +116,8 @@ absl::StatusOr<core::SessionTensor> SessionManager::DescribeTensor(
 
 absl::StatusOr<core::SessionTensor> SessionManager::CheckWriteTarget(
     const std::string& id, const std::string& fqn, bool grad, core::DType dtype,
-    int64_t offset, int64_t count, const std::string& principal) {
+    int64_t offset, int64_t count, const std::string& principal,
+    const std::optional<core::Shape>& shape) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::shared_ptr<SessionRecord>> found =
       FindOpenSession(id, principal);
@@ -123,7 +127,7 @@ absl::StatusOr<core::SessionTensor> SessionManager::CheckWriteTarget(
   if (!index.ok()) return index.status();
   const core::SessionTensor& info = session.gather->layout.tensors[*index];
   const core::FlatParamEntry& param = session.model->spec.Param(info.location);
-  core::TensorWrite write{fqn, dtype, std::nullopt, offset, count};
+  core::TensorWrite write{fqn, dtype, shape, offset, count};
   if (absl::Status status = core::CheckWrite(id, &param, write); !status.ok()) {
     return status;
   }
@@ -132,7 +136,8 @@ absl::StatusOr<core::SessionTensor> SessionManager::CheckWriteTarget(
 
 absl::StatusOr<core::SessionTensor> SessionManager::Write(
     const std::string& id, const std::string& fqn, bool grad, core::DType dtype,
-    int64_t offset, absl::string_view bytes, const std::string& principal) {
+    int64_t offset, absl::string_view bytes, const std::string& principal,
+    const std::optional<core::Shape>& shape) {
   const int64_t element_size = static_cast<int64_t>(core::ElementSize(dtype));
   if (static_cast<int64_t>(bytes.size()) % element_size != 0) {
     return absl::InvalidArgumentError(
@@ -141,7 +146,7 @@ absl::StatusOr<core::SessionTensor> SessionManager::Write(
   }
   const int64_t count = static_cast<int64_t>(bytes.size()) / element_size;
   absl::StatusOr<core::SessionTensor> info =
-      CheckWriteTarget(id, fqn, grad, dtype, offset, count, principal);
+      CheckWriteTarget(id, fqn, grad, dtype, offset, count, principal, shape);
   if (!info.ok()) return info.status();
 
   WriteOp op;
@@ -159,6 +164,7 @@ absl::StatusOr<core::SessionTensor> SessionManager::Write(
     op.gather_id = session.gather->id;
     op.tensor = session.gather->layout.Find(info->fqn);
     op.private_copy = !session.writable();
+    session.written = true;
     if (op.private_copy &&
         session.private_tensors.count({op.tensor, grad}) == 0) {
       // The copy a first edit makes, on every node holding one, counts
@@ -214,6 +220,9 @@ absl::StatusOr<SessionManager::SharedCopy> SessionManager::ShareCopy(
           "or map its CUDA IPC handles (MapSession without host_copy_only)"));
     }
     if (device_copy) session->gather->mapped_on_device = true;
+    // CUDA IPC handles cannot be made read-only: a writable session's
+    // device copy handed out counts as written (R22).
+    if (device_copy && session->writable()) session->written = true;
     if (!session->private_tensors.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "session ", id,

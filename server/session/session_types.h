@@ -55,6 +55,9 @@ struct SessionInfo {
 
 struct CloseResult {
   bool written_back = false;
+  // Without a writeback, why: "aborted", "read-only session" or "nothing
+  // written" (R22).
+  std::string reason;
   int64_t bytes_written = 0;
   std::map<std::string, uint64_t> generations;  // Unit FQN -> new gen.
   // Unit FQN -> its external-write counter after the writeback (R18).

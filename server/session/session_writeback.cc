@@ -44,13 +44,22 @@ absl::StatusOr<CloseResult> SessionManager::Close(
         !status.ok()) {
       return status;
     }
-    if (abort || !session->writable()) {
+    if (abort || !session->writable() || !session->written) {
+      // R22: no writeback (no generation or external-write move) for an
+      // abort, a read-only session, or a writable one nothing was written
+      // into.
+      CloseResult result;
+      result.reason = abort                  ? "aborted"
+                      : !session->writable() ? "read-only session"
+                                             : "nothing written";
       Finish(*session, core::SessionState::kClosed);
-      spdlog::info("session {} id={} principal={} model={} scope={} bytes={}",
-                   abort ? "abort" : "close", id, principal,
-                   session->model->name, ScopeText(session->options.scope),
-                   session->gather->bytes);
-      return CloseResult{};
+      spdlog::info(
+          "session {} id={} principal={} model={} scope={} bytes={} "
+          "writeback=none ({})",
+          abort ? "abort" : "close", id, principal, session->model->name,
+          ScopeText(session->options.scope), session->gather->bytes,
+          result.reason);
+      return result;
     }
     absl::MutexLock runtime_lock(&session->model->runtime_mu);
     if (absl::Status status = core::CheckGenerationsUnchanged(

@@ -70,6 +70,7 @@ TEST_F(SessionManagerTest, R7_WritebackRefusedAfterAStepUnlessForced) {
     ASSERT_TRUE(sessions_->ReportPhase("m", 0, phase, 1, std::nullopt).ok());
   }
   SessionInfo info = Open(Params({"scale"}));
+  WriteAll(info.id, "scale", {2.0f});
   // Rank 0's optimizer step moves every unit's generation.
   ASSERT_TRUE(sessions_
                   ->ReportPhase("m", 0, core::TrainingPhase::kOptimizer, 1,
@@ -81,6 +82,38 @@ TEST_F(SessionManagerTest, R7_WritebackRefusedAfterAStepUnlessForced) {
   auto forced = sessions_->Close(info.id, false, true, "alice");
   ASSERT_TRUE(forced.ok()) << forced.status();
   EXPECT_TRUE(forced->written_back);
+}
+
+// R22: a writable session nothing was written into closes without a
+// writeback: no generation or external-write counter moves, and the result
+// says why. One written into moves them.
+TEST_F(SessionManagerTest, R22_WritebackOnlyWhenWritten) {
+  Start(2, core::Strategy::kFullShard);
+  SessionInfo unwritten = Open(Scoped("layers.0"));
+  EXPECT_EQ(Read(unwritten.id, "layers.0.w"), Seeded("layers.0.w", 25));
+  auto closed = sessions_->Close(unwritten.id, false, false, "alice");
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_FALSE(closed->written_back);
+  EXPECT_EQ(closed->reason, "nothing written");
+  EXPECT_EQ(closed->bytes_written, 0);
+  EXPECT_TRUE(closed->generations.empty());
+  SessionOptions read_only;
+  read_only.writeback = false;
+  SessionInfo check = Open(read_only);
+  EXPECT_EQ(check.gathered_generations.at("layers.0"), 0u);
+  EXPECT_EQ(check.gathered_generations.at("layers.1"), 0u);
+  ASSERT_TRUE(sessions_->Close(check.id, false, false, "alice").ok());
+
+  SessionInfo written = Open(Scoped("layers.0"));
+  WriteAll(written.id, "layers.0.b", Seeded("layers.0.b", 5));
+  closed = sessions_->Close(written.id, false, false, "alice");
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_TRUE(closed->written_back);
+  EXPECT_EQ(closed->reason, "");
+  EXPECT_EQ(closed->generations.at("layers.0"), 1u);
+  check = Open(read_only);
+  EXPECT_EQ(check.gathered_generations.at("layers.0"), 1u);
+  EXPECT_EQ(check.gathered_generations.at("layers.1"), 0u);
 }
 
 TEST_F(SessionManagerTest, CloseCancelledBeforeItsWritebackWritesNothing) {

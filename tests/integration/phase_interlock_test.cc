@@ -46,7 +46,9 @@ TEST_F(PhaseInterlockTest, OpenRefusedWhileAScopedRankIsInATrainingStep) {
     Close(unconcerned.id());
   }
   ASSERT_TRUE(ReportPhase("m", 0, pb::TRAINING_PHASE_IDLE).ok());
-  EXPECT_EQ(Close(Open("m").id()).written_back(), true);
+  const pb::Session writer = Open("m");
+  ASSERT_TRUE(WriteFloats(writer.id(), "norm.w", Seeded("norm.w", 10)).ok());
+  EXPECT_EQ(Close(writer.id()).written_back(), true);
 }
 
 TEST_F(PhaseInterlockTest, TrainerMoveRefusedWhileAWritableSessionHoldsAUnit) {
@@ -133,7 +135,9 @@ TEST_F(PhaseInterlockTest, WritableRefusedBetweenForZero2Strategies) {
     Close(reader.id());
     ASSERT_TRUE(ReportPhase("m", 1, pb::TRAINING_PHASE_BACKWARD).ok());
     ASSERT_TRUE(ReportPhase("m", 1, pb::TRAINING_PHASE_IDLE).ok());
-    EXPECT_TRUE(Close(Open("m").id()).written_back());
+    const pb::Session writer = Open("m");
+    ASSERT_TRUE(WriteFloats(writer.id(), "norm.w", Seeded("norm.w", 10)).ok());
+    EXPECT_TRUE(Close(writer.id()).written_back());
     TearDown();
   }
 }

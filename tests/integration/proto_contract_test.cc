@@ -96,6 +96,43 @@ TEST_F(ProtoContractTest, WriteWithoutCountWritesWhatArrived) {
   EXPECT_EQ(Read(writer_.id(), "layers.1.w"), expected);
 }
 
+// WriteTensorHeader.whole_tensor (R5 on the server): a whole-tensor write
+// must carry the tensor's exact shape and every element; a stock gRPC client
+// that says "whole" cannot reshape or short-write. Refusals write nothing.
+TEST_F(ProtoContractTest, WholeTensorWritesMustCarryTheTensorsShape) {
+  auto whole = [&](std::vector<int64_t> shape, int64_t offset = 0) {
+    pb::WriteTensorRequest header = Header(-1, offset);
+    header.mutable_header()->set_whole_tensor(true);
+    for (int64_t extent : shape) header.mutable_header()->add_shape(extent);
+    return header;
+  };
+  std::vector<float> values(35);
+  for (int i = 0; i < 35; ++i) values[i] = 100.0f + i;
+  const std::vector<float> seeded = Seeded("layers.1.w", 35);
+
+  // Same element count, transposed shape.
+  grpc::Status status =
+      WriteMessages({whole({5, 7}), Data(FloatBytes(values))});
+  EXPECT_CODE(status, INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("shape [5, 7] differs from [7, 5]"),
+            std::string::npos)
+      << status.error_message();
+  // The right shape, but a short stream.
+  status = WriteMessages({whole({7, 5}), Data(FloatBytes({1, 2, 3}))});
+  EXPECT_CODE(status, INVALID_ARGUMENT);
+  // The right shape from another element than 0.
+  status = WriteMessages({whole({7, 5}, 1), Data(FloatBytes({1, 2, 3}))});
+  EXPECT_CODE(status, INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("whole-tensor write of shape [7, 5]"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_EQ(Read(writer_.id(), "layers.1.w"), seeded);
+
+  status = WriteMessages({whole({7, 5}), Data(FloatBytes(values))});
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(Read(writer_.id(), "layers.1.w"), values);
+}
+
 // CreateModelRequest.name: "1 to 128 characters of [A-Za-z0-9._-]".
 TEST_F(ProtoContractTest, ModelNamesOfUpTo128CharactersAreAccepted) {
   const std::string name(128, 'n');

@@ -176,7 +176,10 @@ TEST_F(SessionLifetimeTest, RenewalKeepsASessionPastItsFirstLease) {
   EXPECT_EQ(longer.options().lease_seconds(), 30u);
   EXPECT_NEAR(longer.expires_at_unix_ms() - absl::ToUnixMillis(absl::Now()),
               30000, 1000);
-  EXPECT_TRUE(Close(session.id()).written_back());
+  // Still open after 2.4 s; nothing was written, so no writeback (R22).
+  const pb::CloseSessionResponse closed = Close(session.id());
+  EXPECT_FALSE(closed.written_back());
+  EXPECT_EQ(closed.reason(), "nothing written");
 }
 
 TEST_F(SessionLifetimeTest, OnlyTheOwnerOrAnAdminOperatesASession) {

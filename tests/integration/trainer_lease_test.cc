@@ -94,6 +94,8 @@ TEST_F(TrainerLeaseTest, KilledTrainerInForwardReturnsItsRanksToIdle) {
   }
   const pb::Session session = Open("m", ModuleScope("layers.1"));
   EXPECT_EQ(Read(session.id(), "layers.1.w"), Seeded("layers.1.w", 35));
+  ASSERT_TRUE(
+      WriteFloats(session.id(), "layers.1.w", Seeded("layers.1.w", 35)).ok());
   EXPECT_TRUE(Close(session.id()).written_back());
 }
 

@@ -453,6 +453,7 @@ class Client:
         own memory; the write lands only when the whole stream arrived.
         """
         array = np.ascontiguousarray(data)
+        whole = offset is None
         if offset is None:
             if count is not None:
                 raise SummonError("INVALID_ARGUMENT", "count= names a range: give offset= too")
@@ -463,7 +464,8 @@ class Client:
         elif count is not None and count != array.size:
             raise SummonError("INVALID_ARGUMENT", f"count={count} but the data has "
                               f"{array.size} elements")
-        return self._write_stream(session_id, fqn, array, grad, dtype, offset, chunk_bytes)
+        return self._write_stream(session_id, fqn, array, grad, dtype, offset, chunk_bytes,
+                                  whole=whole)
 
     def _find_tensor(self, session_id: str, fqn: str, grad: bool) -> Optional[TensorInfo]:
         """The session's description of `fqn` (a tied alias through its primary);
@@ -480,8 +482,10 @@ class Client:
 
     def _write_stream(self, session_id: str, fqn: str, array: np.ndarray, grad: bool,
                       dtype: Optional[str], offset: int,
-                      chunk_bytes: int = WRITE_CHUNK_BYTES) -> int:
-        """WriteTensor of `array` from element `offset`, with no shape check."""
+                      chunk_bytes: int = WRITE_CHUNK_BYTES, whole: bool = False) -> int:
+        """WriteTensor of `array` from element `offset`. `whole`: a whole-tensor
+        write, which the daemon refuses unless `array` has the tensor's exact
+        shape (R5)."""
         if dtype is None:
             dtype = {"<f4": "float32", "<f8": "float64", "<f2": "float16",
                      "<u2": "bfloat16"}.get(array.dtype.newbyteorder("<").str)
@@ -496,6 +500,9 @@ class Client:
         header = summon_pb2.WriteTensorHeader(
             session_id=session_id, fqn=fqn, grad=grad, dtype=dtypes.to_proto(dtype),
             element_offset=offset, element_count=array.size)
+        if whole:
+            header.whole_tensor = True
+            header.shape.extend(int(extent) for extent in array.shape)
         step = max(wire.itemsize, chunk_bytes - chunk_bytes % wire.itemsize)
 
         def messages() -> Iterator[summon_pb2.WriteTensorRequest]:

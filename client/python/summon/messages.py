@@ -262,11 +262,14 @@ class CloseResult:
     written_back: bool
     bytes_written: int
     generations: tuple[UnitGeneration, ...]
+    # Without a writeback, why: "aborted", "read-only session" or "nothing
+    # written" (R22).
+    reason: str = ""
 
     @classmethod
     def from_proto(cls, m: summon_pb2.CloseSessionResponse) -> "CloseResult":
         return cls(m.written_back, m.bytes_written,
-                   tuple(UnitGeneration.from_proto(g) for g in m.generations))
+                   tuple(UnitGeneration.from_proto(g) for g in m.generations), m.reason)
 
 
 @dataclass(frozen=True)

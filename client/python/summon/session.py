@@ -52,7 +52,8 @@ class SessionClient(Protocol):
                     dtype: Optional[str] = None) -> np.ndarray: ...
 
     def _write_stream(self, session_id: str, fqn: str, array: np.ndarray, grad: bool,
-                      dtype: Optional[str], offset: int) -> int: ...
+                      dtype: Optional[str], offset: int, *,
+                      whole: bool = False) -> int: ...
 
     def tensor_stats(self, session_id: str, fqns: Iterable[str] = (), grad: bool = False,
                      bins: Optional[int] = None) -> list[TensorStats]: ...
@@ -183,7 +184,8 @@ class FullParams:
                 array = dtypes.float32_to_bfloat16(array.astype(np.float32))
         else:
             array = array.astype(dtypes.wire_numpy(info.dtype), copy=False)
-        return self._client._write_stream(self.id, fqn, array, grad, info.dtype, offset=0)
+        return self._client._write_stream(self.id, fqn, array, grad, info.dtype, offset=0,
+                                          whole=True)
 
     def __setitem__(self, fqn: str, value: Any) -> None:
         self.write(fqn, value)
