@@ -491,7 +491,10 @@ TYPED_TEST(ClusterSessionsTest, OnlyTheOwnerOperatesASessionOnAnyNode) {
   EXPECT_EQ(bob_on_last.CloseSession(session.id()).status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(alice_on_last.GetSession(session.id()).ok());
-  EXPECT_TRUE(CloseOk(alice_on_last, session.id()).written_back());
+  // Nothing was written, so the owner's close writes nothing back (R22).
+  const v1::CloseSessionResponse closed = CloseOk(alice_on_last, session.id());
+  EXPECT_FALSE(closed.written_back());
+  EXPECT_EQ(closed.reason(), "nothing written");
 }
 
 TYPED_TEST(ClusterSessionsTest, PhasesOfRanksOnAnyNodeGateOpens) {
