@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "server/runtime/node_runtime.h"
 #include "server/session/local_node_ops.h"
 #include "server/session/session_internal.h"
@@ -58,12 +59,29 @@ void SessionManager::ReaperLoop() {
 
 absl::StatusOr<std::shared_ptr<SessionRecord>> SessionManager::FindSession(
     const std::string& id, const std::string& principal) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return core::UnknownSessionError(id);
   const bool is_admin =
       std::find(options_.admins.begin(), options_.admins.end(), principal) !=
           options_.admins.end() ||
       (options_.is_admin && options_.is_admin(principal));
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    // R25: an ended session says why and when, for a while.
+    auto ended = tombstones_.find(id);
+    if (ended == tombstones_.end() ||
+        options_.clock() - ended->second.ended > options_.tombstone_ttl) {
+      return core::UnknownSessionError(id);
+    }
+    if (absl::Status status = core::CheckSessionAccess(id, ended->second.owner,
+                                                       principal, is_admin);
+        !status.ok()) {
+      return status;
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", id, " ended at ",
+                     absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", ended->second.ended,
+                                      absl::UTCTimeZone()),
+                     ": ", ended->second.reason));
+  }
   if (absl::Status status =
           core::CheckSessionAccess(id, it->second->owner, principal, is_admin);
       !status.ok()) {
@@ -159,7 +177,8 @@ absl::StatusOr<SessionInfo> SessionManager::Renew(
 }
 
 void SessionManager::Finish(SessionRecord& session,
-                            core::SessionState final_state) {
+                            core::SessionState final_state,
+                            const std::string& reason) {
   ModelEntry& model = *session.model;
   {
     absl::MutexLock runtime_lock(&model.runtime_mu);
@@ -190,6 +209,23 @@ void SessionManager::Finish(SessionRecord& session,
   }
   session.state = final_state;
   sessions_.erase(session.id);
+  // R25: the tombstone, within the bound (the oldest go first, and any
+  // past their time).
+  const absl::Time now = options_.clock();
+  if (options_.tombstone_capacity > 0) {
+    if (tombstones_.count(session.id) == 0) {
+      tombstone_order_.push_back(session.id);
+    }
+    tombstones_[session.id] = Tombstone{session.owner, reason, now};
+    while (!tombstone_order_.empty() &&
+           (static_cast<int>(tombstone_order_.size()) >
+                options_.tombstone_capacity ||
+            now - tombstones_[tombstone_order_.front()].ended >
+                options_.tombstone_ttl)) {
+      tombstones_.erase(tombstone_order_.front());
+      tombstone_order_.pop_front();
+    }
+  }
   released_.SignalAll();
 }
 
@@ -198,7 +234,7 @@ int SessionManager::AbortAll(const absl::Status& reason) {
   std::vector<std::shared_ptr<SessionRecord>> all;
   for (const auto& [id, session] : sessions_) all.push_back(session);
   for (const std::shared_ptr<SessionRecord>& session : all) {
-    Finish(*session, core::SessionState::kFailed);
+    Finish(*session, core::SessionState::kFailed, "aborted by node failure");
     spdlog::warn("session abort id={} principal={} model={} reason={}",
                  session->id, session->owner, session->model->name,
                  reason.ToString());
@@ -217,7 +253,9 @@ int SessionManager::ReapExpired() {
     }
   }
   for (const std::shared_ptr<SessionRecord>& session : expired) {
-    Finish(*session, core::SessionState::kFailed);
+    Finish(*session, core::SessionState::kFailed,
+           absl::StrCat("lease expired (lease ",
+                        absl::ToDoubleSeconds(session->options.lease), " s)"));
     spdlog::warn(
         "session abort id={} principal={} model={} scope={} bytes={} "
         "reason=lease expired",

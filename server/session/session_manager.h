@@ -9,6 +9,7 @@
 // session_interlock.cc (trainers' phases, shard writes outside sessions).
 // Its plain records are in session_types.h.
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -63,6 +64,10 @@ class SessionManager {
     // Moves the bytes. Null: this single node's own runtime.
     NodeOps* node_ops = nullptr;
     absl::Duration collective_timeout = absl::Seconds(30);
+    // R25: ended sessions remembered (their reason and time), the most and
+    // for how long; later calls on their ids answer FAILED_PRECONDITION.
+    int tombstone_capacity = 4096;
+    absl::Duration tombstone_ttl = absl::Minutes(10);
   };
 
   SessionManager(ModelRegistry* registry, Options options);
@@ -177,7 +182,8 @@ class SessionManager {
 
   // R13: a node failed. Every session is aborted without writeback (every
   // session of a cluster touches every node); returns how many. Later calls
-  // on them answer NOT_FOUND, new opens are refused by the cluster gate.
+  // on them answer FAILED_PRECONDITION `... aborted by node failure` (R25),
+  // new opens are refused by the cluster gate.
   int AbortAll(const absl::Status& reason);
 
   // A cluster (re-)formed: collectives start again at sequence 1, and
@@ -207,9 +213,10 @@ class SessionManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionInfo Describe(const SessionRecord& session) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases locks, the gather reference and memory; marks the final state.
-  void Finish(SessionRecord& session, core::SessionState final_state)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases locks, the gather reference and memory; marks the final state
+  // and leaves a tombstone saying why (`reason`) and when it ended (R25).
+  void Finish(SessionRecord& session, core::SessionState final_state,
+              const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int> FindTensor(const SessionRecord& session,
                                  const std::string& fqn, bool grad) const;
   void ReaperLoop();
@@ -229,6 +236,14 @@ class SessionManager {
   absl::CondVar released_;  // Signalled when a session leaves a unit.
   std::map<std::string, std::shared_ptr<SessionRecord>> sessions_
       ABSL_GUARDED_BY(mu_);
+  // R25: ended sessions by id, and their ids oldest first (the bound).
+  struct Tombstone {
+    std::string owner;
+    std::string reason;
+    absl::Time ended;
+  };
+  std::map<std::string, Tombstone> tombstones_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> tombstone_order_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<GatherRecord>> shareable_gathers_
       ABSL_GUARDED_BY(mu_);
   // Bytes of session copies (and private tensors) held on each node.

@@ -236,7 +236,8 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
       }
     }
     if (!gathered.ok()) {
-      Finish(*session, core::SessionState::kFailed);
+      Finish(*session, core::SessionState::kFailed,
+             absl::StrCat("gather failed (", gathered.message(), ")"));
       return gathered;
     }
     session->state = core::SessionState::kOpen;

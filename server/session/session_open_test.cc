@@ -3,10 +3,13 @@
 // and writable ones locking their units (R2), the memory budget (R9), the
 // per-principal limit, unknown ids and other principals (R11, R12), leases.
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/plan.h"
 #include "gtest/gtest.h"
@@ -130,8 +133,12 @@ TEST_F(SessionManagerTest, LeaseExpiryAbortsWithoutWriteback) {
   EXPECT_EQ(sessions_->ReapExpired(), 0);
   now_ += absl::Seconds(2);
   EXPECT_EQ(sessions_->ReapExpired(), 1);
-  EXPECT_EQ(sessions_->Get(info.id, "alice").status().code(),
-            absl::StatusCode::kNotFound);
+  // R25: the ended session says why and when.
+  EXPECT_EQ(sessions_->Get(info.id, "alice").status(),
+            absl::FailedPreconditionError(
+                absl::StrCat("session ", info.id,
+                             " ended at 1970-01-01T00:16:50Z: lease expired "
+                             "(lease 5 s)")));
   EXPECT_EQ(sessions_->MemoryInUse(), 0);
   SessionInfo check = Open({});
   EXPECT_EQ(Read(check.id, "scale"), Seeded("scale", 1));
@@ -156,6 +163,98 @@ TEST_F(SessionManagerTest, R25_AnyUseRenewsTheLease) {
   EXPECT_EQ(sessions_->Get(info.id, "alice")->expires, now_ + absl::Seconds(1));
   now_ += absl::Seconds(2);
   EXPECT_EQ(sessions_->ReapExpired(), 1);
+}
+
+// R25: tombstones. An ended session answers FAILED_PRECONDITION with why and
+// when it ended, for a while; an id never seen stays NOT_FOUND.
+
+TEST_F(SessionManagerTest, R25_ClosedSessionSaysWhenItWasClosed) {
+  Start(2, core::Strategy::kFullShard);
+  SessionInfo info = Open({});
+  ASSERT_TRUE(sessions_->Close(info.id, false, false, "alice").ok());
+  const absl::Status ended = absl::FailedPreconditionError(absl::StrCat(
+      "session ", info.id, " ended at 1970-01-01T00:16:40Z: closed"));
+  EXPECT_EQ(sessions_->Get(info.id, "alice").status(), ended);
+  EXPECT_EQ(sessions_->Renew(info.id, std::nullopt, "alice").status(), ended);
+  EXPECT_EQ(sessions_
+                ->Read(info.id, "scale", false, std::nullopt, 0, std::nullopt,
+                       0, "alice",
+                       [](int64_t, absl::string_view,
+                          const std::shared_ptr<const void>&) { return true; })
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A double close is told apart from a typo.
+  EXPECT_EQ(sessions_->Close(info.id, false, false, "alice").status(), ended);
+  EXPECT_FALSE(sessions_->IsOpen(info.id, "alice"));
+  // Another principal learns nothing of it.
+  EXPECT_EQ(sessions_->Get(info.id, "bob").status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  SessionInfo aborted = Open({});
+  ASSERT_TRUE(sessions_->Close(aborted.id, true, false, "alice").ok());
+  EXPECT_EQ(sessions_->Get(aborted.id, "alice").status(),
+            absl::FailedPreconditionError(
+                absl::StrCat("session ", aborted.id,
+                             " ended at 1970-01-01T00:16:40Z: aborted by "
+                             "client")));
+}
+
+TEST_F(SessionManagerTest, R25_ExpiredSessionSaysItsLeaseExpired) {
+  Start(2, core::Strategy::kFullShard);
+  SessionOptions options;
+  options.lease = absl::Seconds(60);
+  SessionInfo info = Open(options);
+  now_ += absl::Seconds(61);
+  EXPECT_EQ(sessions_->ReapExpired(), 1);
+  const absl::Status ended = absl::FailedPreconditionError(
+      absl::StrCat("session ", info.id,
+                   " ended at 1970-01-01T00:17:41Z: lease expired (lease 60 "
+                   "s)"));
+  EXPECT_EQ(sessions_->Get(info.id, "alice").status(), ended);
+  EXPECT_EQ(sessions_->Close(info.id, false, false, "alice").status(), ended);
+  // Kept 10 minutes, then the id is as unknown as any other.
+  now_ += absl::Minutes(10);
+  EXPECT_EQ(sessions_->Get(info.id, "alice").status(), ended);
+  now_ += absl::Seconds(1);
+  EXPECT_EQ(sessions_->Get(info.id, "alice").status(),
+            absl::NotFoundError(absl::StrCat("no session ", info.id)));
+}
+
+TEST_F(SessionManagerTest, R25_NodeFailureAbortSaysSo) {
+  Start(2, core::Strategy::kFullShard);
+  SessionInfo info = Open({});
+  EXPECT_EQ(sessions_->AbortAll(absl::UnavailableError("node 1 lost")), 1);
+  EXPECT_EQ(sessions_->Get(info.id, "alice").status(),
+            absl::FailedPreconditionError(absl::StrCat(
+                "session ", info.id,
+                " ended at 1970-01-01T00:16:40Z: aborted by node failure")));
+}
+
+TEST_F(SessionManagerTest, R25_UnknownIdStaysNotFound) {
+  Start(2, core::Strategy::kFullShard);
+  SessionInfo info = Open({});
+  ASSERT_TRUE(sessions_->Close(info.id, false, false, "alice").ok());
+  EXPECT_EQ(sessions_->Get("s-never", "alice").status(),
+            absl::NotFoundError("no session s-never"));
+  EXPECT_EQ(sessions_->Close("s-never", false, false, "alice").status(),
+            absl::NotFoundError("no session s-never"));
+}
+
+TEST_F(SessionManagerTest, R25_TombstonesAreBounded) {
+  Start(1, core::Strategy::kFullShard);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4097; ++i) {
+    SessionInfo info = Open(Params({"scale"}));
+    ASSERT_TRUE(sessions_->Close(info.id, true, false, "alice").ok());
+    ids.push_back(info.id);
+  }
+  // The 4097th ended session evicted the oldest.
+  EXPECT_EQ(sessions_->Get(ids[0], "alice").status(),
+            absl::NotFoundError(absl::StrCat("no session ", ids[0])));
+  EXPECT_EQ(sessions_->Get(ids[1], "alice").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sessions_->Get(ids[4096], "alice").status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ absl::StatusOr<CloseResult> SessionManager::Close(
       result.reason = abort                  ? "aborted"
                       : !session->writable() ? "read-only session"
                                              : "nothing written";
-      Finish(*session, core::SessionState::kClosed);
+      Finish(*session, core::SessionState::kClosed,
+             abort ? "aborted by client" : "closed");
       spdlog::info(
           "session {} id={} principal={} model={} scope={} bytes={} "
           "writeback=none ({})",
@@ -134,7 +135,9 @@ absl::StatusOr<CloseResult> SessionManager::Close(
     spdlog::error("session commit incomplete id={} model={}: {}", id,
                   session->model->name, status.ToString());
     absl::MutexLock lock(&mu_);
-    Finish(*session, core::SessionState::kFailed);
+    Finish(*session, core::SessionState::kFailed,
+           "closed; its writeback was decided but did not reach every node, "
+           "it completes when the cluster re-forms");
     return absl::UnavailableError(
         absl::StrCat("the writeback of session ", id,
                      " was decided but did not reach "
@@ -163,7 +166,7 @@ absl::StatusOr<CloseResult> SessionManager::Close(
           model.store->ExternalWrites(unit);
     }
   }
-  Finish(*session, core::SessionState::kClosed);
+  Finish(*session, core::SessionState::kClosed, "closed");
   spdlog::info(
       "session writeback id={} principal={} model={} scope={} bytes={} "
       "duration_ms={}",

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -138,7 +139,10 @@ TEST_F(FaultHarnessTest, S4bLeaseNeverRenewed) {
   const Detection expired = PollUntilFailure(
       [&] { return node(kVictim).GetSession(session.id()).status(); }, opened,
       bound + absl::Seconds(5));
-  EXPECT_TRUE(absl::IsNotFound(expired.status)) << expired.status;
+  // R25: the ended session says its lease expired.
+  EXPECT_TRUE(absl::IsFailedPrecondition(expired.status) &&
+              absl::StrContains(expired.status.message(), "lease expired"))
+      << expired.status;
   EXPECT_GE(expired.after, kLease) << "aborted before its lease ran out";
   EXPECT_LE(expired.after, bound);
   Report({"4d client never renews a 1 s lease",

@@ -109,8 +109,11 @@ TEST_F(FaultHarnessTest, S1bFollowerKilledWhileSessionOpen) {
       << first;
   WaitUsable();
   const absl::Duration reform = absl::Now() - restarted;
-  EXPECT_TRUE(absl::IsNotFound(node(kLeader).GetSession(session.id()).status()))
-      << "the session survived the failure";
+  // R25: the leader aborted it and says so.
+  const absl::Status ended = node(kLeader).GetSession(session.id()).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(ended) &&
+              absl::StrContains(ended.message(), "aborted by node failure"))
+      << "the session survived the failure: " << ended;
   Report({"1b SIGKILL follower, session OPEN",
           "calls UNAVAILABLE naming node 2; session aborted; shards as before",
           Brief(survivor.status),

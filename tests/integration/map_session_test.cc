@@ -138,7 +138,8 @@ TEST_F(MapSessionTest, AGrantIsGoodOnceAndEndsWithItsSession) {
   absl::StatusOr<int> late = client::RedeemMapToken(grant.socket(), grant.token());
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition)
       << late.status();
-  EXPECT_CODE(TryMap(session.id(), false, &grant), NOT_FOUND);
+  // R25: a closed session says so.
+  EXPECT_CODE(TryMap(session.id(), false, &grant), FAILED_PRECONDITION);
 }
 
 }  // namespace

@@ -38,13 +38,18 @@ class SessionLifetimeTest : public SummondTest {
     return summon_->RenewSession(&context, request, session);
   }
 
-  // Waits until the reaper forgot session `id`; false after `timeout`.
+  // Waits until the reaper ended session `id` (R25: it then answers
+  // FAILED_PRECONDITION saying its lease expired); false after `timeout`.
   bool AwaitGone(const std::string& id, absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
     pb::Session session;
     while (absl::Now() < deadline) {
       const grpc::Status status = GetSession(id, &session);
-      if (status.error_code() == grpc::StatusCode::NOT_FOUND) return true;
+      if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          status.error_message().find(": lease expired (lease ") !=
+              std::string::npos) {
+        return true;
+      }
       absl::SleepFor(absl::Milliseconds(50));
     }
     return false;
@@ -141,7 +146,8 @@ TEST_F(SessionLifetimeTest, ExpiredLeaseAbortsWithoutWritebackAndFreesAll) {
   ASSERT_TRUE(AwaitGone(session.id(), absl::Seconds(10)));
 
   pb::CloseSessionResponse closed;
-  EXPECT_CODE(TryClose(session.id(), false, false, &closed), NOT_FOUND);
+  EXPECT_CODE(TryClose(session.id(), false, false, &closed),
+              FAILED_PRECONDITION);
   pb::ListSessionsResponse list;
   grpc::ClientContext context;
   ASSERT_TRUE(summon_->ListSessions(&context, {}, &list).ok());

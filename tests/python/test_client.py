@@ -5,6 +5,7 @@ summon_full_params context manager."""
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import numpy as np
@@ -217,7 +218,9 @@ def test_session_rpcs_and_options(client: summon.Client, model: str) -> None:
     assert client.close_session(opened.id).written_back is False
     with pytest.raises(summon.SummonError) as gone:
         client.get_session(opened.id)
-    assert gone.value.code == "NOT_FOUND"
+    # R25: an ended session says why and when it ended.
+    assert gone.value.code == "FAILED_PRECONDITION"
+    assert re.fullmatch(rf"session {opened.id} ended at \S+Z: closed", gone.value.message)
 
     module = client.open_session(model, scope="", recurse=False, rank0_only=True,
                                  home_rank=1, offload_to_cpu=True)
@@ -348,7 +351,7 @@ def test_map_session_reads_the_seeded_copy_read_only(client: summon.Client, mode
     client.close_session(session.id)
     with pytest.raises(summon.SummonError) as error:
         client.map_session(session.id)
-    assert error.value.code == "NOT_FOUND"
+    assert error.value.code == "FAILED_PRECONDITION"  # R25: it was closed.
 
 
 def test_map_session_refuses_writable_sessions(client: summon.Client, model: str) -> None:
