@@ -14,6 +14,7 @@
 #include "tests/cluster/cluster_calls.h"
 #include "tests/cluster/cluster_values.h"
 #include "tests/cluster/local_cluster.h"
+#include "tests/cluster/shared_cluster.h"
 
 namespace summon::tests {
 namespace {
@@ -21,28 +22,17 @@ namespace {
 namespace v1 = ::summon::v1;
 using ::summon::client::SummonClient;
 
-struct TwoNodesTwoRanks {
-  static constexpr int kNodes = 2;
-  static constexpr int kLocalRanks = 2;
-};
-struct ThreeNodesOneRank {
-  static constexpr int kNodes = 3;
-  static constexpr int kLocalRanks = 1;
-};
-
 template <typename Topology>
-class ClusterTrainerTest : public testing::Test {
+class ClusterTrainerTest : public SharedClusterTest<Topology> {
  public:
-  const SummonClient& node(int n) const { return cluster_->client(n); }
-  int world() const { return cluster_->world_size(); }
-  int NodeOf(int rank) const { return cluster_->NodeOf(rank); }
+  int NodeOf(int rank) const { return this->cluster().NodeOf(rank); }
 
   // Walks `phases` for `rank` through the rank's own node.
   void Walk(int rank, const std::vector<v1::TrainingPhase>& phases,
             int64_t step) const {
     for (v1::TrainingPhase phase : phases) {
       absl::StatusOr<v1::ReportPhaseResponse> reported =
-          node(NodeOf(rank)).ReportPhase("train", rank, phase, step);
+          this->node(NodeOf(rank)).ReportPhase("train", rank, phase, step);
       ASSERT_TRUE(reported.ok())
           << "rank " << rank << " " << v1::TrainingPhase_Name(phase) << ": "
           << reported.status();
@@ -52,7 +42,7 @@ class ClusterTrainerTest : public testing::Test {
   std::map<std::string, uint64_t> Generations(int rank) const {
     std::map<std::string, uint64_t> generations;
     absl::StatusOr<v1::MapShardsResponse> mapped =
-        node(NodeOf(rank)).MapShards("train", rank);
+        this->node(NodeOf(rank)).MapShards("train", rank);
     EXPECT_TRUE(mapped.ok()) << mapped.status();
     if (!mapped.ok()) return generations;
     for (const v1::UnitShard& unit : mapped->units()) {
@@ -62,7 +52,7 @@ class ClusterTrainerTest : public testing::Test {
   }
   // Every rank, on its own node, maps `expected` for every unit.
   void ExpectGenerationsEverywhere(uint64_t expected) const {
-    for (int rank = 0; rank < world(); ++rank) {
+    for (int rank = 0; rank < this->world(); ++rank) {
       for (const auto& [unit, generation] : Generations(rank)) {
         EXPECT_EQ(generation, expected)
             << "rank " << rank << " (node " << NodeOf(rank) << ") unit '"
@@ -70,42 +60,9 @@ class ClusterTrainerTest : public testing::Test {
       }
     }
   }
-
- protected:
-  static void SetUpTestSuite() {
-    LocalCluster::Options options;
-    options.nodes = Topology::kNodes;
-    options.local_ranks = Topology::kLocalRanks;
-    absl::StatusOr<std::unique_ptr<LocalCluster>> started =
-        LocalCluster::Start(options);
-    if (started.ok()) {
-      cluster_ = *std::move(started);
-    } else {
-      start_error_ = started.status().ToString();
-    }
-  }
-  static void TearDownTestSuite() {
-    if (cluster_ == nullptr) return;
-    const absl::Status stopped = cluster_->Stop();
-    EXPECT_TRUE(stopped.ok()) << stopped;
-    cluster_.reset();
-  }
-  void SetUp() override { ASSERT_NE(cluster_, nullptr) << start_error_; }
-
-  static inline std::unique_ptr<LocalCluster> cluster_;
-  static inline std::string start_error_;
 };
 
-class TopologyNames {
- public:
-  template <typename Topology>
-  static std::string GetName(int) {
-    return absl::StrCat(Topology::kNodes, "x", Topology::kLocalRanks);
-  }
-};
-
-using Topologies = testing::Types<TwoNodesTwoRanks, ThreeNodesOneRank>;
-TYPED_TEST_SUITE(ClusterTrainerTest, Topologies, TopologyNames);
+TYPED_TEST_SUITE(ClusterTrainerTest, ClusterTopologies, ClusterTopologyNames);
 
 const std::vector<v1::TrainingPhase>& FullStep() {
   static const auto* const kSteps = new std::vector<v1::TrainingPhase>{
