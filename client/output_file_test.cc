@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "client/testing/fifo_reader.h"
 #include "gtest/gtest.h"
 
 namespace summon::client {
@@ -47,24 +48,6 @@ std::string Listing(const std::string& dir) {
   for (const std::string& name : names)
     joined += (joined.empty() ? "" : " ") + name;
   return joined;
-}
-
-// Opens the read end of the FIFO at `path` without waiting for a writer, so
-// that a writer's open does not wait either and a test that fails cannot
-// hang: its writer never meets this reader.
-int OpenFifoReader(const std::string& path) {
-  return ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-}
-
-// Everything in the FIFO once its writer closed it.
-std::string Drain(int fd) {
-  std::string data;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(fd, buffer, sizeof(buffer))) > 0;) {
-    data.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return data;
 }
 
 TEST(OutputFileTest, RegularFileIsReplacedThroughATemporaryName) {
