@@ -118,7 +118,9 @@ class LocalDaemon:
         """Deletes every model, so that its shared-memory segments (which outlive
         a daemon that has a data dir) are freed."""
         from summon.client import Client, SummonError
-        with Client(self.address, timeout=10) as client:
+        # An admin (summond --admins) sees every principal's sessions; anyone
+        # else only their own, and another's open session keeps its model.
+        with Client(self.address, timeout=10, principal=self._admin()) as client:
             # A model with open sessions cannot be deleted: abort them first.
             for session in client.list_sessions():
                 try:
@@ -130,6 +132,16 @@ class LocalDaemon:
                     client.delete_model(model.name, force=True)
                 except SummonError:
                     pass  # e.g. a rank left mid-step; its segments stay
+
+    def _admin(self) -> Optional[str]:
+        """The first principal of `--admins` among the daemon's flags, if any."""
+        for flag, value in zip(self.extra_args, self.extra_args[1:]):
+            if flag == "--admins":
+                return value.split(",")[0]
+        for flag in self.extra_args:
+            if flag.startswith("--admins="):
+                return flag.split("=", 1)[1].split(",")[0]
+        return None
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
