@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Invariants of the Kubernetes manifests under deploy/ (issue 10).
 
 Parses every manifest with PyYAML (Debian's python3-yaml) and checks what the
@@ -10,7 +10,7 @@ layout. The GPU overlay is checked after merging its patch into the base
 installed, `kubectl kustomize` must render base and overlay to exactly the
 objects checked here (skipped without kubectl).
 
-    /usr/bin/python3 tests/deploy/manifests_test.py [DEPLOY_DIR]
+    scripts/python tests/deploy/manifests_test.py [DEPLOY_DIR]
 
 DEPLOY_DIR defaults to the repository's deploy/. Under Bazel the test also
 writes one JUnit case per check to $XML_OUTPUT_FILE.

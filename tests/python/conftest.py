@@ -1,5 +1,8 @@
 """Fixtures of the Python client's tests: summond child processes.
 
+Run in summon's Python environment: `scripts/python -m pytest tests/python`
+(scripts/setup builds it; another interpreter is refused with that hint).
+
 The daemon is $SUMMON_DAEMON, else bazel-bin/server/summond (scripts/test
 builds it first). Each daemon gets its own --data-dir under pytest's tmp dir,
 so shared-memory names never clash, and binds port 0.
@@ -22,6 +25,12 @@ from summon.local import LocalDaemon, daemon_binary  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    import torch
+    if int(torch.__version__.split(".")[0]) < 2:
+        raise pytest.UsageError(
+            f"{sys.executable} has torch {torch.__version__}; run the tests in "
+            "summon's Python environment: scripts/python -m pytest ... "
+            "(scripts/setup builds it)")
     if not Path(daemon_binary()).is_file():
         raise pytest.UsageError(
             f"no summond at {daemon_binary()}: run `bazel build //server:summond` "
