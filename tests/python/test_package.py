@@ -6,8 +6,9 @@ the repository's VERSION, the same as summond's and summonctl's.
 The fresh venv is made offline and honestly: Debian's /usr/bin/python3 -m
 venv (no system site-packages); `pip install --no-index` of the wheel, whose
 dependencies (grpcio, protobuf, numpy) pip must find already installed or
-fail; they are provided by a directory of symlinks to exactly those three
-distributions in summon's environment, added through a .pth file. torch and
+fail; they are provided by a directory of symlinks to exactly the
+distributions the wheel declares (read from its METADATA) in summon's environment and what they need (typing-extensions),
+added through a .pth file. torch and
 grpcio-tools are absent, so the wheel's stubs and summon without torch are
 what runs. The wheel is $SUMMON_WHEEL_DIR's (scripts/test builds it), else
 one built here.
@@ -19,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -28,7 +30,6 @@ from summon.local import daemon_binary, summonctl_binary
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = (REPO / "VERSION").read_text().strip()
-DECLARED = ("grpcio", "protobuf", "numpy")
 
 SMOKE = r'''
 import json, sys
@@ -69,10 +70,40 @@ def _wheel(tmp_path: Path) -> Path:
     return wheels[0]
 
 
-def _link_declared_dependencies(target: Path) -> None:
-    """Symlinks the top-level entries of each declared dependency into TARGET."""
+def _declared_dependencies(wheel: Path) -> list[str]:
+    """The wheel's Requires-Dist names outside extras (grpcio, protobuf, numpy)."""
+    from packaging.requirements import Requirement
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = archive.read(name).decode().splitlines()
+    requirements = [Requirement(line.split(":", 1)[1]) for line in lines
+                    if line.startswith("Requires-Dist:")]
+    return sorted(r.name for r in requirements
+                  if r.marker is None or r.marker.evaluate({"extra": ""}))
+
+
+def _dependency_closure(names: list[str]) -> list[str]:
+    """NAMES and what they require in this environment, recursively (no extras)."""
+    from packaging.requirements import Requirement
+    seen: list[str] = []
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.append(name)
+        for line in metadata.requires(name) or ():
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return seen
+
+
+def _link_dependencies(names: list[str], target: Path) -> None:
+    """Symlinks the top-level entries of NAMES' distributions (and of what
+    they pull in) into TARGET."""
     target.mkdir()
-    for name in DECLARED:
+    for name in _dependency_closure(names):
         dist = metadata.distribution(name)
         for top in {Path(str(f)).parts[0] for f in dist.files or ()}:
             source = Path(dist.locate_file(top))
@@ -92,7 +123,9 @@ def test_wheel_installs_into_a_fresh_venv_and_serves_a_session(tmp_path: Path,
     site = Path(subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True).stdout.strip())
-    _link_declared_dependencies(tmp_path / "deps")
+    declared = _declared_dependencies(wheel)
+    assert declared == ["grpcio", "numpy", "protobuf"]
+    _link_dependencies(declared, tmp_path / "deps")
     (site / "summon-declared-deps.pth").write_text(str(tmp_path / "deps") + "\n")
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
            "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
