@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -62,6 +63,7 @@ def _wheel(tmp_path: Path) -> Path:
     wheel_dir = os.environ.get("SUMMON_WHEEL_DIR")
     if not wheel_dir:
         wheel_dir = str(tmp_path / "wheels")
+        shutil.rmtree(REPO / "client" / "python" / "build", ignore_errors=True)
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                         "--no-build-isolation", "--wheel-dir", wheel_dir,
                         str(REPO / "client" / "python")], check=True)
@@ -155,7 +157,6 @@ def test_version_is_summond_and_summonctls() -> None:
 def test_a_checkout_regenerates_stale_stubs_on_import(tmp_path: Path) -> None:
     """What an editable install runs: a changed .proto regenerates the stubs
     on the next `import summon` (the stamp in summon/v1)."""
-    import shutil
     package = tmp_path / "checkout" / "summon"
     shutil.copytree(REPO / "client" / "python" / "summon", package,
                     ignore=shutil.ignore_patterns("v1", "__pycache__", ".stubs.lock"))
