@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Invariants of the Kubernetes manifests under deploy/ (issue 10).
 
-Parses every manifest with PyYAML (Debian's python3-yaml) and checks what the
-deployment relies on: labels, a pinned image, resources sized from the memory
-budget and /dev/shm, the security context, gRPC probes, the grace period,
-the update strategy, the Services, the NetworkPolicy and the kustomize
-layout. The GPU overlay is checked after merging its patch into the base
+Parses every manifest with PyYAML (in summon's Python environment) and checks
+what the deployment relies on: labels, a pinned image, resources sized from
+the memory budget and /dev/shm, the security context, gRPC probes, the grace
+period, the update strategy, the Services, the NetworkPolicy and the
+kustomize layout. The GPU overlay is checked after merging its patch into the base
 (a strategic merge of the few list kinds it touches); where kubectl is
 installed, `kubectl kustomize` must render base and overlay to exactly the
 objects checked here (skipped without kubectl).
