@@ -6,12 +6,12 @@ the repository's VERSION, the same as summond's and summonctl's.
 The fresh venv is made offline and honestly: Debian's /usr/bin/python3 -m
 venv (no system site-packages); `pip install --no-index` of the wheel, whose
 dependencies (grpcio, protobuf, numpy) pip must find already installed or
-fail; they are provided by a directory of symlinks to exactly the
-distributions the wheel declares (read from its METADATA) in summon's environment and what they need (typing-extensions),
-added through a .pth file. torch and
-grpcio-tools are absent, so the wheel's stubs and summon without torch are
-what runs. The wheel is $SUMMON_WHEEL_DIR's (scripts/test builds it), else
-one built here.
+fail. They come from a directory of symlinks, added through a .pth file, to
+exactly the distributions the wheel declares (read from its METADATA) and
+what those need (typing-extensions), in summon's environment. torch and
+grpcio-tools are absent, so what runs is the wheel's own stubs and summon
+without torch. The wheel is $SUMMON_WHEEL_DIR's (scripts/test builds it),
+else one built here.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-import pytest
-
-from summon.local import daemon_binary, summonctl_binary
+from seeded import seeded_float32
+from summon.local import LocalDaemon, daemon_binary, summonctl_binary
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = (REPO / "VERSION").read_text().strip()
@@ -115,8 +114,8 @@ def _link_dependencies(names: list[str], target: Path) -> None:
                 (target / top).symlink_to(source)
 
 
-def test_wheel_installs_into_a_fresh_venv_and_serves_a_session(tmp_path: Path,
-                                                                daemon) -> None:
+def test_wheel_installs_into_a_fresh_venv_and_serves_a_session(
+        tmp_path: Path, daemon: LocalDaemon) -> None:
     wheel = _wheel(tmp_path)
     assert wheel.name == f"summon-{VERSION}-py3-none-any.whl"
     venv = tmp_path / "fresh"
@@ -143,8 +142,28 @@ def test_wheel_installs_into_a_fresh_venv_and_serves_a_session(tmp_path: Path,
     smoke = json.loads(result.stdout)
     assert smoke["version"] == VERSION
     assert smoke["shape"] == [6, 5]
-    from seeded import seeded_float32
     assert smoke["bits"] == seeded_float32("w", 42, 30).view("uint32").tolist()
+
+
+def test_an_sdist_builds_alone(tmp_path: Path) -> None:
+    """The sdist carries proto/ and VERSION: pip builds it, unpacked away from
+    the checkout, into a wheel with the same files as the tree's."""
+    build_sdist = f"from setuptools import build_meta; build_meta.build_sdist({str(tmp_path)!r})"
+    subprocess.run([sys.executable, "-c", build_sdist],
+                   check=True, capture_output=True, cwd=REPO / "client" / "python")
+    sdist = tmp_path / f"summon-{VERSION}.tar.gz"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--wheel-dir", str(tmp_path / "from_sdist"),
+                    str(sdist)], check=True, cwd=tmp_path,
+                   env={**os.environ, "SUMMON_PROTO_DIR": ""})
+    built = tmp_path / "from_sdist" / f"summon-{VERSION}-py3-none-any.whl"
+
+    def files(wheel: Path) -> list[str]:
+        with zipfile.ZipFile(wheel) as archive:
+            return sorted(n for n in archive.namelist() if not n.endswith("RECORD"))
+
+    assert files(built) == files(_wheel(tmp_path))
+    assert "summon/v1/summon_pb2_grpc.py" in files(built)
 
 
 def test_version_is_summond_and_summonctls() -> None:
