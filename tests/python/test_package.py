@@ -118,6 +118,11 @@ def test_wheel_installs_into_a_fresh_venv_and_serves_a_session(
         tmp_path: Path, daemon: LocalDaemon) -> None:
     wheel = _wheel(tmp_path)
     assert wheel.name == f"summon-{VERSION}-py3-none-any.whl"
+    tree = REPO / "client" / "python"
+    sources = {str(path.relative_to(tree)) for path in (tree / "summon").rglob("*.py")
+               if "__pycache__" not in path.parts}
+    with zipfile.ZipFile(wheel) as archive:
+        assert sources <= set(archive.namelist())  # every module, the stubs too
     venv = tmp_path / "fresh"
     subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
