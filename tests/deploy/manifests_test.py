@@ -112,6 +112,10 @@ class Invariants:
             self.assertNotEqual(tag, "latest", c["name"])
             self.assertEqual(tag, version, f"{c['name']}: {image} vs the "
                              f"app.kubernetes.io/version label {version}")
+        # The repository's one version (summond --version, the Python package).
+        with open(os.path.join(os.path.dirname(DEPLOY), "VERSION")) as f:
+            self.assertEqual(version, f.read().strip(),
+                             "the manifests' version is not the repository's VERSION")
 
     def test_selector_matches_pods_and_omits_the_version(self):
         spec = self.daemonset()["spec"]
