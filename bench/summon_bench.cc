@@ -84,6 +84,10 @@ ABSL_FLAG(int64_t, idle_ms, 0,
           "session-copy pool's and spare staging's --*_pool_idle), so each "
           "operation meets memory as a user's first one after a pause does. "
           "Under --compare it adds the first-touch anchors' columns.");
+ABSL_FLAG(absl::Duration, pool_idle, absl::Minutes(10),
+          "How long the in-process summond keeps closed sessions' copies and "
+          "spare staging (summond --copy-pool-idle, --staging-pool-idle); "
+          "2s reproduces the retention before issue 22.");
 ABSL_FLAG(bool, first_touch, false,
           "Under --compare, also measure the first-touch anchors (a copy "
           "into fresh anonymous memory, 4 KiB pages and MADV_HUGEPAGE) for "
@@ -438,6 +442,7 @@ absl::Status Run() {
   BenchCluster::Options cluster_options;
   cluster_options.local_ranks = absl::GetFlag(FLAGS_local_ranks);
   cluster_options.nodes = absl::GetFlag(FLAGS_nodes);
+  cluster_options.pool_idle = absl::GetFlag(FLAGS_pool_idle);
   if (const std::string device = absl::GetFlag(FLAGS_device);
       device == "cuda") {
     absl::StatusOr<std::unique_ptr<server::gpu::CudaShardMemoryProvider>>
