@@ -70,6 +70,18 @@ absl::StatusOr<FreshMemory> FreshMemory::Map(int64_t bytes) {
   return memory;
 }
 
+bool AdviseHugePages(void* data, int64_t bytes) {
+  if (data == nullptr || bytes < 2 * kHugePageBytes) return false;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t first =
+      (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const uintptr_t last =
+      (begin + static_cast<uintptr_t>(bytes)) / kHugePageBytes * kHugePageBytes;
+  if (last <= first) return false;
+  return madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE) ==
+         0;
+}
+
 std::string TransparentHugePages() {
   std::ifstream file("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string line;

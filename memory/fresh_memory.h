@@ -58,6 +58,13 @@ class FreshMemory {
   bool huge_pages_ = false;
 };
 
+// Asks for huge pages on the 2 MiB aligned part of [data, data + bytes), a
+// buffer someone else allocated (a std::string's reserve, malloc) and has
+// not written yet: its later first writes fault 2 MiB at a time there.
+// Returns whether the kernel accepted it; false for buffers smaller than
+// two huge pages, which gain little. Harmless on memory already touched.
+bool AdviseHugePages(void* data, int64_t bytes);
+
 // The kernel's transparent huge page mode for anonymous memory: "always",
 // "madvise" or "never" (the bracketed word of
 // /sys/kernel/mm/transparent_hugepage/enabled), "unsupported" without it.

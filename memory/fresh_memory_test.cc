@@ -77,5 +77,21 @@ TEST(FreshMemoryTest, HugePagesWhereTheKernelOffersThem) {
   EXPECT_GT(AnonHugePagesKiB(), before) << "no huge page was mapped";
 }
 
+TEST(AdviseHugePagesTest, TheAlignedInteriorOfAnotherAllocation) {
+  const std::string mode = TransparentHugePages();
+  std::string buffer;
+  buffer.reserve(static_cast<size_t>(16 * kMiB + 12345));
+  const bool advised = AdviseHugePages(buffer.data(), 16 * kMiB + 12345);
+  if (mode == "always" || mode == "madvise") {
+    EXPECT_TRUE(advised);
+  }
+  // The buffer works as before.
+  buffer.append(static_cast<size_t>(16 * kMiB), 'x');
+  EXPECT_EQ(buffer.size(), static_cast<size_t>(16 * kMiB));
+  EXPECT_EQ(buffer.back(), 'x');
+  EXPECT_FALSE(AdviseHugePages(buffer.data(), 3 * kMiB));
+  EXPECT_FALSE(AdviseHugePages(nullptr, 64 * kMiB));
+}
+
 }  // namespace
 }  // namespace summon::memory
