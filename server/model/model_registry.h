@@ -44,7 +44,7 @@ class ModelRegistry {
     FileAdmission checkpoint_admission = nullptr;
     // Spare staging of every model's store (the node's); null: each store
     // keeps its own with StagingPool's defaults.
-    std::shared_ptr<StagingPool> staging_pool;
+    std::shared_ptr<StagingPool> staging_pool = nullptr;
   };
 
   explicit ModelRegistry(Options options);

@@ -66,7 +66,7 @@ class SessionManager {
     NodeOps* node_ops = nullptr;
     // The session copies' memory of that single node's runtime; null: a
     // pool of its own (BufferPool's defaults).
-    std::shared_ptr<BufferPool> copy_pool;
+    std::shared_ptr<BufferPool> copy_pool = nullptr;
     absl::Duration collective_timeout = absl::Seconds(30);
     // R25: ended sessions remembered (their reason and time), the most and
     // for how long; later calls on their ids answer FAILED_PRECONDITION.
