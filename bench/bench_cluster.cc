@@ -84,6 +84,8 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(
     spec.node_rank = n;
     spec.device = options.device;
     spec.device_communicator = options.device_communicator;
+    spec.copy_pool_idle = options.pool_idle;
+    spec.staging_pool_idle = options.pool_idle;
     absl::StatusOr<std::unique_ptr<server::SummonServer>> server =
         server::SummonServer::Start(std::move(spec));
     if (!server.ok()) return server.status();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/server.h"
 
 namespace summon::bench {
@@ -29,6 +30,9 @@ class BenchCluster {
     std::shared_ptr<const server::ShardMemoryProvider> device;
     // SummonServer::Spec::device_communicator of every node; null: none.
     server::DeviceCommunicatorFactory device_communicator;
+    // How long each node keeps closed sessions' copies and spare staging
+    // (SummonServer::Spec's copy_pool_idle and staging_pool_idle).
+    absl::Duration pool_idle = server::SummonServer::Spec().copy_pool_idle;
   };
 
   // INVALID_ARGUMENT for local_ranks < 1; UNAVAILABLE when a data directory

@@ -114,9 +114,13 @@ double MicrosecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 absl::StatusOr<std::vector<double>> Bench::Repeat(
-    int iters, const std::function<absl::StatusOr<double>()>& iteration) const {
+    int iters, const std::function<absl::StatusOr<double>()>& iteration,
+    bool cold) const {
   std::vector<double> timed;
   for (int i = 0; i < config_.warmup + iters; ++i) {
+    if (cold && i >= config_.warmup && config_.idle > absl::ZeroDuration()) {
+      absl::SleepFor(config_.idle);
+    }
     absl::StatusOr<double> us = iteration();
     if (!us.ok()) return us.status();
     if (i >= config_.warmup) timed.push_back(*us);
@@ -316,8 +320,9 @@ absl::StatusOr<Measured> Bench::Writeback(const BenchTensor& tensor) const {
 absl::StatusOr<LatencyRow> Bench::OpenClose(const BenchTensor& tensor,
                                             bool writeback) const {
   const v1::SessionOptions options = UnitScope(tensor, writeback);
-  absl::StatusOr<std::vector<double>> us =
-      Repeat(config_.tiny_repeats, [&]() -> absl::StatusOr<double> {
+  absl::StatusOr<std::vector<double>> us = Repeat(
+      config_.tiny_repeats,
+      [&]() -> absl::StatusOr<double> {
         const auto start = std::chrono::steady_clock::now();
         absl::StatusOr<v1::Session> session =
             client_.OpenSession(kModel, options);
@@ -326,7 +331,8 @@ absl::StatusOr<LatencyRow> Bench::OpenClose(const BenchTensor& tensor,
           return closed;
         }
         return MicrosecondsSince(start);
-      });
+      },
+      /*cold=*/false);
   if (!us.ok()) return us.status();
   // A writeback of unmodified tensors must leave the seeded values.
   absl::StatusOr<int64_t> wrong = VerifyStored(tensor, 1);

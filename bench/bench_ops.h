@@ -13,6 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bench/nccl_table.h"
 #include "client/summon_client.h"
 
@@ -60,6 +62,10 @@ struct BenchConfig {
   int tiny_repeats = 500;
   int64_t full_check_bytes = 0;
   uint32_t read_chunk_bytes = 0;
+  // Cold mode (--idle_ms): how long to wait before each timed iteration, so
+  // that every retention (the session-copy pool, spare staging) has lapsed
+  // and the operation meets memory as a user's first one after a pause does.
+  absl::Duration idle = absl::ZeroDuration();
 
   int ItersFor(int64_t bytes) const {
     return bytes > large_bytes ? large_iters : iters;
@@ -105,10 +111,12 @@ class Bench {
   // timed).
   absl::StatusOr<double> TimedOpen(const v1::SessionOptions& options) const;
   // Runs `iteration` warmup + `iters` times; returns the timed microseconds
-  // each reported, warmup left out.
+  // each reported, warmup left out. `cold`: waits config().idle before each
+  // timed iteration (the bandwidth tables; the latency tables repeat too
+  // often for that).
   absl::StatusOr<std::vector<double>> Repeat(
-      int iters,
-      const std::function<absl::StatusOr<double>()>& iteration) const;
+      int iters, const std::function<absl::StatusOr<double>()>& iteration,
+      bool cold = true) const;
   // Opens a read-only session on `tensor` and counts the elements that
   // differ from `factor` times the seeded init (CheckedRanges).
   absl::StatusOr<int64_t> VerifyStored(const BenchTensor& tensor,

@@ -36,25 +36,37 @@ CompareFigures FiguresOf(const CompareRow& row) {
   return figures;
 }
 
-std::string CompareHeader(absl::string_view operation,
-                          absl::string_view anchor) {
+std::string CompareHeader(absl::string_view operation, absl::string_view anchor,
+                          bool first_touch) {
   return absl::StrCat(
-      "# ", operation, " vs ", anchor, "\n",
+      "# ", operation, " vs ", anchor,
+      first_touch ? "; t.algbw, h.algbw: the first-touch anchors, a copy into "
+                    "fresh 4 KiB pages and into fresh MADV_HUGEPAGE memory"
+                  : "",
+      "\n",
       absl::StrFormat(
           "#%11s  %15s  %5s  %10s  %10s  %8s  %10s  %10s  %8s  %6s  %6s  %6s",
           "size(B)", "count(elements)", "type", "med(us)", "min(us)", "algbw",
-          "a.med(us)", "a.min(us)", "a.algbw", "ratio", "r.best", "#wrong"));
+          "a.med(us)", "a.min(us)", "a.algbw", "ratio", "r.best", "#wrong"),
+      first_touch ? absl::StrFormat("  %8s  %8s", "t.algbw", "h.algbw") : "");
 }
 
 std::string FormatCompareRow(const CompareRow& row) {
   const CompareFigures f = FiguresOf(row);
   return absl::StrFormat(
-      "%12d  %15d  %5s  %10.1f  %10.1f  %8.2f  %10.1f  %10.1f  %8.2f  %6.2f  "
-      "%6.2f  %6d",
-      row.bytes, row.count, row.type, f.summon_median_us, f.summon_min_us,
-      GBps(row.bytes, f.summon_median_us), f.anchor_median_us, f.anchor_min_us,
-      GBps(row.bytes, f.anchor_median_us), f.ratio_median, f.ratio_best,
-      row.wrong);
+             "%12d  %15d  %5s  %10.1f  %10.1f  %8.2f  %10.1f  %10.1f  %8.2f  "
+             "%6.2f  "
+             "%6.2f  %6d",
+             row.bytes, row.count, row.type, f.summon_median_us,
+             f.summon_min_us, GBps(row.bytes, f.summon_median_us),
+             f.anchor_median_us, f.anchor_min_us,
+             GBps(row.bytes, f.anchor_median_us), f.ratio_median, f.ratio_best,
+             row.wrong) +
+         (row.touch_us.empty()
+              ? ""
+              : absl::StrFormat("  %8.2f  %8.2f",
+                                GBps(row.bytes, Median(row.touch_us)),
+                                GBps(row.bytes, Median(row.touch_huge_us))));
 }
 
 std::string LoadAverageLine() {

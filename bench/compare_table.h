@@ -21,6 +21,11 @@ struct CompareRow {
   std::vector<double> summon_us;
   std::vector<double> anchor_us;
   int64_t wrong = 0;
+  // The first-touch anchors (FirstTouchMicros) of the same bytes, into fresh
+  // 4 KiB pages and into fresh MADV_HUGEPAGE memory; both empty when not
+  // measured (their columns are left out).
+  std::vector<double> touch_us;
+  std::vector<double> touch_huge_us;
 };
 
 // What a row prints. ratio = summon's bandwidth / the anchor's (the anchor's
@@ -37,10 +42,13 @@ struct CompareFigures {
 
 CompareFigures FiguresOf(const CompareRow& row);
 
-// "# <operation> vs <anchor>" and the column header line.
-std::string CompareHeader(absl::string_view operation,
-                          absl::string_view anchor);
-// algbw columns are bytes / median time in 10^9 B/s, as in nccl-tests.
+// "# <operation> vs <anchor>" and the column header line; with
+// `first_touch` two more columns, t.algbw and h.algbw: the first-touch
+// anchors' bandwidth into fresh 4 KiB pages and into fresh huge pages.
+std::string CompareHeader(absl::string_view operation, absl::string_view anchor,
+                          bool first_touch = false);
+// algbw columns are bytes / median time in 10^9 B/s, as in nccl-tests. The
+// first-touch columns are printed when the row has touch_us.
 std::string FormatCompareRow(const CompareRow& row);
 
 // "# load average at start: 1m 5m 15m" (getloadavg), so a reader knows how

@@ -48,6 +48,18 @@ TEST(FormatCompareRowTest, HeaderColumnsLineUpWithTheRow) {
             FormatCompareRow(Row()).size());
 }
 
+TEST(FormatCompareRowTest, FirstTouchColumnsFollowWhenMeasured) {
+  CompareRow row = Row();
+  row.touch_us = {4e6, 5e6, 1e7};       // Median 5 s: 0.20 GB/s.
+  row.touch_huge_us = {1e5, 2e5, 3e5};  // Median 0.2 s: 5.00 GB/s.
+  EXPECT_EQ(FormatCompareRow(row),
+            FormatCompareRow(Row()) + "      0.20      5.00");
+  const std::string header = CompareHeader("session open", "memcpy", true);
+  EXPECT_EQ(header.substr(header.find('\n') + 1).size(),
+            FormatCompareRow(row).size());
+  EXPECT_NE(header.find("t.algbw"), std::string::npos);
+}
+
 TEST(LoadAverageLineTest, NamesTheLoadAverage) {
   EXPECT_EQ(LoadAverageLine().rfind("# load average at start: ", 0), 0u);
 }

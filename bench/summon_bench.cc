@@ -78,6 +78,21 @@ ABSL_FLAG(
     uint32_t, read_chunk_bytes, 0,
     "ReadTensor chunk payload in bytes; 0: the server's default (1 MiB).");
 
+ABSL_FLAG(int64_t, idle_ms, 0,
+          "Cold mode: wait this many milliseconds before each timed "
+          "iteration of the bandwidth tables, past every retention (the "
+          "session-copy pool's and spare staging's --*_pool_idle), so each "
+          "operation meets memory as a user's first one after a pause does. "
+          "Under --compare it adds the first-touch anchors' columns.");
+ABSL_FLAG(absl::Duration, pool_idle, absl::Minutes(10),
+          "How long the in-process summond keeps closed sessions' copies and "
+          "spare staging (summond --copy-pool-idle, --staging-pool-idle); "
+          "2s reproduces the retention before issue 22.");
+ABSL_FLAG(bool, first_touch, false,
+          "Under --compare, also measure the first-touch anchors (a copy "
+          "into fresh anonymous memory, 4 KiB pages and MADV_HUGEPAGE) for "
+          "every row; implied by --idle_ms.");
+
 ABSL_FLAG(std::string, device, "cpu",
           "Shard placement of the in-process summond: cpu (shared memory) or "
           "cuda (device memory; bench/gpu_bench.sh runs the NCCL anchor "
@@ -160,6 +175,10 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   config.tiny_repeats = absl::GetFlag(FLAGS_tiny_repeats);
   config.full_check_bytes = absl::GetFlag(FLAGS_full_check_bytes);
   config.read_chunk_bytes = absl::GetFlag(FLAGS_read_chunk_bytes);
+  if (absl::GetFlag(FLAGS_idle_ms) < 0) {
+    return absl::InvalidArgumentError("--idle_ms must be at least 0");
+  }
+  config.idle = absl::Milliseconds(absl::GetFlag(FLAGS_idle_ms));
   if (absl::GetFlag(FLAGS_compare)) {
     config.iters = std::max(config.iters, kCompareIters);
     config.large_iters = std::max(config.large_iters, kCompareIters);
@@ -211,6 +230,8 @@ struct TableSpec {
   SelectedOps ops;
   int nodes = 1;
   bool compare = false;
+  // Under compare: each row also gets the first-touch anchors.
+  bool first_touch = false;
   std::string anchor_binary;
 };
 
@@ -261,11 +282,12 @@ std::vector<BandwidthTable> Tables(const Bench& bench, const TableSpec& spec) {
 // One row: the operation and, under --compare, its anchor right after it, so
 // both run under the same load.
 absl::Status RunRow(const Bench& bench, const BandwidthTable& table,
-                    bool compare, const BenchTensor& tensor, int64_t* wrong) {
+                    const TableSpec& spec, const BenchTensor& tensor,
+                    int64_t* wrong) {
   absl::StatusOr<Measured> measured = (bench.*table.measure)(tensor);
   if (!measured.ok()) return measured.status();
   *wrong += measured->wrong;
-  if (!compare) {
+  if (!spec.compare) {
     std::printf(
         "%s\n",
         FormatBandwidthRow(RowOf(tensor, *measured, table.bus_factor)).c_str());
@@ -284,6 +306,14 @@ absl::Status RunRow(const Bench& bench, const BandwidthTable& table,
   row.summon_us = measured->us;
   row.anchor_us = *std::move(anchor_us);
   row.wrong = measured->wrong;
+  if (spec.first_touch) {
+    for (const bool huge : {false, true}) {
+      absl::StatusOr<std::vector<double>> touch_us =
+          FirstTouchMicros(runs, huge);
+      if (!touch_us.ok()) return touch_us.status();
+      (huge ? row.touch_huge_us : row.touch_us) = *std::move(touch_us);
+    }
+  }
   std::printf("%s\n", FormatCompareRow(row).c_str());
   return absl::OkStatus();
 }
@@ -295,11 +325,12 @@ absl::Status RunTables(const Bench& bench, const TableSpec& spec,
   for (const BandwidthTable& table : Tables(bench, spec)) {
     if (!table.selected) continue;
     const std::string header =
-        spec.compare ? CompareHeader(table.title, table.anchor_name)
-                     : BandwidthHeader(table.title);
+        spec.compare
+            ? CompareHeader(table.title, table.anchor_name, spec.first_touch)
+            : BandwidthHeader(table.title);
     std::printf("%s\n", header.c_str());
     for (const BenchTensor& tensor : sized) {
-      if (absl::Status row = RunRow(bench, table, spec.compare, tensor, wrong);
+      if (absl::Status row = RunRow(bench, table, spec, tensor, wrong);
           !row.ok()) {
         return absl::Status(row.code(),
                             absl::StrCat(table.title, ", ", tensor.bytes,
@@ -411,6 +442,7 @@ absl::Status Run() {
   BenchCluster::Options cluster_options;
   cluster_options.local_ranks = absl::GetFlag(FLAGS_local_ranks);
   cluster_options.nodes = absl::GetFlag(FLAGS_nodes);
+  cluster_options.pool_idle = absl::GetFlag(FLAGS_pool_idle);
   if (const std::string device = absl::GetFlag(FLAGS_device);
       device == "cuda") {
     absl::StatusOr<std::unique_ptr<server::gpu::CudaShardMemoryProvider>>
@@ -451,15 +483,22 @@ absl::Status Run() {
       "# summon_bench: summond in-process, %d node(s) x %d local ranks "
       "(W = %d, G = %d), gRPC over loopback TCP %s\n"
       "# FULL_SHARD float32, seeded:%d; median of %d iterations (%d above "
-      "%ld bytes) after %d warmup\n\n",
+      "%ld bytes) after %d warmup%s\n\n",
       model->nodes(), model->local_ranks(), model->world_size(),
       model->group_size(), (*cluster)->target().c_str(),
       static_cast<int>(kSeed), config->iters, config->large_iters,
-      static_cast<long>(config->large_bytes), config->warmup);
+      static_cast<long>(config->large_bytes), config->warmup,
+      config->idle > absl::ZeroDuration()
+          ? absl::StrCat("; cold: ", absl::FormatDuration(config->idle),
+                         " idle before each timed iteration")
+                .c_str()
+          : "");
   TableSpec spec;
   spec.ops = *ops;
   spec.nodes = model->nodes();
   spec.compare = absl::GetFlag(FLAGS_compare);
+  spec.first_touch = spec.compare && (absl::GetFlag(FLAGS_first_touch) ||
+                                      config->idle > absl::ZeroDuration());
   spec.anchor_binary = AnchorBinaryPath(absl::GetFlag(FLAGS_anchor_binary));
   if (spec.compare) {
     std::printf(

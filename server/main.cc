@@ -1,5 +1,6 @@
 // summond: one per node; owns the node's parameter shards and serves the
-// summon gRPC API (docs/api.md section 2 and docs/operations.md list the flags).
+// summon gRPC API (docs/api.md section 2 and docs/operations.md list the
+// flags).
 
 #include <errno.h>
 #include <pthread.h>
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "server/comm/nccl_communicator.h"
 #include "server/gpu/cuda_shard_memory.h"
 #include "server/server.h"
@@ -60,6 +62,18 @@ ABSL_FLAG(bool, map_sessions, true,
           "sessions' copies (read-only, through an abstract Unix socket).");
 ABSL_FLAG(int64_t, memory_budget, 0,
           "Most bytes this node's session copies may take; 0: no limit.");
+ABSL_FLAG(int64_t, copy_pool_bytes, int64_t{1} << 30,
+          "Most bytes of closed sessions' copies kept mapped for the next "
+          "open (never more than --memory-budget when set); 0: keep none.");
+ABSL_FLAG(absl::Duration, copy_pool_idle, absl::Minutes(10),
+          "How long a kept session copy waits for reuse before it is "
+          "unmapped, e.g. 10m, 30s.");
+ABSL_FLAG(int64_t, staging_pool_bytes, int64_t{1} << 30,
+          "Most bytes of spare staged segments kept in /dev/shm after a "
+          "writeback, for the next one; 0: keep none.");
+ABSL_FLAG(absl::Duration, staging_pool_idle, absl::Minutes(10),
+          "How long a spare staged segment waits for the next writeback "
+          "before it is unlinked, e.g. 10m, 30s.");
 ABSL_FLAG(int32_t, heartbeat_ms, 1000,
           "Interval of node heartbeats to the leader, in milliseconds.");
 ABSL_FLAG(int32_t, collective_timeout_ms, 30000,
@@ -173,6 +187,10 @@ SummonServer::Spec SpecFromFlags() {
   spec.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
   spec.map_sessions = absl::GetFlag(FLAGS_map_sessions);
   spec.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget);
+  spec.copy_pool_bytes = absl::GetFlag(FLAGS_copy_pool_bytes);
+  spec.copy_pool_idle = absl::GetFlag(FLAGS_copy_pool_idle);
+  spec.staging_pool_bytes = absl::GetFlag(FLAGS_staging_pool_bytes);
+  spec.staging_pool_idle = absl::GetFlag(FLAGS_staging_pool_idle);
   spec.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   spec.collective_timeout =

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "server/model/model_registry.h"
 #include "server/rpc/reflection_v1.h"
 #include "server/rpc/status_conversion.h"
+#include "server/runtime/buffer_pool.h"
 #include "server/runtime/node_runtime.h"
 #include "server/service/cluster_node_ops.h"
 #include "server/service/local_fd_broker.h"
@@ -29,6 +31,7 @@
 #include "server/service/summon_service.h"
 #include "server/service/trainer_service.h"
 #include "server/session/session_manager.h"
+#include "server/store/staging_pool.h"
 #include "server/trainer/trainer_leases.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
@@ -72,6 +75,13 @@ absl::Status ValidateSpec(const SummonServer::Spec& spec) {
     return absl::InvalidArgumentError(absl::StrCat(
         "memory budget must not be negative, got ", spec.memory_budget_bytes));
   }
+  if (spec.copy_pool_bytes < 0 || spec.staging_pool_bytes < 0 ||
+      spec.copy_pool_idle < absl::ZeroDuration() ||
+      spec.staging_pool_idle < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--copy-pool-bytes, --copy-pool-idle, --staging-pool-bytes and "
+        "--staging-pool-idle must not be negative");
+  }
   if (spec.heartbeat_interval <= absl::ZeroDuration() ||
       spec.collective_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -96,12 +106,23 @@ SummonServer::SummonServer(Spec spec,
     std::filesystem::create_directories(root, error);
     checkpoint_roots.push_back(root.string());
   }
-  registry_ = std::make_unique<ModelRegistry>(
-      ModelRegistry::Options{spec_.data_dir, InstanceForDataDir(spec_.data_dir),
-                             topology, spec_.node_rank, spec_.device.get(),
-                             CheckpointRoots(checkpoint_roots).Admission()});
+  BufferPool::Options copy_pool;
+  // Retained copies never hold more than the budget lets sessions hold (R9).
+  copy_pool.max_retained_bytes =
+      spec_.memory_budget_bytes > 0
+          ? std::min(spec_.copy_pool_bytes, spec_.memory_budget_bytes)
+          : spec_.copy_pool_bytes;
+  copy_pool.max_idle = spec_.copy_pool_idle;
+  copy_pool_ = BufferPool::Create(copy_pool);
+  staging_pool_ = std::make_shared<StagingPool>(
+      StagingPool::Options{spec_.staging_pool_bytes, spec_.staging_pool_idle});
+  registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
+      spec_.data_dir, InstanceForDataDir(spec_.data_dir), topology,
+      spec_.node_rank, spec_.device.get(),
+      CheckpointRoots(checkpoint_roots).Admission(), staging_pool_});
   SessionManager::Options session_options;
   session_options.memory_budget_bytes = spec_.memory_budget_bytes;
+  session_options.copy_pool = copy_pool_;
   // R12: --admins and principals the tokens file makes admin.
   session_options.is_admin = [authorizer](const std::string& principal) {
     return authorizer->IsAdmin(principal);
@@ -122,8 +143,9 @@ SummonServer::SummonServer(Spec spec,
             std::max(spec_.heartbeat_interval * 3, absl::Seconds(1)),
             security_->peer_credentials(), spec_.device_communicator},
         kv_store_.get());
-    runtime_ = std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(),
-                                             nullptr, spec_.collective_timeout);
+    runtime_ =
+        std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(), nullptr,
+                                      spec_.collective_timeout, copy_pool_);
     if (spec_.device_communicator != nullptr) runtime_->EnableDeviceExchange();
     cluster_ops_ = std::make_unique<ClusterNodeOps>(
         membership_.get(), runtime_.get(), spec_.collective_timeout,
@@ -206,6 +228,32 @@ void SummonServer::RegisterMetrics() {
       "The memory budget of each node (--memory-budget); 0: no limit.", {},
       [this] {
         return Samples{{{}, static_cast<double>(spec_.memory_budget_bytes)}};
+      });
+  add("summon_copy_pool_retained_bytes",
+      "Bytes of closed sessions' copies kept mapped for the next open "
+      "(--copy-pool-bytes, --copy-pool-idle).",
+      {}, [this] {
+        return Samples{{{}, static_cast<double>(copy_pool_->retained_bytes())}};
+      });
+  add("summon_copy_pool_acquires",
+      "Session copies' memory by where it came from: reused from the pool or "
+      "freshly mapped (page-faulted on first write), since start.",
+      {"source"}, [this] {
+        return Samples{{{"reused"}, static_cast<double>(copy_pool_->reuses())},
+                       {{"fresh"}, static_cast<double>(copy_pool_->fresh())}};
+      });
+  add("summon_staging_pool_retained_bytes",
+      "Bytes of spare staged segments kept in /dev/shm for the next "
+      "writeback (--staging-pool-bytes, --staging-pool-idle).",
+      {}, [this] {
+        return Samples{
+            {{}, static_cast<double>(staging_pool_->retained_bytes())}};
+      });
+  add("summon_staging_pool_reuses",
+      "Writebacks that staged into a spare segment instead of a fresh one, "
+      "since start.",
+      {}, [this] {
+        return Samples{{{}, static_cast<double>(staging_pool_->reuses())}};
       });
   add("summon_shard_shm_bytes",
       "Bytes of this node's shard segments in shared memory.", {}, [this] {

@@ -21,11 +21,13 @@ class Membership;
 namespace metrics {
 class MetricsHttpServer;
 }  // namespace metrics
+class BufferPool;
 class ModelRegistry;
 class NodeRuntime;
 class PeerServiceImpl;
 class ReflectionV1Service;
 class SessionManager;
+class StagingPool;
 class SummonServiceImpl;
 class TrainerLeases;
 class TrainerServiceImpl;
@@ -60,6 +62,17 @@ class SummonServer {
     std::vector<std::string> checkpoint_roots;
     // Most bytes this node's session copies may take (rule R9). 0: no limit.
     int64_t memory_budget_bytes = 0;
+    // Session copies' memory kept after their sessions close, for the next
+    // open of a similar size (BufferPool, docs/operations.md): at most
+    // copy_pool_bytes (and never more than memory_budget_bytes when that is
+    // set), each mapping for copy_pool_idle unused. 0 bytes: keep none.
+    int64_t copy_pool_bytes = int64_t{1} << 30;
+    absl::Duration copy_pool_idle = absl::Minutes(10);
+    // Spare staging segments kept in /dev/shm after a commit, for the next
+    // writeback (StagingPool): at most staging_pool_bytes over all models,
+    // each for staging_pool_idle unused. 0 bytes: keep none.
+    int64_t staging_pool_bytes = int64_t{1} << 30;
+    absl::Duration staging_pool_idle = absl::Minutes(10);
     // Principals allowed to operate any session (R12).
     std::vector<std::string> admins;
     // Most sessions one principal may hold at once; 0: no limit.
@@ -139,6 +152,10 @@ class SummonServer {
   std::unique_ptr<auth::ServerSecurity> security_;
   int port_ = 0;
   int health_port_ = 0;
+  // Shared by the runtime (copies) and every model's store (staging); read
+  // by /metrics.
+  std::shared_ptr<BufferPool> copy_pool_;
+  std::shared_ptr<StagingPool> staging_pool_;
   std::unique_ptr<ModelRegistry> registry_;
   // A cluster's pieces (null on a single node). Declared before the session
   // manager, which uses them, so they are destroyed after it.

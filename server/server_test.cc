@@ -168,6 +168,12 @@ TEST(SummonServerTest, BadSpecsAreRefusedBeforeListening) {
       {"negative memory budget",
        [](SummonServer::Spec& s) { s.memory_budget_bytes = -1; },
        absl::StatusCode::kInvalidArgument},
+      {"negative copy pool bytes",
+       [](SummonServer::Spec& s) { s.copy_pool_bytes = -1; },
+       absl::StatusCode::kInvalidArgument},
+      {"negative staging pool idle time",
+       [](SummonServer::Spec& s) { s.staging_pool_idle = -absl::Seconds(1); },
+       absl::StatusCode::kInvalidArgument},
       {"zero heartbeat",
        [](SummonServer::Spec& s) {
          s.heartbeat_interval = absl::ZeroDuration();

@@ -26,6 +26,17 @@ struct AnchorRuns {
 // Microseconds of each timed iteration.
 absl::StatusOr<std::vector<double>> MemcpyMicros(const AnchorRuns& runs);
 
+// The first-touch anchor: each iteration maps fresh anonymous memory of
+// `bytes` (2 MiB aligned) and copies a warm buffer into it, so every page is
+// faulted in (and zeroed by the kernel) on first write, as a buffer that was
+// handed back to the system and allocated again is. With `huge_pages` the
+// mapping gets madvise(MADV_HUGEPAGE) first: where transparent huge pages
+// are `always` or `madvise` a fault maps 2 MiB at once; where they are
+// `never` both variants fault 4 KiB pages. The time of mmap, madvise and the
+// copy; the munmap is not timed.
+absl::StatusOr<std::vector<double>> FirstTouchMicros(const AnchorRuns& runs,
+                                                     bool huge_pages);
+
 // One TCP connection over loopback: the sender writes `bytes` in
 // `write_bytes` writes, the receiver reads them into a warm buffer of the
 // full size and answers one byte; an iteration is timed from the first

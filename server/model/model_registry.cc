@@ -154,7 +154,8 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Build(
   }
   absl::StatusOr<std::unique_ptr<ShardStore>> store =
       ShardStore::CreateOrAttach(options_.instance, name, (*model)->spec,
-                                 (*model)->local_ranks, mode, options_.device);
+                                 (*model)->local_ranks, mode, options_.device,
+                                 options_.staging_pool);
   if (!store.ok()) return store.status();
   (*model)->store = *std::move(store);
   InitRuntime(**model, options_.topology.world_size());

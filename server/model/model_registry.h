@@ -42,6 +42,9 @@ class ModelRegistry {
     // Vets every file a checkpoint load opens (the daemon's: beneath a
     // checkpoint root, CheckpointRoots::Admission); null: any file.
     FileAdmission checkpoint_admission = nullptr;
+    // Spare staging of every model's store (the node's); null: each store
+    // keeps its own with StagingPool's defaults.
+    std::shared_ptr<StagingPool> staging_pool = nullptr;
   };
 
   explicit ModelRegistry(Options options);

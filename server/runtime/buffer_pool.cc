@@ -142,6 +142,16 @@ int64_t BufferPool::retained_bytes() const {
   return idle_bytes_;
 }
 
+int64_t BufferPool::reuses() const {
+  absl::MutexLock lock(&mu_);
+  return reuses_;
+}
+
+int64_t BufferPool::fresh() const {
+  absl::MutexLock lock(&mu_);
+  return fresh_;
+}
+
 absl::StatusOr<PooledBuffer> BufferPool::Acquire(int64_t bytes) {
   PooledBuffer buffer;
   if (bytes <= 0) return buffer;
@@ -164,7 +174,9 @@ absl::StatusOr<PooledBuffer> BufferPool::Acquire(int64_t bytes) {
       buffer.fd_ = best->fd;
       idle_bytes_ -= best->capacity;
       idle_.erase(best);
+      ++reuses_;
     } else {
+      ++fresh_;
       // A new mapping: nothing idle stays beside it, so idle memory never
       // adds to the peak that a new copy makes (the planned copies only).
       evicted = TakeOldest(0);

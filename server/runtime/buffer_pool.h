@@ -62,14 +62,20 @@ class PooledBuffer {
 // gather of a similar size writes into pages that are already mapped instead
 // of page-faulting (and having the kernel zero) every page of a fresh
 // allocation; on this project's 2-vCPU machine that is most of a 256 MiB
-// gather's time. Retained memory is bounded (max_retained_bytes) and handed
-// back to the system after max_idle without use, so a daemon at rest returns
-// to its baseline RSS. Thread-safe; buffers keep their pool alive.
+// gather's time. Retained memory is bounded (max_retained_bytes, summond
+// --copy-pool-bytes) and handed back to the system after max_idle without
+// use (--copy-pool-idle), so a daemon at rest returns to its baseline RSS.
+// The copies are memfd (shmem) pages, which transparent huge pages leave
+// alone where shmem_enabled is `never` (Debian's default): a fresh copy is
+// faulted 4 KiB at a time, so the retention is what makes an open after a
+// pause as fast as a back-to-back one. Retained memory never adds to the
+// peak of the memory budget (R9): a fresh mapping is made only after every
+// idle one was unmapped. Thread-safe; buffers keep their pool alive.
 class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   struct Options {
     int64_t max_retained_bytes = int64_t{1} << 30;
-    absl::Duration max_idle = absl::Seconds(2);
+    absl::Duration max_idle = absl::Minutes(10);
   };
 
   static std::shared_ptr<BufferPool> Create(const Options& options);
@@ -86,6 +92,10 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   absl::StatusOr<PooledBuffer> Acquire(int64_t bytes);
 
   int64_t retained_bytes() const;
+  // Acquires served from a retained mapping, and from a fresh one.
+  int64_t reuses() const;
+  int64_t fresh() const;
+  const Options& options() const { return options_; }
 
  private:
   friend class PooledBuffer;
@@ -108,6 +118,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   std::deque<Idle> idle_ ABSL_GUARDED_BY(mu_);  // Oldest first.
   int64_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t releases_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reuses_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t fresh_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread trimmer_;
 };

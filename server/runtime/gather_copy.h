@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "core/plan.h"
+#include "memory/fresh_memory.h"
 #include "server/model/model_registry.h"
 #include "server/runtime/buffer_pool.h"
 #include "server/store/shard_memory.h"
@@ -119,8 +120,11 @@ struct GatherCopy {
 // host memory for Gloo, or in device memory on the device communicator's
 // GPU (the node's first rank's) for a device exchange.
 struct ExchangeBuffers {
-  std::vector<uint8_t> host_send;
-  std::vector<uint8_t> host_recv;
+  // Fresh zero pages with huge pages asked for (memory/fresh_memory.h): a
+  // gather's exchange buffers are new for each gather, and page-faulting
+  // them 4 KiB at a time cost as much as the exchange.
+  memory::FreshMemory host_send;
+  memory::FreshMemory host_recv;
   std::unique_ptr<ShardMemory> device_send;
   std::unique_ptr<ShardMemory> device_recv;
 

@@ -1,6 +1,8 @@
 // NodeRuntime: the buffers of a gather's exchange between nodes, in host
 // memory for Gloo or in device memory for the device communicator (NCCL).
 
+#include <utility>
+
 #include "absl/status/status.h"
 #include "core/plan.h"
 #include "server/runtime/gather_copy.h"
@@ -30,7 +32,10 @@ absl::Status ExchangeBuffers::Pack(
     if (!buffer.ok()) return buffer.status();
     device_send = *std::move(buffer);
   } else {
-    host_send.resize(static_cast<size_t>(bytes));
+    absl::StatusOr<memory::FreshMemory> buffer =
+        memory::FreshMemory::Map(bytes);
+    if (!buffer.ok()) return buffer.status();
+    host_send = *std::move(buffer);
   }
   // One range of params or grads into the buffer at `at`.
   auto put = [&](int rank, int unit, bool grads, int64_t offset, int64_t at,
@@ -58,7 +63,10 @@ absl::Status ExchangeBuffers::MakeReceive(const GatherCopy& copy,
                                           const ShardStore& store,
                                           int64_t bytes, bool device) {
   if (!device) {
-    host_recv.resize(static_cast<size_t>(bytes));
+    absl::StatusOr<memory::FreshMemory> buffer =
+        memory::FreshMemory::Map(bytes);
+    if (!buffer.ok()) return buffer.status();
+    host_recv = *std::move(buffer);
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<ShardMemory>> buffer =

@@ -18,12 +18,14 @@ namespace summon::server {
 
 NodeRuntime::NodeRuntime(int node, ModelRegistry* registry,
                          Communicator* communicator,
-                         absl::Duration collective_timeout)
+                         absl::Duration collective_timeout,
+                         std::shared_ptr<BufferPool> copy_pool)
     : node_(node),
       registry_(registry),
       communicator_(communicator),
       collective_timeout_(collective_timeout),
-      pool_(BufferPool::Create()) {}
+      pool_(copy_pool != nullptr ? std::move(copy_pool)
+                                 : BufferPool::Create()) {}
 
 NodeRuntime::~NodeRuntime() = default;
 

@@ -35,8 +35,12 @@ struct GatherCopy;  // gather_copy.h: a gather as this node knows it.
 // single node is the same code over a one-rank communicator.
 class NodeRuntime {
  public:
+  // `copy_pool`: where session copies' memory comes from (the daemon's,
+  // sized by --copy-pool-bytes and --copy-pool-idle); null: a pool of its
+  // own with BufferPool's default options.
   NodeRuntime(int node, ModelRegistry* registry, Communicator* communicator,
-              absl::Duration collective_timeout);
+              absl::Duration collective_timeout,
+              std::shared_ptr<BufferPool> copy_pool = nullptr);
   ~NodeRuntime();
 
   int node() const { return node_; }

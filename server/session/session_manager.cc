@@ -26,9 +26,9 @@ SessionManager::SessionManager(ModelRegistry* registry, Options options)
       local_runtime_(
           options_.node_ops != nullptr
               ? nullptr
-              : std::make_unique<NodeRuntime>(registry_->options().node,
-                                              registry_, &local_communicator_,
-                                              options_.collective_timeout)),
+              : std::make_unique<NodeRuntime>(
+                    registry_->options().node, registry_, &local_communicator_,
+                    options_.collective_timeout, options_.copy_pool)),
       local_ops_(local_runtime_
                      ? std::make_unique<LocalNodeOps>(local_runtime_.get())
                      : nullptr),

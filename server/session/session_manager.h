@@ -31,6 +31,7 @@
 #include "core/tensor_stats.h"
 #include "server/comm/local_communicator.h"
 #include "server/model/model_registry.h"
+#include "server/runtime/buffer_pool.h"
 #include "server/runtime/node_op_types.h"
 #include "server/session/node_ops.h"
 #include "server/session/session_types.h"
@@ -63,6 +64,9 @@ class SessionManager {
     int max_sessions_per_principal = 64;
     // Moves the bytes. Null: this single node's own runtime.
     NodeOps* node_ops = nullptr;
+    // The session copies' memory of that single node's runtime; null: a
+    // pool of its own (BufferPool's defaults).
+    std::shared_ptr<BufferPool> copy_pool = nullptr;
     absl::Duration collective_timeout = absl::Seconds(30);
     // R25: ended sessions remembered (their reason and time), the most and
     // for how long; later calls on their ids answer FAILED_PRECONDITION.

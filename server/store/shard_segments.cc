@@ -38,7 +38,8 @@ std::string Hex(uint64_t value) {
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::CreateOrAttach(
     const std::string& instance, const std::string& model_name,
     const core::ModelSpec& model, const std::vector<int>& local_ranks,
-    AttachMode mode, const ShardMemoryProvider* device) {
+    AttachMode mode, const ShardMemoryProvider* device,
+    std::shared_ptr<StagingPool> staging_pool) {
   if (absl::Status status = ValidateInstance(instance); !status.ok()) {
     return status;
   }
@@ -55,8 +56,8 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::CreateOrAttach(
                      "] must be distinct ranks in [0, ", world_size, ")"));
   }
 
-  std::unique_ptr<ShardStore> store(
-      new ShardStore(instance, model_name, ranks, device));
+  std::unique_ptr<ShardStore> store(new ShardStore(
+      instance, model_name, ranks, device, std::move(staging_pool)));
   const int64_t num_units = static_cast<int64_t>(model.units.size());
   store->header_bytes_ =
       RoundUp(sizeof(shm::SegmentHeader) + num_units * sizeof(shm::UnitEntry),

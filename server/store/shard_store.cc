@@ -29,11 +29,15 @@ auto FindByRank(RankVector& ranks, int rank) -> decltype(ranks.data()) {
 
 ShardStore::ShardStore(std::string instance, std::string model_name,
                        std::vector<int> local_ranks,
-                       const ShardMemoryProvider* device)
+                       const ShardMemoryProvider* device,
+                       std::shared_ptr<StagingPool> staging_pool)
     : instance_(std::move(instance)),
       model_name_(std::move(model_name)),
       local_ranks_(std::move(local_ranks)),
-      device_(device) {}
+      device_(device),
+      staging_pool_(staging_pool != nullptr ? std::move(staging_pool)
+                                            : std::make_shared<StagingPool>()) {
+}
 
 const ShardStore::RankSegments* ShardStore::FindRank(int rank) const {
   return FindByRank(ranks_, rank);

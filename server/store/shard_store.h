@@ -20,6 +20,7 @@
 #include "core/model_spec.h"
 #include "server/store/segment_names.h"
 #include "server/store/shard_memory.h"
+#include "server/store/staging_pool.h"
 
 namespace summon::server {
 namespace shm {
@@ -123,11 +124,15 @@ class ShardStore {
   // INVALID_ARGUMENT for a bad instance ([A-Za-z0-9]{1,64}), model name or
   // rank list; RESOURCE_EXHAUSTED when shared memory runs out.
   // With `device` (not owned; outlives the store) the shard bytes are
-  // placed in its memory (see the class comment).
+  // placed in its memory (see the class comment). `staging_pool` decides
+  // how long and how much spare staging is kept after a commit (the node's,
+  // shared by its models); null: a pool of this store's own with
+  // StagingPool's default options.
   static absl::StatusOr<std::unique_ptr<ShardStore>> CreateOrAttach(
       const std::string& instance, const std::string& model_name,
       const core::ModelSpec& model, const std::vector<int>& local_ranks,
-      AttachMode mode, const ShardMemoryProvider* device = nullptr);
+      AttachMode mode, const ShardMemoryProvider* device = nullptr,
+      std::shared_ptr<StagingPool> staging_pool = nullptr);
 
   // Names alone, no store (defined in segment_names.cc): a segment's name,
   // "/summon-<instance>-<model>-r<rank>-<KindSuffix(kind)>".
@@ -272,17 +277,17 @@ class ShardStore {
   // COMMIT: copies every unit staged for `session_id` (on any local rank)
   // into its params shard, sets those units' generations to their targets
   // and moves their external-write counters (a writeback is external),
-  // then marks the staged segments spare (kSpareStagingGrace below).
+  // then marks the staged segments spare (see StagingPool).
   // Idempotent until its end, so a daemon killed midway re-runs it after
   // re-attaching. NOT_FOUND when nothing here is staged for `session_id`.
   absl::Status CommitStaging(absl::string_view session_id);
-  // How long a committed rank's staged segments stay mapped, their pages
-  // allocated, for the next writeback to reuse (no fresh zeroed shared
-  // memory, no page faults: the P7 lever) before they are unlinked, so an
-  // idle daemon's /dev/shm returns to its shards alone. The store's
-  // destructor unlinks spares at once; a restart drops any a killed daemon
-  // left.
-  static constexpr absl::Duration kSpareStagingGrace = absl::Seconds(2);
+  // A committed rank's staged segments stay mapped, their pages allocated,
+  // for the next writeback to reuse (no fresh zeroed shared memory, no page
+  // faults: the P7 lever) while the staging pool has room, until they have
+  // been idle for its max_idle; then they are unlinked, so an idle daemon's
+  // /dev/shm returns to its shards alone. The store's destructor unlinks
+  // spares at once; a restart drops any a killed daemon left.
+  const StagingPool& staging_pool() const { return *staging_pool_; }
   // Drops `rank`'s staged data (abort, or after a commit elsewhere).
   absl::Status ClearStaging(int rank);
 
@@ -303,10 +308,13 @@ class ShardStore {
     std::unique_ptr<ShardMemory> staged_grads_bytes;
     // When the staged segments became spare (their session committed).
     absl::Time spare_since = absl::InfinitePast();
+    // What the staging pool counts for this rank's spares (0: none).
+    int64_t spare_bytes = 0;
   };
 
   ShardStore(std::string instance, std::string model_name,
-             std::vector<int> local_ranks, const ShardMemoryProvider* device);
+             std::vector<int> local_ranks, const ShardMemoryProvider* device,
+             std::shared_ptr<StagingPool> staging_pool);
 
   // The memory holding `segment`'s shard bytes for `rank` (see RankSegments).
   absl::StatusOr<std::unique_ptr<ShardMemory>> BytesOf(
@@ -355,13 +363,14 @@ class ShardStore {
   absl::Status RemoveStaging(RankSegments& rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the rank's staged segments for reuse: no session id, no unit
-  // staged. Starts the spare reaper.
+  // staged. Starts the spare reaper; unlinks them at once instead when the
+  // staging pool has no room.
   void MakeStagingSpare(RankSegments& rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool IsSpare(const shm::Segment& staged);
   // The rank has staged segments and every one of them is spare.
   static bool OnlySpares(const RankSegments& rank);
-  // Unlinks spare staged segments past kSpareStagingGrace; returns when none
-  // is left or the store is being destroyed.
+  // Unlinks spare staged segments idle past the pool's max_idle; returns when
+  // none is left or the store is being destroyed.
   void ReapSpareStaging();
   absl::Status NotHosted(int rank) const;
   const RankSegments* FindRank(int rank) const
@@ -372,7 +381,8 @@ class ShardStore {
   const std::string instance_;
   const std::string model_name_;
   const std::vector<int> local_ranks_;
-  const ShardMemoryProvider* const device_;  // Null: host placement.
+  const ShardMemoryProvider* const device_;          // Null: host placement.
+  const std::shared_ptr<StagingPool> staging_pool_;  // Never null.
   // Identical in every segment of the store.
   int64_t header_bytes_ = 0;
   int64_t segment_bytes_ = 0;

@@ -2,10 +2,10 @@
 // docs/design.md#how-nodes-work-together): PREPARE fills them, COMMIT
 // copies them into the params. They live in shared memory so that a daemon
 // killed during COMMIT finishes it after a restart instead of leaving some
-// ranks written and others not. After a commit they stay, spare, for
-// kSpareStagingGrace: the next writeback reuses their allocated pages
-// instead of creating, zeroing and unlinking 2x the unit's bytes of shared
-// memory each time.
+// ranks written and others not. After a commit they stay, spare, in the
+// node's StagingPool (bounded in bytes and idle time): the next writeback
+// reuses their allocated pages instead of creating, zeroing and unlinking
+// 2x the unit's bytes of shared memory each time.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -169,6 +169,10 @@ absl::StatusOr<ShardMemory*> ShardStore::Staging(
   }
   shm::Segment& staged = *slot;
   if (IsSpare(staged)) {
+    if (segments.spare_bytes > 0) {
+      staging_pool_->Drop(segments.spare_bytes, /*reused=*/true);
+      segments.spare_bytes = 0;
+    }
     // The unit flags were cleared when it became spare; the session id is
     // published last, so until then a crash leaves a spare, never a claim.
     shm::SegmentHeader& header = *staged.header();
@@ -329,6 +333,18 @@ void ShardStore::MakeStagingSpare(RankSegments& rank) {
       shm::StoreShared(&segment->units()[unit].flags, uint64_t{0});
     }
   }
+  int64_t bytes = 0;
+  for (const shm::Segment* segment :
+       {rank.staged.get(), rank.staged_grads.get()}) {
+    if (segment != nullptr) bytes += segment_bytes_;
+  }
+  if (rank.spare_bytes > 0) staging_pool_->Drop(rank.spare_bytes, false);
+  rank.spare_bytes = 0;
+  if (!staging_pool_->Keep(bytes)) {
+    RemoveStaging(rank).IgnoreError();  // Unlinked now or at the exit.
+    return;
+  }
+  rank.spare_bytes = bytes;
   rank.spare_since = absl::Now();
   if (spare_reaper_running_) return;
   if (spare_reaper_.joinable()) spare_reaper_.join();  // It has ended.
@@ -361,7 +377,8 @@ void ShardStore::ReapSpareStaging() {
     absl::Time next = absl::InfiniteFuture();
     for (RankSegments& rank : ranks_) {
       if (!OnlySpares(rank)) continue;
-      const absl::Time due = rank.spare_since + kSpareStagingGrace;
+      const absl::Time due =
+          rank.spare_since + staging_pool_->options().max_idle;
       if (due <= now) {
         RemoveStaging(rank).IgnoreError();  // Unlinked now or at the exit.
       } else {
@@ -384,6 +401,10 @@ absl::Status ShardStore::ClearStaging(int rank) {
 }
 
 absl::Status ShardStore::RemoveStaging(RankSegments& rank) {
+  if (rank.spare_bytes > 0) {
+    staging_pool_->Drop(rank.spare_bytes, /*reused=*/false);
+    rank.spare_bytes = 0;
+  }
   absl::Status first_failure;
   rank.staged_bytes.reset();
   rank.staged_grads_bytes.reset();

@@ -1,6 +1,6 @@
 // Staging that leaves out the ranges a writeback is about to write
 // (ShardStore::StagingShard's `overwritten`), and the spare staged segments
-// a commit leaves for the next writeback (ShardStore::kSpareStagingGrace).
+// a commit leaves for the next writeback, kept by the node's StagingPool.
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -41,7 +41,8 @@ class StagingTest : public ::testing::Test {
     ASSERT_TRUE(spec.ok()) << spec.status();
     store_.reset();
     absl::StatusOr<std::unique_ptr<ShardStore>> store =
-        ShardStore::CreateOrAttach(instance_, "m", *spec, {0}, mode);
+        ShardStore::CreateOrAttach(instance_, "m", *spec, {0}, mode, nullptr,
+                                   pool_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
   }
@@ -69,6 +70,9 @@ class StagingTest : public ::testing::Test {
   }
 
   const std::string instance_;
+  // Spares idle for 300 ms are unlinked; tests swap in other pools.
+  std::shared_ptr<StagingPool> pool_ = std::make_shared<StagingPool>(
+      StagingPool::Options{int64_t{1} << 30, absl::Milliseconds(300)});
   std::unique_ptr<ShardStore> store_;
 };
 
@@ -126,7 +130,7 @@ TEST_F(StagingTest, ASpareIsUnlinkedOnceTheGracePeriodPasses) {
   WriteBack("s", 1, 0xAA);
   ASSERT_TRUE(StagedSegmentExists());
   const absl::Time deadline =
-      absl::Now() + ShardStore::kSpareStagingGrace + absl::Seconds(5);
+      absl::Now() + pool_->options().max_idle + absl::Seconds(5);
   while (StagedSegmentExists() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -134,6 +138,46 @@ TEST_F(StagingTest, ASpareIsUnlinkedOnceTheGracePeriodPasses) {
   // And a later writeback makes a new one.
   WriteBack("t", 2, 0xCC);
   EXPECT_EQ(store_->ParamShard(0, 0)[kShardBytes - 1], 0xCC);
+}
+
+TEST_F(StagingTest, ThePoolCountsASpareUntilItIsReusedOrUnlinked) {
+  pool_ = std::make_shared<StagingPool>();  // 10 minutes: nothing expires.
+  Open(AttachMode::kAttach);
+  EXPECT_EQ(pool_->retained_bytes(), 0);
+  WriteBack("s", 1, 0xAA);
+  ASSERT_TRUE(StagedSegmentExists());
+  const int64_t spare = pool_->retained_bytes();
+  // The whole staged segment: its header and the 64-byte aligned shard.
+  EXPECT_GT(spare, kShardBytes);
+  EXPECT_EQ(pool_->reuses(), 0);
+  // The next writeback adopts it: no longer spare, counted as a reuse.
+  absl::StatusOr<uint8_t*> staged = store_->StagingShard(0, 0, "t", 2);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  EXPECT_EQ(pool_->retained_bytes(), 0);
+  EXPECT_EQ(pool_->reuses(), 1);
+  ASSERT_TRUE(store_->CommitStaging("t").ok());
+  EXPECT_EQ(pool_->retained_bytes(), spare);
+  // A stopped store unlinks its spares and gives back what they counted.
+  store_.reset();
+  EXPECT_FALSE(StagedSegmentExists());
+  EXPECT_EQ(pool_->retained_bytes(), 0);
+  Open(AttachMode::kAttach);
+}
+
+TEST_F(StagingTest, APoolWithoutRoomUnlinksTheStagingAtCommit) {
+  pool_ = std::make_shared<StagingPool>(
+      StagingPool::Options{/*max_bytes=*/kShardBytes, absl::Minutes(10)});
+  Open(AttachMode::kAttach);
+  WriteBack("s", 1, 0xAA);
+  // The segment (header + shard) is larger than the pool: gone at once.
+  EXPECT_FALSE(StagedSegmentExists());
+  EXPECT_EQ(pool_->retained_bytes(), 0);
+  EXPECT_EQ(store_->ParamShard(0, 0)[kShardBytes - 1], 0xAA);
+  // The next writeback creates its staging again and commits alike.
+  WriteBack("t", 2, 0xCC);
+  EXPECT_FALSE(StagedSegmentExists());
+  EXPECT_EQ(store_->ParamShard(0, 0)[0], 0xCC);
+  EXPECT_EQ(store_->Generation(0), 2u);
 }
 
 TEST_F(StagingTest, AStopUnlinksSparesAndARestartCommitsNothingAgain) {

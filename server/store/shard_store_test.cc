@@ -167,7 +167,7 @@ TEST_F(ShardStoreTest, StagedWritebackSurvivesRestartAndCommits) {
   // The staged segments stay, spare, for the next writeback, then go.
   EXPECT_EQ(ShardStore::ListSegments(instance_).size(), 4u);
   const absl::Time deadline =
-      absl::Now() + ShardStore::kSpareStagingGrace + absl::Seconds(5);
+      absl::Now() + staging_pool_->options().max_idle + absl::Seconds(5);
   while (ShardStore::ListSegments(instance_).size() > 2 &&
          absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));

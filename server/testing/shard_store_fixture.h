@@ -100,7 +100,8 @@ class ShardStoreTest : public ::testing::Test {
   std::unique_ptr<ShardStore> Open(AttachMode mode,
                                    const std::vector<int>& ranks = kRanks) {
     absl::StatusOr<std::unique_ptr<ShardStore>> store =
-        ShardStore::CreateOrAttach(instance_, kModel, spec_, ranks, mode);
+        ShardStore::CreateOrAttach(instance_, kModel, spec_, ranks, mode,
+                                   nullptr, staging_pool_);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? *std::move(store) : nullptr;
   }
@@ -116,6 +117,9 @@ class ShardStoreTest : public ::testing::Test {
   static inline int next_instance_ = 0;
   const std::string instance_;
   const core::ModelSpec spec_;
+  // Spares are kept briefly, so a test sees them unlinked within seconds.
+  std::shared_ptr<StagingPool> staging_pool_ = std::make_shared<StagingPool>(
+      StagingPool::Options{int64_t{1} << 30, absl::Milliseconds(300)});
 };
 
 }  // namespace summon::server

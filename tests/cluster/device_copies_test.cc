@@ -299,7 +299,7 @@ TYPED_TEST(DeviceCopiesTest, OffloadToCpuKeepsTheCopiesInHostMemory) {
 }
 
 // Writebacks leave spare staged allocations behind for a while
-// (ShardStore::kSpareStagingGrace), so they run on a cluster of their own,
+// (StagingPool, --staging-pool-idle), so they run on a cluster of their own,
 // after the suite above has counted its allocations.
 template <typename Transport>
 class DeviceCopiesWritebackTest : public DeviceCopiesTest<Transport> {};

@@ -298,6 +298,9 @@ TEST(SoakTest, ConcurrentClientsLoseNoWriteAndLeaveNothingBehind) {
   bench::BenchCluster::Options cluster_options;
   cluster_options.nodes = kNodes;
   cluster_options.local_ranks = kLocalRanks;
+  // The final check wants the baseline's RSS, descriptors and segments back:
+  // kept copies (memfds) and spare staging must lapse within kSettleTimeout.
+  cluster_options.pool_idle = absl::Seconds(2);
   absl::StatusOr<std::unique_ptr<bench::BenchCluster>> cluster =
       bench::BenchCluster::Start(cluster_options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -59,6 +59,22 @@ expect_sample "$mp" 'summon_sessions_open{kind="readonly"}' 0
 expect_sample "$mp" 'summon_memory_budget_used_bytes{node="0"}' 0
 expect_sample "$mp" 'summon_trainer_ranks{phase="IDLE"}' 2
 expect_sample "$mp" 'summon_trainers_attached' 0
+# The closed sessions' copies stay mapped for the next open (issue 22): three
+# fresh mappings of 12608 bytes, each rounded up to 4 KiB pages; a's
+# writeback left a spare staged segment on each rank.
+expect_sample "$mp" 'summon_copy_pool_acquires{source="fresh"}' 3
+expect_sample "$mp" 'summon_copy_pool_acquires{source="reused"}' 0
+expect_sample "$mp" 'summon_copy_pool_retained_bytes' $((3 * 16384))
+expect_sample "$mp" 'summon_staging_pool_reuses' 0
+# The next writable session reuses a kept copy, and its writeback both
+# ranks' spare staging.
+d="$(ctl session open m --scope layers.1)" || fail "open d"
+ctl tensor write "$d" layers.1.attn.qkv.weight --in "$work/w.npy" >/dev/null ||
+  fail "write d"
+ctl session close "$d" >/dev/null || fail "close d"
+expect_sample "$mp" 'summon_copy_pool_acquires{source="reused"}' 1
+expect_sample "$mp" 'summon_copy_pool_acquires{source="fresh"}' 3
+expect_sample "$mp" 'summon_staging_pool_reuses' 2
 
 scrape "$mp" >"$work/metrics.txt"
 grep -q '^# TYPE summon_session_opens_total counter$' "$work/metrics.txt" ||

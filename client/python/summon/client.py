@@ -19,6 +19,7 @@ import grpc
 import numpy as np
 
 from summon import checks, dtypes, shapes
+from summon.fresh import fresh_array
 from summon.errors import SummonError
 from summon.messages import (Attachment, CloseResult, LoadResult, Model, ModelSummary,
                           PhaseReport, SaveResult, Session, ShardChecksum, ShardMap,
@@ -351,7 +352,7 @@ class Client:
 
         The chunks of the stream are copied straight into one buffer: `out`
         when given (a C-contiguous array of the wire dtype and size), else a
-        new one. The result has the tensor's shape for a whole-tensor read,
+        new one (huge pages asked for: summon.fresh). The result has the tensor's shape for a whole-tensor read,
         else is flat. bfloat16 arrives as uint16 bit patterns (NumPy has no
         bfloat16): see dtypes.bfloat16_to_float32, or FullParams.
         """
@@ -368,7 +369,7 @@ class Client:
             wire = dtypes.wire_numpy(info.dtype)
             total = count if count is not None else info.numel - offset
             if out is None:
-                out = np.empty(total, wire)
+                out = fresh_array(total, wire)
             elif (out.dtype != wire or out.size != total
                   or not out.flags["C_CONTIGUOUS"] or not out.flags["WRITEABLE"]):
                 raise ValueError(f"out must be a writable C-contiguous {wire} array of "
