@@ -21,9 +21,16 @@ import numpy as np
 import pytest
 
 import summon
-import fsdp_truth
-from fsdp_truth import SEED, UNITS
-from seeded import seeded_float32
+
+# FSDP2 on the CPU needs torch 2.x (Debian's 1.13 has neither fully_shard nor
+# a gloo reduce_scatter): the venv that scripts/setup builds.
+if not hasattr(pytest.importorskip("torch.distributed.fsdp"), "fully_shard"):
+    pytest.skip("needs torch >= 2.6 (fully_shard): run in scripts/setup's venv",
+                allow_module_level=True)
+
+import fsdp_truth  # noqa: E402
+from fsdp_truth import SEED, UNITS  # noqa: E402
+from seeded import seeded_float32  # noqa: E402
 
 
 def _free_port() -> int:
