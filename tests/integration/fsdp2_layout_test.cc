@@ -279,6 +279,21 @@ TEST_F(Fsdp2LayoutTest, EveryStrategyGathersAndWritesBackTorchsChunks) {
     const pb::CloseSessionResponse closed = Close(writer.id());
     EXPECT_TRUE(closed.written_back()) << context;
     ExpectShardsHold(name, edited, test.group_size, context + " after edit");
+    // A rank0_only session scatters its writeback from the home rank and an
+    // offloaded one from the node's host copy.
+    for (bool offloaded : {false, true}) {
+      pb::SessionOptions options;
+      options.set_rank0_only(!offloaded);
+      options.set_home_rank(2);
+      options.set_offload_to_cpu(offloaded);
+      const pb::Session session = Open(name, options);
+      edited["layers.1.w"] = Scaled(edited.at("layers.1.w"), 3);
+      ASSERT_TRUE(
+          WriteFloats(session.id(), "layers.1.w", edited["layers.1.w"]).ok());
+      EXPECT_TRUE(Close(session.id()).written_back()) << context;
+      ExpectShardsHold(name, edited, test.group_size,
+                       absl::StrCat(context, offloaded ? " offloaded" : " home"));
+    }
     const pb::Session reader = Open(name, ReadOnly());
     EXPECT_EQ(ReadAll(reader.id()), edited) << context;
     EXPECT_EQ(Read(reader.id(), "head.w"), edited["embed.w"]);
