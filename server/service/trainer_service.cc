@@ -190,7 +190,8 @@ grpc::Status TrainerServiceImpl::MarkInitialized(
       !leased.ok()) {
     return ToGrpcStatus(leased);
   }
-  if (absl::Status marked = registry_->MarkInitialized(**model); !marked.ok()) {
+  if (absl::Status marked = sessions_->MarkInitialized(request->model());
+      !marked.ok()) {
     return ToGrpcStatus(marked);
   }
   AppendUnits(**model, response->mutable_units());

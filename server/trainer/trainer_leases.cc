@@ -72,6 +72,19 @@ const core::TrainerLease* TrainerLeases::HolderOf(const std::string& model,
 absl::StatusOr<TrainerLeases::Attached> TrainerLeases::Attach(
     const std::string& model_name, const std::vector<int>& ranks,
     const std::string& incarnation, std::optional<absl::Duration> lease_ttl) {
+  absl::StatusOr<Attached> attached;
+  {
+    absl::MutexLock lock(&mu_);
+    attached = AttachLocked(model_name, ranks, incarnation, lease_ttl);
+  }
+  // A takeover may have ended a lease mid-OPTIMIZER.
+  MoveCutShortSteps();
+  return attached;
+}
+
+absl::StatusOr<TrainerLeases::Attached> TrainerLeases::AttachLocked(
+    const std::string& model_name, const std::vector<int>& ranks,
+    const std::string& incarnation, std::optional<absl::Duration> lease_ttl) {
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(model_name);
   if (!model.ok()) return model.status();
@@ -82,7 +95,6 @@ absl::StatusOr<TrainerLeases::Attached> TrainerLeases::Attach(
                      absl::FormatDuration(options_.max_lease)));
   }
   const absl::Time now = options_.clock();
-  absl::MutexLock lock(&mu_);
   std::vector<const core::TrainerLease*> holders;
   for (int rank : ranks) {
     const core::TrainerLease* holder = HolderOf(model_name, rank);
@@ -161,13 +173,16 @@ absl::StatusOr<core::TrainerLease> TrainerLeases::Heartbeat(
 }
 
 absl::Status TrainerLeases::Detach(const std::string& lease_id) {
-  absl::MutexLock lock(&mu_);
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) return EndedError(lease_id);
-  EndLease(lease_id,
-           absl::StrCat("trainer '", it->second.incarnation, "' detached"),
-           /*ranks_to_idle=*/true);
-  PersistLocked();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = leases_.find(lease_id);
+    if (it == leases_.end()) return EndedError(lease_id);
+    EndLease(lease_id,
+             absl::StrCat("trainer '", it->second.incarnation, "' detached"),
+             /*ranks_to_idle=*/true);
+    PersistLocked();
+  }
+  MoveCutShortSteps();
   return absl::OkStatus();
 }
 
@@ -240,6 +255,9 @@ void TrainerLeases::Revoke(const std::string& model, const std::string& why) {
     if (lease.model == model) ids.push_back(id);
   }
   for (const std::string& id : ids) EndLease(id, why, /*ranks_to_idle=*/true);
+  // The model is being deleted: no generation of it to move.
+  cut_short_.erase(std::remove(cut_short_.begin(), cut_short_.end(), model),
+                   cut_short_.end());
   PersistLocked();
 }
 
@@ -274,12 +292,12 @@ void TrainerLeases::EndLease(const std::string& lease_id,
       absl::StrAppend(&event, " in ", PhaseAndStep(was, entry.steps[rank]),
                       "; rank returned to IDLE");
       // An optimizer step cut short may have changed some shards: any
-      // gather from before is stale (R7).
-      if (was == core::TrainingPhase::kOptimizer && entry.store != nullptr) {
-        for (size_t u = 0; u < entry.runtime.units.size(); ++u) {
-          entry.runtime.units[u].generation =
-              entry.store->BumpGeneration(static_cast<int>(u));
-        }
+      // gather from before is stale (R7). Moved once per model, after the
+      // lock (MoveCutShortSteps).
+      if (was == core::TrainingPhase::kOptimizer &&
+          std::find(cut_short_.begin(), cut_short_.end(), lease.model) ==
+              cut_short_.end()) {
+        cut_short_.push_back(lease.model);
       }
     }
     spdlog::warn("trainer model={} rank={} lease={}: {}", lease.model, rank,
@@ -289,25 +307,50 @@ void TrainerLeases::EndLease(const std::string& lease_id,
 }
 
 int TrainerLeases::ReapLapsed() {
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = options_.clock();
   std::vector<std::string> lapsed;
-  for (const auto& [id, lease] : leases_) {
-    if (core::LeaseLapsed(lease, now)) lapsed.push_back(id);
-  }
-  for (const std::string& id : lapsed) {
-    const core::TrainerLease& lease = leases_[id];
-    for (int rank : lease.ranks) {
-      lapsed_holder_[{lease.model, rank}] = lease.incarnation;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = options_.clock();
+    for (const auto& [id, lease] : leases_) {
+      if (core::LeaseLapsed(lease, now)) lapsed.push_back(id);
     }
-    EndLease(id,
-             absl::StrCat("lease of trainer '", lease.incarnation,
-                          "' lapsed (no heartbeat for ",
-                          absl::FormatDuration(lease.ttl), ")"),
-             /*ranks_to_idle=*/true);
+    for (const std::string& id : lapsed) {
+      const core::TrainerLease& lease = leases_[id];
+      for (int rank : lease.ranks) {
+        lapsed_holder_[{lease.model, rank}] = lease.incarnation;
+      }
+      EndLease(id,
+               absl::StrCat("lease of trainer '", lease.incarnation,
+                            "' lapsed (no heartbeat for ",
+                            absl::FormatDuration(lease.ttl), ")"),
+               /*ranks_to_idle=*/true);
+    }
+    if (!lapsed.empty()) PersistLocked();
   }
-  if (!lapsed.empty()) PersistLocked();
+  MoveCutShortSteps();
   return static_cast<int>(lapsed.size());
+}
+
+void TrainerLeases::MoveCutShortSteps() {
+  std::vector<std::string> models;
+  {
+    absl::MutexLock lock(&mu_);
+    models.swap(cut_short_);
+  }
+  for (const std::string& name : models) {
+    if (options_.step_cut_short) {
+      options_.step_cut_short(name);
+      continue;
+    }
+    absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry_->Get(name);
+    if (!model.ok()) continue;  // Deleted meanwhile: nothing to move.
+    ModelEntry& entry = **model;
+    absl::MutexLock runtime_lock(&entry.runtime_mu);
+    for (size_t u = 0; u < entry.runtime.units.size(); ++u) {
+      entry.runtime.units[u].generation =
+          entry.store->BumpGeneration(static_cast<int>(u));
+    }
+  }
 }
 
 }  // namespace summon::server

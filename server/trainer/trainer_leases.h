@@ -41,6 +41,10 @@ class TrainerLeases {
     absl::Duration reap_interval = absl::Milliseconds(100);
     absl::Duration default_lease = absl::Seconds(10);
     absl::Duration max_lease = absl::Hours(1);
+    // Moves every unit's generation of a model on every node when a lease
+    // ends with a rank in OPTIMIZER (the session manager's StepCutShort);
+    // called without this class's lock. Unset: moved in this node's store.
+    std::function<void(const std::string& model)> step_cut_short;
   };
 
   TrainerLeases(ModelRegistry* registry, Options options);
@@ -93,9 +97,19 @@ class TrainerLeases {
  private:
   const core::TrainerLease* HolderOf(const std::string& model, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the lease, returns its ranks to IDLE, records `event` for each.
+  absl::StatusOr<Attached> AttachLocked(const std::string& model,
+                                        const std::vector<int>& ranks,
+                                        const std::string& incarnation,
+                                        std::optional<absl::Duration> lease)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the lease, returns its ranks to IDLE, records `event` for each;
+  // a rank that was in OPTIMIZER puts its model in cut_short_.
   void EndLease(const std::string& lease_id, const std::string& why,
                 bool ranks_to_idle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the generations of the models in cut_short_ (Options::
+  // step_cut_short), after the caller released mu_: the move reaches every
+  // node over the network.
+  void MoveCutShortSteps() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status EndedError(const std::string& lease_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -113,6 +127,8 @@ class TrainerLeases {
   // the next Attach reports it as previous_incarnation.
   std::map<std::pair<std::string, int>, std::string> lapsed_holder_
       ABSL_GUARDED_BY(mu_);
+  // Models whose optimizer step a lease's end cut short, not yet moved.
+  std::vector<std::string> cut_short_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };
