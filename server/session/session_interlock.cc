@@ -17,7 +17,8 @@ namespace summon::server {
 
 absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
     const std::string& model_name, int rank, core::TrainingPhase phase,
-    std::optional<int64_t> step, std::optional<absl::Time> deadline) {
+    std::optional<int64_t> step, std::optional<absl::Time> deadline,
+    bool reassert) {
   absl::StatusOr<std::shared_ptr<ModelEntry>> found =
       registry_->Get(model_name);
   if (!found.ok()) return found.status();
@@ -33,6 +34,16 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
       absl::StatusOr<core::PhaseChangeDecision> decision;
       {
         absl::MutexLock runtime_lock(&model.runtime_mu);
+        if (reassert && rank >= 0 &&
+            rank < static_cast<int>(model.runtime.phase_per_rank.size()) &&
+            model.runtime.phase_per_rank[rank] == phase) {
+          // Already there: the trainer says so again; nothing moves.
+          report.previous = phase;
+          report.phase = phase;
+          if (step.has_value()) model.steps[rank] = step;
+          report.step = model.steps[rank];
+          break;
+        }
         decision = core::DecidePhaseChange(model.runtime, rank, phase, deadline,
                                            options_.clock());
         // DecidePhaseChange checked the rank; the machine (R16) comes first

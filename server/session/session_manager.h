@@ -149,11 +149,14 @@ class SessionManager {
   // FORWARD/BACKWARD/OPTIMIZER waits (up to `deadline`) or is refused while
   // a writable session (or a shard write) holds a unit of the model. The
   // first rank entering OPTIMIZER for a step moves every unit's generation
-  // once: the step changed the shards (session_interlock.cc).
+  // once: the step changed the shards (session_interlock.cc). `reassert`
+  // (a trainer re-establishing its phases after summond could not hear it):
+  // a move to the phase the rank is in is accepted and changes nothing.
   absl::StatusOr<PhaseReport> ReportPhase(const std::string& model, int rank,
                                           core::TrainingPhase phase,
                                           std::optional<int64_t> step,
-                                          std::optional<absl::Time> deadline);
+                                          std::optional<absl::Time> deadline,
+                                          bool reassert = false);
 
   // Ends init external (Trainer.MarkInitialized): every unit's generation
   // moves and the model becomes openable, on every node before this

@@ -20,6 +20,7 @@ it restarts, so views stay valid across a daemon restart.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import socket
@@ -32,6 +33,7 @@ import torch
 
 from summon import cuda_ipc, shapes
 from summon.client import Client
+from summon.phases import phase_path, unreachable
 from summon.errors import SummonError
 from summon.messages import (Attachment, Model, PhaseReport, ShardMap, UnitGeneration,
                              UnitShard)
@@ -45,6 +47,7 @@ TORCH_DTYPES: dict[torch.dtype, str] = {
 _FROM_NAME = {name: dtype for dtype, name in TORCH_DTYPES.items()}
 
 ExternalWriteCallback = Callable[["Trainer", list[UnitGeneration]], None]
+_log = logging.getLogger("summon.torch")
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -304,7 +307,6 @@ def register(client: Client, name: str, module: torch.nn.Module,
 _TRANSIENT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 _TRAINER_DEFAULT: Any = object()  # "the trainer's own `wait`"
 
-
 class Trainer:
     """An attached trainer process: a lease on `ranks` kept alive in the background.
 
@@ -317,13 +319,24 @@ class Trainer:
     external-write counter moved, so the trainer refreshes state it derives
     from them. A WatchUnits stream also records such edits as they happen
     (`external_edit` event, `pending_external_writes()`).
+
+    summon never stops a training step: a phase report that summond (or the
+    leader behind it) does not answer within `report_timeout` seconds (plus
+    `wait`) lets the step go on; the shard views stay valid (the shards are
+    in this node's memory). The trainer then marks the model's interlock
+    unknown (`interlock_unknown`), stops reporting from the training thread,
+    and its heartbeat thread re-establishes every rank's phase once summond
+    answers again (re-attaching with the same incarnation and walking each
+    rank from the daemon's phase to the trainer's along legal moves).
+    summond refuses sessions on the model meanwhile, so no session races a
+    step it did not hear of.
     """
 
     def __init__(self, client: Client, model: str, ranks: Sequence[int],
                  incarnation: Optional[str] = None, lease_seconds: int = 10,
                  wait: Optional[float] = None,
                  on_external_write: Optional[ExternalWriteCallback] = None,
-                 watch: bool = True):
+                 watch: bool = True, report_timeout: float = 2.0):
         self.client = client
         self.model = model
         self.ranks = list(ranks)
@@ -331,11 +344,20 @@ class Trainer:
             f"{socket.gethostname()}-{os.getpid()}-{time.time_ns() // 1_000_000}")
         self.wait = wait
         self.on_external_write = on_external_write
+        self.lease_seconds = lease_seconds
+        self.report_timeout = report_timeout
         self.attachment: Attachment = client.attach(model, self.ranks, self.incarnation,
                                                     lease_seconds)
         self.lease_id = self.attachment.lease_id
         self.lease_error: Optional[SummonError] = None
         self.phase = "IDLE"
+        self.step_number: Optional[int] = None
+        # Set while summond may not know where this trainer's ranks are; the
+        # heartbeat thread clears it (see the class). `outages` counts them.
+        self.interlock_unknown = False
+        self.outages = 0
+        # The training thread's moves and the re-establishment, one at a time.
+        self._phase_lock = threading.RLock()
         self.external_edit = threading.Event()
         self._lock = threading.Lock()
         self._seen = {u.unit: u.external_writes for u in self.attachment.units}
@@ -358,32 +380,61 @@ class Trainer:
     def _heartbeat_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
             try:
-                self.client.heartbeat(self.lease_id, timeout=interval)
+                renewal = self.client.renew(self.lease_id,
+                                            timeout=min(interval, self.report_timeout))
             except SummonError as error:
                 if error.code not in _TRANSIENT:  # lapsed or revoked: say so, stop
                     self.lease_error = error
                     return
+                self._lose_interlock(error)  # the next move need not try
+                continue
+            if renewal.phases_unknown or self.interlock_unknown:
+                self._reestablish()
 
-    def _watch_loop(self) -> None:
-        while not self._stop.is_set():
-            watch = self.client.watch_units(self.model)
-            with self._lock:
-                self._watch = watch
-            if self._stop.is_set():
-                watch.cancel()
-                return
+    def _lose_interlock(self, error: SummonError) -> None:
+        with self._phase_lock:
+            if not self.interlock_unknown:
+                self.outages += 1
+                _log.warning("summond did not answer (%s); model %s: training goes on, "
+                             "interlock unknown until it answers", error, self.model)
+            self.interlock_unknown = True
+
+    def _reestablish(self) -> None:
+        """Tells summond where every rank is now; clears interlock_unknown.
+
+        summond refuses sessions from the first call (phases_unknown) until
+        the last (phases_reestablished), so no session sees a rank half-way.
+        """
+        with self._phase_lock:
+            timeout = self.report_timeout
             try:
-                for units in watch:
-                    with self._lock:
-                        for unit in units:
-                            self._watched[unit.unit] = max(
-                                self._watched.get(unit.unit, 0), unit.external_writes)
-                        if any(self._watched[u] > self._seen.get(u, 0) for u in self._watched):
-                            self.external_edit.set()
+                try:
+                    self.client.renew(self.lease_id, timeout, phases_unknown=True)
+                except SummonError as error:
+                    if unreachable(error):
+                        raise
+                    # The lease ended meanwhile (lapsed): the attach below
+                    # takes a new one, its ranks IDLE on summond's side.
+                # Resumes the lease (or, after a lapse, takes a new one).
+                attachment = self.client.attach(self.model, self.ranks, self.incarnation,
+                                                self.lease_seconds, timeout=timeout)
+                self.lease_id = attachment.lease_id
+                daemon_phases = {state.rank: state.phase for state in attachment.ranks}
+                for rank in self.ranks:
+                    for phase in phase_path(daemon_phases.get(rank, "IDLE"), self.phase):
+                        self.client.report_phase(self.model, rank, phase, self.step_number,
+                                                 lease_id=self.lease_id, timeout=timeout,
+                                                 reestablishing=True)
+                self.client.renew(self.lease_id, timeout, phases_reestablished=True)
             except SummonError as error:
-                if error.code == "NOT_FOUND":
-                    return  # the model was deleted
-            self._stop.wait(0.2)  # the daemon restarts: watch again
+                # Still unreachable, or a move refused (R3): again at the next
+                # heartbeat; sessions stay refused meanwhile.
+                _log.warning("model %s: phases not re-established yet: %s", self.model, error)
+                self.interlock_unknown = True
+                return
+            if self.interlock_unknown:
+                _log.warning("model %s: phases re-established (%s)", self.model, self.phase)
+            self.interlock_unknown = False
 
     def pending_external_writes(self) -> list[str]:
         """Units WatchUnits saw edited by others since the last step started."""
@@ -430,18 +481,29 @@ class Trainer:
             wait = self.wait
         deadline_ms = None if wait is None else int(float(wait) * 1000)
         reports: list[PhaseReport] = []
-        for rank in self.ranks:
-            try:
-                reports.append(self.client.report_phase(self.model, rank, phase, step,
-                                                        deadline_ms, self.lease_id))
-            except SummonError:
-                if phase.upper() == "FORWARD" and self.phase == "IDLE":
-                    for moved in self.ranks[:len(reports)]:  # all ranks or none
-                        self.client.report_phase(self.model, moved, "IDLE",
-                                                 lease_id=self.lease_id)
-                raise
-        self.phase = phase.upper()
-        return reports
+        with self._phase_lock:
+            if step is not None:
+                self.step_number = step
+            if self.interlock_unknown:  # the heartbeat thread tells summond later
+                self.phase = phase.upper()
+                return reports
+            for rank in self.ranks:
+                try:
+                    reports.append(self.client.report_phase(
+                        self.model, rank, phase, step, deadline_ms, self.lease_id,
+                        timeout=self.report_timeout))
+                except SummonError as error:
+                    if unreachable(error):  # never stop the step
+                        self._lose_interlock(error)
+                        self.phase = phase.upper()
+                        return reports
+                    if phase.upper() == "FORWARD" and self.phase == "IDLE":
+                        for moved in self.ranks[:len(reports)]:  # all ranks or none
+                            self.client.report_phase(self.model, moved, "IDLE",
+                                                     lease_id=self.lease_id)
+                    raise
+            self.phase = phase.upper()
+            return reports
 
     def step(self, n: Optional[int] = None,
              wait: Any = _TRAINER_DEFAULT) -> "Step":
@@ -500,7 +562,8 @@ class Step:
 
     def __enter__(self) -> "Step":
         self._move("FORWARD", self.n)
-        self.trainer._external_writes(self.reports[-1].generations)
+        if self.reports:  # none while summond is unreachable
+            self.trainer._external_writes(self.reports[-1].generations)
         return self
 
     @property
