@@ -436,6 +436,27 @@ class Trainer:
                 _log.warning("model %s: phases re-established (%s)", self.model, self.phase)
             self.interlock_unknown = False
 
+    def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            watch = self.client.watch_units(self.model)
+            with self._lock:
+                self._watch = watch
+            if self._stop.is_set():
+                watch.cancel()
+                return
+            try:
+                for units in watch:
+                    with self._lock:
+                        for unit in units:
+                            self._watched[unit.unit] = max(
+                                self._watched.get(unit.unit, 0), unit.external_writes)
+                        if any(self._watched[u] > self._seen.get(u, 0) for u in self._watched):
+                            self.external_edit.set()
+            except SummonError as error:
+                if error.code == "NOT_FOUND":
+                    return  # the model was deleted
+            self._stop.wait(0.2)  # the daemon restarts: watch again
+
     def pending_external_writes(self) -> list[str]:
         """Units WatchUnits saw edited by others since the last step started."""
         with self._lock:
