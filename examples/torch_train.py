@@ -566,12 +566,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--server", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.strategies = [s.strip().upper() for s in args.strategy.split(",") if s.strip()]
-    if args.world_size % args.nodes or (args.restart_nodes_at and args.nodes < 2):
-        parser.error("--world-size must be a multiple of --nodes; --restart-nodes-at "
-                     "needs --nodes 2 or more")
     if args.worker:
         train_worker(args)
         return 0
+    if args.world_size % args.nodes or (args.restart_nodes_at and args.nodes < 2):
+        parser.error("--world-size must be a multiple of --nodes; --restart-nodes-at "
+                     "needs --nodes 2 or more")
     return launch(args)
 
 

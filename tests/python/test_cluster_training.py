@@ -4,7 +4,8 @@ trainer attached through its own node. The losses equal the single-process
 reference with an inspector's edit between steps; summon never stops a
 step: with the leader stopped (SIGSTOP) for 5 s mid-run the losses are those
 of the undisturbed run, and the phases come back once it runs again; a
-follower and then the leader restarting between steps lose nothing."""
+follower and then the leader restarting between steps lose nothing, and
+writebacks work afterwards."""
 
 from __future__ import annotations
 
@@ -72,10 +73,12 @@ def test_a_stopped_leader_never_stops_a_step(tmp_path: Path, undisturbed: dict) 
 
 def test_a_follower_then_the_leader_restart_between_steps(tmp_path: Path,
                                                           undisturbed: dict) -> None:
-    run = train(tmp_path, "--steps", STEPS, "--restart-nodes-at", "2")
+    # Restarts after step 2, an inspector's writeback after step 3.
+    run = train(tmp_path, "--steps", STEPS, "--restart-nodes-at", "2", "--edit-at", "3")
     assert run["views_valid_after_restart"] == [True, True]
-    assert run["losses"] == undisturbed["losses"]
+    assert run["losses"][:3] == undisturbed["losses"][:3]
     assert_matches_reference(run)
+    assert run["external_edits"] == [[{"step": 4, "units": ["blocks.0"]}]] * 2
 
 
 @pytest.mark.parametrize("start,target,path", [
