@@ -427,5 +427,77 @@ TYPED_TEST(ClusterTrainerContractTest, LeaseLapsingInOptimizerReachesEveryNode) 
   this->ExpectEveryRankSees("lapse", v1::MODEL_STATE_READY, expected);
 }
 
+// R24: a trainer on the last node says it moved its ranks while summond could
+// not hear it. Until it re-establishes them, sessions are refused through
+// every node (UNAVAILABLE naming it); a re-assertion of the phase its ranks
+// are in is accepted only while re-establishing; then sessions open again.
+TYPED_TEST(ClusterTrainerContractTest, SessionsWaitForPhasesToBeReestablished) {
+  CreateSeeded(this->node(0), "blind", kUnevenLayout,
+               v1::SHARDING_STRATEGY_FULL_SHARD);
+  NodeTrainer& last = this->trainers_.back();
+  v1::AttachResponse attached;
+  ASSERT_TRUE(last.Attach("blind", "blind", 30, &attached).ok());
+  EXPECT_FALSE(attached.phases_unknown());
+  last.Walk("blind", {v1::TRAINING_PHASE_FORWARD}, /*step=*/1);
+  v1::TrainerHeartbeatRequest heartbeat;
+  heartbeat.set_lease_id(last.lease);
+  heartbeat.set_phases_unknown(true);
+  v1::TrainerHeartbeatResponse renewed;
+  ASSERT_TRUE(
+      last.stub->Heartbeat(NodeTrainer::Context().get(), heartbeat, &renewed)
+          .ok());
+  EXPECT_TRUE(renewed.phases_unknown());
+  for (int node = 0; node < this->nodes(); ++node) {
+    absl::StatusOr<v1::Session> refused =
+        this->node(node).OpenSession("blind", ReadOnly());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
+        << "node " << node << ": " << refused.status();
+    EXPECT_NE(refused.status().message().find(
+                  "the training interlock of model 'blind' is unknown: "
+                  "trainer 'blind'"),
+              std::string::npos)
+        << refused.status();
+  }
+  // FORWARD again is an illegal move (R16), but a re-assertion while
+  // re-establishing (nothing moves); the walk leaves the interlock unknown.
+  EXPECT_EQ(last.Report("blind", last.ranks.front(),
+                        v1::TRAINING_PHASE_FORWARD, 1)
+                .error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  for (int rank : last.ranks) {
+    v1::ReportPhaseRequest request;
+    request.set_model("blind");
+    request.set_rank(rank);
+    request.set_phase(v1::TRAINING_PHASE_FORWARD);
+    request.set_lease_id(last.lease);
+    request.set_reestablishing(true);
+    v1::ReportPhaseResponse response;
+    const grpc::Status status = last.stub->ReportPhase(
+        NodeTrainer::Context().get(), request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.previous_phase(), v1::TRAINING_PHASE_FORWARD);
+  }
+  EXPECT_EQ(this->node(0).OpenSession("blind", ReadOnly()).status().code(),
+            absl::StatusCode::kUnavailable);
+  heartbeat.set_phases_unknown(false);
+  heartbeat.set_phases_reestablished(true);
+  ASSERT_TRUE(
+      last.stub->Heartbeat(NodeTrainer::Context().get(), heartbeat, &renewed)
+          .ok());
+  EXPECT_FALSE(renewed.phases_unknown());
+  // Known again: the ranks are mid-step, so R1 refuses; after the step the
+  // session opens.
+  EXPECT_EQ(this->node(0).OpenSession("blind", ReadOnly()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  last.Walk("blind",
+            {v1::TRAINING_PHASE_BETWEEN, v1::TRAINING_PHASE_BACKWARD,
+             v1::TRAINING_PHASE_OPTIMIZER, v1::TRAINING_PHASE_IDLE},
+            /*step=*/1);
+  const v1::Session session = OpenOk(this->node(last.node), "blind", ReadOnly());
+  EXPECT_EQ(ReadOk(this->node(last.node), session.id(), "norm.w"),
+            FloatBytes(SeededFloats("norm.w", 6)));
+  CloseOk(this->node(last.node), session.id());
+}
+
 }  // namespace
 }  // namespace summon::tests
