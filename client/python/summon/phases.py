@@ -1,9 +1,15 @@
-"""The phase machine as a trainer walks it (R16), for summon.torch's Trainer
-re-establishing its ranks' phases after summond could not hear it."""
+"""The phase machine as a trainer walks it (R16), and re-establishing a
+trainer's phases after summond could not hear it (R24); summon.torch's
+Trainer uses it from its heartbeat thread."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Optional, Sequence
+
 from summon.errors import SummonError
+
+if TYPE_CHECKING:
+    from summon.client import Client
 
 PHASES = ("IDLE", "FORWARD", "BETWEEN", "BACKWARD", "OPTIMIZER")
 
@@ -36,3 +42,29 @@ def phase_path(start: str, target: str) -> list[str]:
         current = PHASES[PHASES.index(current) + 1]
         path.append(current)
     return path
+
+
+def reestablish(client: "Client", model: str, ranks: Sequence[int], incarnation: str,
+                lease_seconds: int, lease_id: str, phase: str, step: Optional[int],
+                timeout: float) -> str:
+    """Tells summond that every rank of `ranks` is in `phase` (at `step`), after
+    the trainer moved them unheard; returns the lease id (a new one when the
+    old lease lapsed meanwhile). summond refuses sessions on the model from
+    the first call (phases_unknown) to the last (phases_reestablished), so no
+    session sees a rank half-way. Raises SummonError when summond still does
+    not answer, or refuses a move (R3: a writable session holds a unit)."""
+    try:
+        client.renew(lease_id, timeout, phases_unknown=True)
+    except SummonError as error:
+        if unreachable(error):
+            raise
+        # The lease ended (lapsed): the attach below takes a new one.
+    # Resumes the lease: the same incarnation holding the same ranks.
+    attachment = client.attach(model, ranks, incarnation, lease_seconds, timeout=timeout)
+    daemon_phases = {state.rank: state.phase for state in attachment.ranks}
+    for rank in ranks:
+        for move in phase_path(daemon_phases.get(rank, "IDLE"), phase):
+            client.report_phase(model, rank, move, step, lease_id=attachment.lease_id,
+                                timeout=timeout, reestablishing=True)
+    client.renew(attachment.lease_id, timeout, phases_reestablished=True)
+    return attachment.lease_id

@@ -33,7 +33,7 @@ import torch
 
 from summon import cuda_ipc, shapes
 from summon.client import Client
-from summon.phases import phase_path, unreachable
+from summon.phases import reestablish, unreachable
 from summon.errors import SummonError
 from summon.messages import (Attachment, Model, PhaseReport, ShardMap, UnitGeneration,
                              UnitShard)
@@ -320,16 +320,11 @@ class Trainer:
     from them. A WatchUnits stream also records such edits as they happen
     (`external_edit` event, `pending_external_writes()`).
 
-    summon never stops a training step: a phase report that summond (or the
-    leader behind it) does not answer within `report_timeout` seconds (plus
-    `wait`) lets the step go on; the shard views stay valid (the shards are
-    in this node's memory). The trainer then marks the model's interlock
-    unknown (`interlock_unknown`), stops reporting from the training thread,
-    and its heartbeat thread re-establishes every rank's phase once summond
-    answers again (re-attaching with the same incarnation and walking each
-    rank from the daemon's phase to the trainer's along legal moves).
-    summond refuses sessions on the model meanwhile, so no session races a
-    step it did not hear of.
+    summon never stops a training step (R24): a phase report summond (or the
+    leader behind it) does not answer within `report_timeout` s (plus `wait`)
+    lets the step go on and marks the interlock unknown (`interlock_unknown`);
+    the heartbeat thread re-establishes the phases once summond answers
+    (summon.phases.reestablish). docs/operations.md says what a trainer sees.
     """
 
     def __init__(self, client: Client, model: str, ranks: Sequence[int],
@@ -383,12 +378,14 @@ class Trainer:
                 renewal = self.client.renew(self.lease_id,
                                             timeout=min(interval, self.report_timeout))
             except SummonError as error:
-                if error.code not in _TRANSIENT:  # lapsed or revoked: say so, stop
+                if error.code in _TRANSIENT:
+                    self._lose_interlock(error)  # the next move need not try
+                    continue
+                if not self.interlock_unknown:  # lapsed or revoked: say so, stop
                     self.lease_error = error
                     return
-                self._lose_interlock(error)  # the next move need not try
-                continue
-            if renewal.phases_unknown or self.interlock_unknown:
+                renewal = None  # lapsed while unreachable: re-attach below
+            if renewal is None or renewal.phases_unknown or self.interlock_unknown:
                 self._reestablish()
 
     def _lose_interlock(self, error: SummonError) -> None:
@@ -400,35 +397,13 @@ class Trainer:
             self.interlock_unknown = True
 
     def _reestablish(self) -> None:
-        """Tells summond where every rank is now; clears interlock_unknown.
-
-        summond refuses sessions from the first call (phases_unknown) until
-        the last (phases_reestablished), so no session sees a rank half-way.
-        """
         with self._phase_lock:
-            timeout = self.report_timeout
             try:
-                try:
-                    self.client.renew(self.lease_id, timeout, phases_unknown=True)
-                except SummonError as error:
-                    if unreachable(error):
-                        raise
-                    # The lease ended meanwhile (lapsed): the attach below
-                    # takes a new one, its ranks IDLE on summond's side.
-                # Resumes the lease (or, after a lapse, takes a new one).
-                attachment = self.client.attach(self.model, self.ranks, self.incarnation,
-                                                self.lease_seconds, timeout=timeout)
-                self.lease_id = attachment.lease_id
-                daemon_phases = {state.rank: state.phase for state in attachment.ranks}
-                for rank in self.ranks:
-                    for phase in phase_path(daemon_phases.get(rank, "IDLE"), self.phase):
-                        self.client.report_phase(self.model, rank, phase, self.step_number,
-                                                 lease_id=self.lease_id, timeout=timeout,
-                                                 reestablishing=True)
-                self.client.renew(self.lease_id, timeout, phases_reestablished=True)
-            except SummonError as error:
-                # Still unreachable, or a move refused (R3): again at the next
-                # heartbeat; sessions stay refused meanwhile.
+                self.lease_id = reestablish(
+                    self.client, self.model, self.ranks, self.incarnation,
+                    self.lease_seconds, self.lease_id, self.phase, self.step_number,
+                    self.report_timeout)
+            except SummonError as error:  # again at the next heartbeat
                 _log.warning("model %s: phases not re-established yet: %s", self.model, error)
                 self.interlock_unknown = True
                 return
