@@ -264,6 +264,9 @@ def train_worker(args: argparse.Namespace) -> None:
             dist.all_reduce(total)
             losses.append(total.item() / world)
             if step == args.edit_at:
+                # summond refuses sessions while it does not know where the
+                # ranks are (after a restart or an outage): let it hear them.
+                settle(trainer)
                 dist.barrier()
                 if rank == 0:
                     with open(run_dir / f"inspector-{name}.txt", "w") as out:
@@ -284,11 +287,7 @@ def train_worker(args: argparse.Namespace) -> None:
                 # Training does not wait for the leader to come back.
                 (run_dir / f"stop-{name}").touch()
                 wait_for_file(run_dir / f"stopped-{name}")
-        # Before leaving, summond must know where the ranks are again.
-        deadline = time.monotonic() + 60
-        while trainer.interlock_unknown and time.monotonic() < deadline:
-            time.sleep(0.05)
-        reestablished = not trainer.interlock_unknown
+        reestablished = settle(trainer)  # before leaving, summond knows the ranks
         trainer.detach()
         results.append({"strategy": strategy, "losses": losses, "external_edits": edits,
                         "views_valid_after_restart": views_valid,
@@ -296,6 +295,14 @@ def train_worker(args: argparse.Namespace) -> None:
         dist.barrier()
     (run_dir / f"worker{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
+
+
+def settle(trainer: st.Trainer, timeout: float = 60.0) -> bool:
+    """Waits until the trainer re-established its phases (see st.Trainer)."""
+    deadline = time.monotonic() + timeout
+    while trainer.interlock_unknown and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not trainer.interlock_unknown
 
 
 def views_survive(client: summon.Client, name: str, rank: int, views: st.ShardViews) -> bool:
