@@ -499,5 +499,46 @@ TYPED_TEST(ClusterTrainerContractTest, SessionsWaitForPhasesToBeReestablished) {
   CloseOk(this->node(last.node), session.id());
 }
 
+// R15 on a cluster: a delete is refused while a rank on the last node is
+// mid-step (its trainer reports through its own node), without force while
+// the trainer is attached, and with force once the step is over; the
+// trainer's next call then says why its lease ended.
+TYPED_TEST(ClusterTrainerContractTest, DeleteWaitsForAStepOnAnyNode) {
+  CreateSeeded(this->node(0), "doomed", kUnevenLayout,
+               v1::SHARDING_STRATEGY_FULL_SHARD);
+  NodeTrainer& last = this->trainers_.back();
+  v1::AttachResponse attached;
+  ASSERT_TRUE(last.Attach("doomed", "stepper", 30, &attached).ok());
+  last.Walk("doomed", {v1::TRAINING_PHASE_FORWARD}, /*step=*/1);
+  absl::Status mid_step =
+      this->node(0).DeleteModel("doomed", /*force=*/true).status();
+  EXPECT_EQ(mid_step.code(), absl::StatusCode::kFailedPrecondition) << mid_step;
+  EXPECT_NE(mid_step.message().find("FORWARD"), std::string::npos) << mid_step;
+  last.Walk("doomed", {v1::TRAINING_PHASE_IDLE}, /*step=*/1);
+  absl::Status attached_trainer =
+      this->node(0).DeleteModel("doomed", /*force=*/false).status();
+  EXPECT_EQ(attached_trainer.code(), absl::StatusCode::kFailedPrecondition)
+      << attached_trainer;
+  EXPECT_NE(attached_trainer.message().find("trainer 'stepper' attached"),
+            std::string::npos)
+      << attached_trainer;
+  ASSERT_TRUE(this->node(last.node).DeleteModel("doomed", true).ok());
+  const grpc::Status late = last.Report("doomed", last.ranks.front(),
+                                        v1::TRAINING_PHASE_FORWARD, 2);
+  EXPECT_NE(late.error_code(), grpc::StatusCode::OK);
+  last.lease.clear();  // Nothing to detach.
+  for (const NodeTrainer& trainer : this->trainers_) {
+    v1::MapShardsRequest request;
+    request.set_model("doomed");
+    request.set_rank(trainer.ranks.front());
+    v1::MapShardsResponse response;
+    EXPECT_EQ(trainer.stub
+                  ->MapShards(NodeTrainer::Context().get(), request, &response)
+                  .error_code(),
+              grpc::StatusCode::NOT_FOUND)
+        << "node " << trainer.node;
+  }
+}
+
 }  // namespace
 }  // namespace summon::tests
