@@ -25,7 +25,16 @@ trainers' views stay valid and training goes on. The same model trained in
 this one process without summon (same init, same data, the same edit) is the
 reference: per-step losses and final parameters must agree within --rtol.
 
+With --nodes N the ranks live on a cluster of N summond processes (node 0
+leads), W/N ranks each, and every trainer talks to its own node. With
+--stop-leader-at K the leader is stopped (SIGSTOP) for --stop-seconds right
+after step K while training goes on: the trainers' phase reports fail fast,
+their steps go on (the shards are in their node's memory) and their phases
+are re-established once the leader runs again. With --restart-nodes-at K a
+follower and then the leader are restarted between two steps.
+
     scripts/python examples/torch_train.py --world-size 2
+    scripts/python examples/torch_train.py --world-size 2 --nodes 2 --stop-leader-at 2
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -253,6 +264,9 @@ def train_worker(args: argparse.Namespace) -> None:
             dist.all_reduce(total)
             losses.append(total.item() / world)
             if step == args.edit_at:
+                # summond refuses sessions while it does not know where the
+                # ranks are (after a restart or an outage): let it hear them.
+                settle(trainer)
                 dist.barrier()
                 if rank == 0:
                     with open(run_dir / f"inspector-{name}.txt", "w") as out:
@@ -262,19 +276,33 @@ def train_worker(args: argparse.Namespace) -> None:
                                         "--scale", f"{EDITED}={EDIT_FACTOR}"],
                                        check=True, stdout=out)
                 dist.barrier()
-            if step == args.restart_at:
+            if step in (args.restart_at, args.restart_nodes_at):
                 dist.barrier()
                 if rank == 0:
                     (run_dir / f"restart-{name}").touch()
                     wait_for_file(run_dir / f"restarted-{name}")
                 dist.barrier()
                 views_valid = views_survive(client, name, rank, views)
+            if step == args.stop_leader_at and rank == 0:
+                # Training does not wait for the leader to come back.
+                (run_dir / f"stop-{name}").touch()
+                wait_for_file(run_dir / f"stopped-{name}")
+        reestablished = settle(trainer)  # before leaving, summond knows the ranks
         trainer.detach()
         results.append({"strategy": strategy, "losses": losses, "external_edits": edits,
-                        "views_valid_after_restart": views_valid})
+                        "views_valid_after_restart": views_valid,
+                        "outages": trainer.outages, "reestablished": reestablished})
         dist.barrier()
     (run_dir / f"worker{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
+
+
+def settle(trainer: st.Trainer, timeout: float = 60.0) -> bool:
+    """Waits until the trainer re-established its phases (see st.Trainer)."""
+    deadline = time.monotonic() + timeout
+    while trainer.interlock_unknown and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not trainer.interlock_unknown
 
 
 def views_survive(client: summon.Client, name: str, rank: int, views: st.ShardViews) -> bool:
@@ -316,28 +344,96 @@ def relative(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b))) / max(scale, 1e-30) if a.size else 0.0
 
 
-def run_workers(args: argparse.Namespace, daemon: LocalDaemon, run_dir: Path) -> None:
-    """Starts the W ranks and serves their restart requests until they finish."""
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def start_daemons(args: argparse.Namespace, run_dir: Path) -> list[LocalDaemon]:
+    """One summond, or with --nodes N a cluster of N (node 0 leads)."""
+    if args.nodes == 1:
+        daemon = LocalDaemon(local_ranks=args.world_size, data_dir=str(run_dir / "data"),
+                             unix_socket=str(run_dir / "summond.sock"))
+        os.makedirs(daemon.data_dir)
+        return [daemon.start()]
+    nodes = ",".join(f"127.0.0.1:{port}" for port in free_ports(args.nodes))
+    daemons = []
+    for node in range(args.nodes):
+        daemon = LocalDaemon(local_ranks=args.world_size // args.nodes,
+                             data_dir=str(run_dir / f"data{node}"),
+                             extra_args=["--nodes", nodes, "--node-rank", str(node)])
+        os.makedirs(daemon.data_dir)
+        daemons.append(daemon.start())
+    wait_ready(daemons[0])
+    return daemons
+
+
+def wait_ready(daemon: LocalDaemon, timeout: float = 60.0) -> None:
+    """Until the cluster answers calls (every node joined)."""
+    deadline = time.monotonic() + timeout
+    with summon.Client(daemon.address, timeout=5) as client:
+        while True:
+            try:
+                client.list_models()
+                return
+            except summon.SummonError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+def serve_request(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir: Path,
+                  request: Path) -> None:
+    """A rank asked for a restart or for the leader to be stopped."""
+    kind, name = request.name.split("-", 1)
+    request.unlink()
+    if kind == "restart" and len(daemons) == 1:
+        print(f"[launcher] restarting summond after step {args.restart_at} of {name}",
+              flush=True)
+        daemons[0].restart()
+    elif kind == "restart":
+        print(f"[launcher] restarting node 1, then the leader, after step "
+              f"{args.restart_nodes_at} of {name}", flush=True)
+        for node in (1, 0):
+            daemons[node].restart()
+        wait_ready(daemons[0])
+    else:
+        assert daemons[0].process is not None
+        print(f"[launcher] stopping the leader for {args.stop_seconds} s after step "
+              f"{args.stop_leader_at} of {name}", flush=True)
+        daemons[0].process.send_signal(signal.SIGSTOP)
+        (run_dir / f"stopped-{name}").touch()
+        time.sleep(args.stop_seconds)
+        daemons[0].process.send_signal(signal.SIGCONT)
+        return
+    (run_dir / f"restarted-{name}").touch()
+
+
+def run_workers(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir: Path) -> None:
+    """Starts the W ranks and serves their requests until they finish."""
     procs = []
+    per_node = args.world_size // len(daemons)
     for rank in range(args.world_size):
         command = [sys.executable, __file__, "--worker", "--rank", str(rank),
-                   "--run-dir", str(run_dir), "--server", daemon.address,
+                   "--run-dir", str(run_dir), "--server", daemons[rank // per_node].address,
                    "--world-size", str(args.world_size), "--steps", str(args.steps),
                    "--strategy", ",".join(args.strategies), "--optimizer", args.optimizer,
                    "--seed", str(args.seed), "--edit-at", str(args.edit_at),
-                   "--restart-at", str(args.restart_at)]
+                   "--restart-at", str(args.restart_at),
+                   "--restart-nodes-at", str(args.restart_nodes_at),
+                   "--stop-leader-at", str(args.stop_leader_at)]
         log = open(run_dir / f"worker{rank}.log", "wb")
         procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + args.timeout
     try:
         while any(p.poll() is None for p in procs):
-            for request in run_dir.glob("restart-*"):
-                name = request.name[len("restart-"):]
-                print(f"[launcher] restarting summond after step {args.restart_at} "
-                      f"of {name}", flush=True)
-                daemon.restart()
-                request.unlink()
-                (run_dir / f"restarted-{name}").touch()
+            for request in [*run_dir.glob("restart-*"), *run_dir.glob("stop-*")]:
+                serve_request(args, daemons, run_dir, request)
             if any(p.returncode not in (None, 0) for p in procs):
                 break
             if time.monotonic() > deadline:
@@ -348,6 +444,8 @@ def run_workers(args: argparse.Namespace, daemon: LocalDaemon, run_dir: Path) ->
             if p.poll() is None:
                 p.kill()
             p.wait()
+        if daemons[0].process is not None:  # never leave the leader stopped
+            daemons[0].process.send_signal(signal.SIGCONT)
     failed = [r for r, p in enumerate(procs) if p.returncode != 0]
     if failed:
         for rank in failed:
@@ -381,6 +479,10 @@ def compare(args: argparse.Namespace, client: summon.Client, strategy: str,
             notes.append(f"then inspector: {EDITED} *= {EDIT_FACTOR}")
         if step == args.restart_at:
             notes.append("then summond restarted")
+        if step == args.restart_nodes_at:
+            notes.append("then node 1 and the leader restarted")
+        if step == args.stop_leader_at:
+            notes.append(f"then the leader stopped for {args.stop_seconds} s")
         print(f"{step:>4}  {a:>12.7f}  {b:>12.7f}  {r:>9.1e}  {'; '.join(notes)}")
     worst = max(param_rel, key=param_rel.get)
     print(f"final parameters: {len(param_rel)} tensors, max relative difference "
@@ -389,7 +491,13 @@ def compare(args: argparse.Namespace, client: summon.Client, strategy: str,
     if args.edit_at:
         print(f"external-write callback on every rank: {edits[0]}")
     ok = max(loss_rel) <= args.rtol and param_rel[worst] <= args.rtol
-    if args.restart_at:
+    outages = [w["outages"] for w in worker_results]
+    reestablished = [w["reestablished"] for w in worker_results]
+    if args.stop_leader_at or args.restart_nodes_at:
+        print(f"summond unreachable during a step (per rank): {outages}; phases "
+              f"re-established: {reestablished}")
+    ok = ok and all(reestablished)
+    if args.restart_at or args.restart_nodes_at:
         valid = [w["views_valid_after_restart"] for w in worker_results]
         print(f"views made before the restart still the shards after it: {valid}")
         ok = ok and all(valid)
@@ -398,30 +506,35 @@ def compare(args: argparse.Namespace, client: summon.Client, strategy: str,
             "max_loss_rel": max(loss_rel), "param_rel": param_rel,
             "max_param_rel": param_rel[worst], "external_edits": edits,
             "views_valid_after_restart": [w["views_valid_after_restart"]
-                                          for w in worker_results], "ok": ok}
+                                          for w in worker_results],
+            "outages": outages, "reestablished": reestablished, "ok": ok}
 
 
 def launch(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="torch-train-") as tmp:
         run_dir = Path(tmp)
-        daemon = LocalDaemon(local_ranks=args.world_size, data_dir=str(run_dir / "data"),
-                             unix_socket=str(run_dir / "summond.sock"))
-        os.makedirs(daemon.data_dir)
-        with daemon:
-            print(f"[launcher] summond with {args.world_size} local ranks at "
-                  f"{daemon.address}; {args.world_size} gloo trainers, "
+        daemons = start_daemons(args, run_dir)
+        try:
+            print(f"[launcher] {len(daemons)} summond, {args.world_size // len(daemons)} "
+                  f"local ranks each, at {', '.join(d.address for d in daemons)}; "
+                  f"{args.world_size} gloo trainers, "
                   f"{args.steps} steps of {', '.join(args.strategies)}", flush=True)
             started = time.monotonic()
-            run_workers(args, daemon, run_dir)
+            run_workers(args, daemons, run_dir)
             elapsed = time.monotonic() - started
             per_rank = [json.loads((run_dir / f"worker{r}.json").read_text())
                         for r in range(args.world_size)]
             reference = train_reference(args)
-            client = summon.Client(daemon.address)
+            # Sessions work again (after a stop or restarts): the final
+            # parameters are read through one.
+            client = summon.Client(daemons[0].address)
             runs = [compare(args, client, strategy, [w[i] for w in per_rank], reference,
                             run_dir)
                     for i, strategy in enumerate(args.strategies)]
             client.close()
+        finally:
+            for daemon in daemons:  # the leader first: it deletes everywhere
+                daemon.close()
     ok = all(run["ok"] for run in runs)
     print(f"\ntrainers ran {elapsed:.1f} s; tolerance {args.rtol:g} relative: "
           f"{'MATCH' if ok else 'MISMATCH'}")
@@ -442,6 +555,15 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help=f"after step K an inspector halves {EDITED}")
     parser.add_argument("--restart-at", type=int, default=0, metavar="K",
                         help="after step K summond is restarted")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="summond processes (a cluster; W must be a multiple)")
+    parser.add_argument("--stop-leader-at", type=int, default=0, metavar="K",
+                        help="after step K the leader is stopped (SIGSTOP) while "
+                             "training goes on")
+    parser.add_argument("--stop-seconds", type=float, default=5.0)
+    parser.add_argument("--restart-nodes-at", type=int, default=0, metavar="K",
+                        help="after step K node 1 and then the leader restart "
+                             "(--nodes 2 or more)")
     parser.add_argument("--rtol", type=float, default=1e-5)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--json", help="write the results here")
@@ -454,6 +576,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.worker:
         train_worker(args)
         return 0
+    if args.world_size % args.nodes or (args.restart_nodes_at and args.nodes < 2):
+        parser.error("--world-size must be a multiple of --nodes; --restart-nodes-at "
+                     "needs --nodes 2 or more")
     return launch(args)
 
 

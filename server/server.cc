@@ -159,6 +159,11 @@ SummonServer::SummonServer(Spec spec,
       std::make_unique<SessionManager>(registry_.get(), session_options);
   TrainerLeases::Options trainer_options;
   trainer_options.data_dir = spec_.data_dir;
+  // A step cut short moves the generations on every node, like a step.
+  trainer_options.step_cut_short = [sessions = sessions_.get()](
+                                       const std::string& model) {
+    sessions->StepCutShort(model).IgnoreError();  // Logged by the manager.
+  };
   trainers_ = std::make_unique<TrainerLeases>(registry_.get(), trainer_options);
   if (spec_.map_sessions) {
     // Without the broker (no Unix sockets here) clients read through

@@ -229,20 +229,12 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Create(
   return entry;
 }
 
-absl::Status ModelRegistry::MarkInitialized(ModelEntry& model) {
+absl::Status ModelRegistry::EndInit(ModelEntry& model) {
   {
+    // Persisted even when already false: the leader clears the flag when it
+    // decides, before this reaches its own node.
     absl::MutexLock lock(&model.runtime_mu);
-    if (!model.awaiting_init) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("model '", model.name,
-                       "' is not awaiting init (it was not created with init "
-                       "external, or was marked initialised already)"));
-    }
     model.awaiting_init = false;
-    for (size_t u = 0; u < model.runtime.units.size(); ++u) {
-      model.runtime.units[u].generation =
-          model.store->BumpGeneration(static_cast<int>(u));
-    }
   }
   spdlog::info("model initialised name={} (init external)", model.name);
   return Persist(model);

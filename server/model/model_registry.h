@@ -80,10 +80,11 @@ class ModelRegistry {
   // start of a load that refills it).
   absl::StatusOr<std::shared_ptr<ModelEntry>> GetRecreatingShards(
       const std::string& name);
-  // Ends init external (Trainer.MarkInitialized): the model becomes
-  // openable and, on this node, every unit's generation moves.
-  // FAILED_PRECONDITION when the model is not awaiting init.
-  absl::Status MarkInitialized(ModelEntry& model);
+  // Ends init external on this node (Trainer.MarkInitialized reaching it
+  // through NodeRuntime::SetGenerations, with the generations the leader
+  // chose): the model becomes openable, recorded in the data dir. A repeat
+  // is harmless (the leader decides whether a call may end the init).
+  absl::Status EndInit(ModelEntry& model);
   std::vector<std::shared_ptr<ModelEntry>> List() const;
 
   // Loads safetensors into an existing model's shards (each local rank reads

@@ -77,14 +77,19 @@ struct CommitOp {
   std::map<int, uint64_t> target_generations;
 };
 
-// An optimizer step's generation move (R7, R23): every node sets each
-// unit's generation to the value the leader chose, in sequence order, so a
-// PREPARE on any node compares against the same generation as the leader.
-// External-write counters stay (R18: a step is the trainer's own write).
+// A generation move outside a writeback (R7, R23): an optimizer step, the
+// end of init external (Trainer.MarkInitialized), an optimizer step cut
+// short by a lapsed lease. Every node sets each unit's generation to the
+// value the leader chose, in sequence order, so a PREPARE on any node
+// compares against the same generation as the leader. External-write
+// counters stay (R18: a step and an init are the trainer's own writes).
 struct GenerationsOp {
   uint64_t sequence = 0;
   std::string model;
   std::map<int, uint64_t> generations;  // Unit -> its new generation.
+  // Ends init external on the node too: the model leaves AWAITING_INIT
+  // (recorded in the node's data dir), so MapShards and a restart agree.
+  bool initialized = false;
 };
 
 // A copy held on this node, handed to a client on its host (MapSession):

@@ -2,9 +2,10 @@
 // that the scoped units did not move since the gather (R7) and stages this
 // node's ranks' owned slices (from its own copy, or scattered from the home
 // copy under rank0_only) without changing a shard; COMMIT publishes what was
-// staged and sets the target generations (R8, R18); ABORT drops it. An
-// optimizer step's generations reach every node here too (SetGenerations). The
-// decision between them is the session manager's (session_writeback.cc).
+// staged and sets the target generations (R8, R18); ABORT drops it. The
+// generation moves outside writebacks (an optimizer step, init external, a
+// step cut short) reach every node here too (SetGenerations). The decision
+// between them is the session manager's (session_writeback.cc).
 
 #include <functional>
 #include <map>
@@ -204,7 +205,7 @@ absl::Status NodeRuntime::SetGenerations(const GenerationsOp& op) {
     for (const auto& [unit, generation] : op.generations) {
       model.store->SetGeneration(unit, generation);
     }
-    return absl::OkStatus();
+    return op.initialized ? registry_->EndInit(model) : absl::OkStatus();
   });
 }
 

@@ -315,6 +315,7 @@ absl::Status ClusterNodeOps::SetGenerations(const GenerationsOp& op) {
   request.set_sequence(op.sequence);
   request.set_model(op.model);
   request.set_epoch(membership_->epoch());
+  request.set_initialized(op.initialized);
   for (const auto& [unit, generation] : op.generations) {
     (*request.mutable_generations())[unit] = generation;
   }

@@ -293,6 +293,7 @@ grpc::Status PeerServiceImpl::NodeSetGenerations(
   op.model = request->model();
   op.generations = {request->generations().begin(),
                     request->generations().end()};
+  op.initialized = request->initialized();
   return ToGrpcStatus(runtime_->SetGenerations(op));
 }
 

@@ -59,6 +59,13 @@ grpc::Status SummonServiceImpl::OpenSession(
   const absl::Time start = absl::Now();
   absl::StatusOr<SessionOptions> options =
       SessionOptionsFromProto(request->options());
+  // No session races a step the leader did not hear of (R1).
+  if (options.ok()) {
+    if (absl::Status known = trainers_->CheckInterlockKnown(request->model());
+        !known.ok()) {
+      options = known;
+    }
+  }
   absl::StatusOr<SessionInfo> info =
       options.ok()
           ? sessions_->Open(request->model(), *options, PrincipalOf(*context))

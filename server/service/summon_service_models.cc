@@ -165,7 +165,12 @@ grpc::Status SummonServiceImpl::LoadModel(grpc::ServerContext* context,
       registry_->GetRecreatingShards(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
   // R15: the load writes every shard, so it takes the model like a
-  // writable session (refused mid-step; trainers wait while it runs).
+  // writable session (refused mid-step; trainers wait while it runs), and
+  // not while a trainer may be mid-step unheard.
+  if (absl::Status known = trainers_->CheckInterlockKnown(request->model());
+      !known.ok()) {
+    return ToGrpcStatus(known);
+  }
   absl::StatusOr<SessionManager::ShardWriteGuard> guard =
       sessions_->LockForShardWrite(*model, "load of a checkpoint");
   if (!guard.ok()) return ToGrpcStatus(guard.status());

@@ -82,6 +82,7 @@ grpc::Status TrainerServiceImpl::Attach(grpc::ServerContext* context,
       static_cast<uint32_t>(absl::ToInt64Seconds(attached->lease.ttl)));
   response->set_previous_incarnation(attached->previous_incarnation);
   response->set_resumed(attached->resumed);
+  response->set_phases_unknown(trainers_->PhasesUnknown(attached->lease.id));
   for (int rank : attached->lease.ranks) {
     *response->add_ranks() = RankStateOf(**model, *trainers_, rank);
   }
@@ -102,10 +103,12 @@ grpc::Status TrainerServiceImpl::Heartbeat(
     return *routed;
   }
   absl::StatusOr<core::TrainerLease> lease =
-      trainers_->Heartbeat(request->lease_id());
+      trainers_->Heartbeat(request->lease_id(), request->phases_unknown(),
+                           request->phases_reestablished());
   if (!lease.ok()) return ToGrpcStatus(lease.status());
   response->set_lease_seconds(
       static_cast<uint32_t>(absl::ToInt64Seconds(lease->ttl)));
+  response->set_phases_unknown(trainers_->PhasesUnknown(request->lease_id()));
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(lease->model);
   if (!model.ok()) return ToGrpcStatus(model.status());
@@ -155,9 +158,15 @@ grpc::Status TrainerServiceImpl::ReportPhase(
   if (request->has_deadline_ms()) {
     deadline = absl::Now() + absl::Milliseconds(request->deadline_ms());
   }
-  absl::StatusOr<PhaseReport> report = sessions_->ReportPhase(
-      request->model(), request->rank(), *phase, step, deadline);
+  absl::StatusOr<PhaseReport> report =
+      sessions_->ReportPhase(request->model(), request->rank(), *phase, step,
+                             deadline, request->reestablishing());
   if (!report.ok()) return ToGrpcStatus(report.status());
+  // The leader knows this rank's phase again (after a restart or a stall);
+  // a re-establishing trainer says so once every rank is there (Heartbeat).
+  if (!request->reestablishing()) {
+    trainers_->PhaseKnown(request->model(), request->rank());
+  }
   trainers_->Persist();
   response->set_previous_phase(PhaseToProto(report->previous));
   response->set_phase(PhaseToProto(report->phase));
@@ -190,7 +199,8 @@ grpc::Status TrainerServiceImpl::MarkInitialized(
       !leased.ok()) {
     return ToGrpcStatus(leased);
   }
-  if (absl::Status marked = registry_->MarkInitialized(**model); !marked.ok()) {
+  if (absl::Status marked = sessions_->MarkInitialized(request->model());
+      !marked.ok()) {
     return ToGrpcStatus(marked);
   }
   AppendUnits(**model, response->mutable_units());

@@ -1,6 +1,8 @@
 // The training-phase interlock on the session manager's side: trainers'
-// phase moves (R3, R16, one generation per optimizer step) and shard writes
-// outside sessions taking the model like a writable session (R15).
+// phase moves (R3, R16, one generation per optimizer step), the other
+// generation moves of the trainer contract (init external, a step cut short
+// by a lapsed lease), each set on every node, and shard writes outside
+// sessions taking the model like a writable session (R15).
 
 #include <optional>
 #include <utility>
@@ -15,7 +17,8 @@ namespace summon::server {
 
 absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
     const std::string& model_name, int rank, core::TrainingPhase phase,
-    std::optional<int64_t> step, std::optional<absl::Time> deadline) {
+    std::optional<int64_t> step, std::optional<absl::Time> deadline,
+    bool reassert) {
   absl::StatusOr<std::shared_ptr<ModelEntry>> found =
       registry_->Get(model_name);
   if (!found.ok()) return found.status();
@@ -31,6 +34,16 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
       absl::StatusOr<core::PhaseChangeDecision> decision;
       {
         absl::MutexLock runtime_lock(&model.runtime_mu);
+        if (reassert && rank >= 0 &&
+            rank < static_cast<int>(model.runtime.phase_per_rank.size()) &&
+            model.runtime.phase_per_rank[rank] == phase) {
+          // Already there: the trainer says so again; nothing moves.
+          report.previous = phase;
+          report.phase = phase;
+          if (step.has_value()) model.steps[rank] = step;
+          report.step = model.steps[rank];
+          break;
+        }
         decision = core::DecidePhaseChange(model.runtime, rank, phase, deadline,
                                            options_.clock());
         // DecidePhaseChange checked the rank; the machine (R16) comes first
@@ -62,17 +75,7 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
                                        : model.optimizer_entries[rank];
           if (core::CountOptimizerStep(report.previous, phase, step_key,
                                        model.last_optimizer_step)) {
-            GenerationsOp op;
-            op.model = model_name;
-            for (size_t unit = 0; unit < model.runtime.units.size(); ++unit) {
-              const uint64_t generation =
-                  ++model.runtime.units[unit].generation;
-              op.generations[static_cast<int>(unit)] = generation;
-            }
-            // In the global order, so that every node sets them at the same
-            // point relative to gathers and PREPAREs.
-            op.sequence = next_sequence_++;
-            step_generations = std::move(op);
+            step_generations = NextGenerations(model);
           }
           break;
         }
@@ -83,17 +86,78 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
     }
   }
   if (step_generations.has_value()) {
-    if (absl::Status set = ops_->SetGenerations(*step_generations); !set.ok()) {
-      // The leader moved: a node that missed it refuses writebacks of the
-      // units (R7 errs on the safe side) until the next step sets them.
-      spdlog::error(
-          "optimizer step of model {} (rank {}): generations not "
-          "set on every node: {}",
-          model_name, rank, set.ToString());
-    }
+    // A node that missed it is logged, not the trainer's failure: the step
+    // goes on, and that node errs on the safe side of R7.
+    SendGenerations(*step_generations,
+                    absl::StrCat("optimizer step (rank ", rank, ")"))
+        .IgnoreError();
   }
   report.waited = options_.clock() - started;
   return report;
+}
+
+GenerationsOp SessionManager::NextGenerations(ModelEntry& model) {
+  GenerationsOp op;
+  op.model = model.name;
+  for (size_t unit = 0; unit < model.runtime.units.size(); ++unit) {
+    op.generations[static_cast<int>(unit)] =
+        ++model.runtime.units[unit].generation;
+  }
+  // In the global order, so that every node sets them at the same point
+  // relative to gathers and PREPAREs.
+  op.sequence = next_sequence_++;
+  return op;
+}
+
+absl::Status SessionManager::SendGenerations(const GenerationsOp& op,
+                                             const std::string& why) {
+  absl::Status set = ops_->SetGenerations(op);
+  if (!set.ok()) {
+    spdlog::error("{} of model {}: generations not set on every node: {}", why,
+                  op.model, set.ToString());
+  }
+  return set;
+}
+
+absl::Status SessionManager::MarkInitialized(const std::string& model_name) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> found =
+      registry_->Get(model_name);
+  if (!found.ok()) return found.status();
+  ModelEntry& model = **found;
+  GenerationsOp op;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::MutexLock runtime_lock(&model.runtime_mu);
+    if (!model.awaiting_init) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model '", model_name,
+                       "' is not awaiting init (it was not created with init "
+                       "external, or was marked initialised already)"));
+    }
+    // Cleared here, under the lock, so a second call is refused; every
+    // node (this one included) records it when the op reaches it.
+    model.awaiting_init = false;
+    op = NextGenerations(model);
+    op.initialized = true;
+  }
+  // Unlike a step's, an init's move is the caller's answer: a node that
+  // missed it would still list the model AWAITING_INIT.
+  return SendGenerations(op, "init external");
+}
+
+absl::Status SessionManager::StepCutShort(const std::string& model_name) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> found =
+      registry_->Find(model_name);
+  if (!found.ok()) return found.status();
+  ModelEntry& model = **found;
+  GenerationsOp op;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::MutexLock runtime_lock(&model.runtime_mu);
+    if (model.store == nullptr) return absl::OkStatus();  // MISSING_SHARDS.
+    op = NextGenerations(model);
+  }
+  return SendGenerations(op, "optimizer step cut short");
 }
 
 absl::StatusOr<SessionManager::ShardWriteGuard>

@@ -153,11 +153,23 @@ class SessionManager {
   // FORWARD/BACKWARD/OPTIMIZER waits (up to `deadline`) or is refused while
   // a writable session (or a shard write) holds a unit of the model. The
   // first rank entering OPTIMIZER for a step moves every unit's generation
-  // once: the step changed the shards (session_interlock.cc).
+  // once: the step changed the shards (session_interlock.cc). `reassert`
+  // (a trainer re-establishing its phases after summond could not hear it):
+  // a move to the phase the rank is in is accepted and changes nothing.
   absl::StatusOr<PhaseReport> ReportPhase(const std::string& model, int rank,
                                           core::TrainingPhase phase,
                                           std::optional<int64_t> step,
-                                          std::optional<absl::Time> deadline);
+                                          std::optional<absl::Time> deadline,
+                                          bool reassert = false);
+
+  // Ends init external (Trainer.MarkInitialized): every unit's generation
+  // moves and the model becomes openable, on every node before this
+  // returns. FAILED_PRECONDITION when the model is not awaiting init.
+  absl::Status MarkInitialized(const std::string& model);
+  // A lease ended while its rank was in OPTIMIZER (trainer_leases): the
+  // step may have changed some shards, so every unit's generation moves on
+  // every node and any gather from before is stale (R7).
+  absl::Status StepCutShort(const std::string& model);
 
   // R15: a shard write outside sessions (a checkpoint load, a delete) takes
   // the model like a writable session of every unit: refused while a rank
@@ -224,6 +236,15 @@ class SessionManager {
   absl::StatusOr<int> FindTensor(const SessionRecord& session,
                                  const std::string& fqn, bool grad) const;
   void ReaperLoop();
+  // Moves every unit of `model` to its next generation in the leader's
+  // state and numbers the move in the global order; the caller sends it to
+  // every node (SendGenerations) after releasing mu_.
+  GenerationsOp NextGenerations(ModelEntry& model)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, model.runtime_mu);
+  // Every node sets `op`'s generations; `why` names the move in the log of
+  // a node that missed it (that node refuses writebacks of the model, the
+  // safe side of R7, until the next move reaches it).
+  absl::Status SendGenerations(const GenerationsOp& op, const std::string& why);
   // The decision log of pending commits (a no-op without a data dir).
   void RecordDecision(const CommitOp& commit);
   void ForgetDecision(const std::string& session_id);

@@ -154,6 +154,8 @@ absl::Status TrainerLeases::Recover() {
       std::sort(lease.ranks.begin(), lease.ranks.end());
       spdlog::info("trainer lease recovered model={} incarnation={} lease={}",
                    lease.model, lease.incarnation, lease.id);
+      // The trainer stepped on while this daemon was down.
+      MarkUnknown(lease, "summond restarted");
       leases_[lease.id] = std::move(lease);
     }
     for (const nlohmann::json& saved : events) {

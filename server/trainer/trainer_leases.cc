@@ -15,6 +15,9 @@ namespace summon::server {
 namespace {
 
 constexpr size_t kEndedLeasesKept = 1024;
+// A reaper wake-up later than its interval by more than this means the
+// daemon did not run (stopped, or starved): its trainers could not renew.
+constexpr absl::Duration kStall = absl::Seconds(2);
 
 std::string NewLeaseId() {
   static std::mt19937_64 generator{std::random_device{}()};
@@ -49,9 +52,15 @@ TrainerLeases::~TrainerLeases() {
 
 void TrainerLeases::ReaperLoop() {
   absl::MutexLock lock(&mu_);
+  absl::Time last = absl::Now();
   while (!stopping_) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.reap_interval);
     if (stopping_) break;
+    // Wall time, not options_.clock: a stall is this process not running.
+    const absl::Time now = absl::Now();
+    const absl::Duration late = now - last - options_.reap_interval;
+    last = now;
+    if (late > kStall) OnStall(late);
     mu_.Unlock();
     ReapLapsed();
     mu_.Lock();
@@ -72,6 +81,19 @@ const core::TrainerLease* TrainerLeases::HolderOf(const std::string& model,
 absl::StatusOr<TrainerLeases::Attached> TrainerLeases::Attach(
     const std::string& model_name, const std::vector<int>& ranks,
     const std::string& incarnation, std::optional<absl::Duration> lease_ttl) {
+  absl::StatusOr<Attached> attached;
+  {
+    absl::MutexLock lock(&mu_);
+    attached = AttachLocked(model_name, ranks, incarnation, lease_ttl);
+  }
+  // A takeover may have ended a lease mid-OPTIMIZER.
+  MoveCutShortSteps();
+  return attached;
+}
+
+absl::StatusOr<TrainerLeases::Attached> TrainerLeases::AttachLocked(
+    const std::string& model_name, const std::vector<int>& ranks,
+    const std::string& incarnation, std::optional<absl::Duration> lease_ttl) {
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(model_name);
   if (!model.ok()) return model.status();
@@ -82,7 +104,6 @@ absl::StatusOr<TrainerLeases::Attached> TrainerLeases::Attach(
                      absl::FormatDuration(options_.max_lease)));
   }
   const absl::Time now = options_.clock();
-  absl::MutexLock lock(&mu_);
   std::vector<const core::TrainerLease*> holders;
   for (int rank : ranks) {
     const core::TrainerLease* holder = HolderOf(model_name, rank);
@@ -152,22 +173,32 @@ absl::Status TrainerLeases::EndedError(const std::string& lease_id) const {
 }
 
 absl::StatusOr<core::TrainerLease> TrainerLeases::Heartbeat(
-    const std::string& lease_id) {
+    const std::string& lease_id, bool phases_unknown,
+    bool phases_reestablished) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return EndedError(lease_id);
   it->second.expires = options_.clock() + it->second.ttl;
+  if (phases_unknown) {
+    MarkUnknown(it->second, "its trainer could not reach summond");
+  } else if (phases_reestablished && unknown_.erase(lease_id) > 0) {
+    spdlog::info("trainer model={} incarnation={}: phases known again",
+                 it->second.model, it->second.incarnation);
+  }
   return it->second;
 }
 
 absl::Status TrainerLeases::Detach(const std::string& lease_id) {
-  absl::MutexLock lock(&mu_);
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) return EndedError(lease_id);
-  EndLease(lease_id,
-           absl::StrCat("trainer '", it->second.incarnation, "' detached"),
-           /*ranks_to_idle=*/true);
-  PersistLocked();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = leases_.find(lease_id);
+    if (it == leases_.end()) return EndedError(lease_id);
+    EndLease(lease_id,
+             absl::StrCat("trainer '", it->second.incarnation, "' detached"),
+             /*ranks_to_idle=*/true);
+    PersistLocked();
+  }
+  MoveCutShortSteps();
   return absl::OkStatus();
 }
 
@@ -240,6 +271,9 @@ void TrainerLeases::Revoke(const std::string& model, const std::string& why) {
     if (lease.model == model) ids.push_back(id);
   }
   for (const std::string& id : ids) EndLease(id, why, /*ranks_to_idle=*/true);
+  // The model is being deleted: no generation of it to move.
+  cut_short_.erase(std::remove(cut_short_.begin(), cut_short_.end(), model),
+                   cut_short_.end());
   PersistLocked();
 }
 
@@ -260,6 +294,7 @@ void TrainerLeases::EndLease(const std::string& lease_id,
   if (it == leases_.end()) return;
   const core::TrainerLease lease = it->second;
   leases_.erase(it);
+  unknown_.erase(lease_id);
   if (ended_.size() >= kEndedLeasesKept) ended_.erase(ended_.begin());
   ended_[lease_id] = why;
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
@@ -274,12 +309,12 @@ void TrainerLeases::EndLease(const std::string& lease_id,
       absl::StrAppend(&event, " in ", PhaseAndStep(was, entry.steps[rank]),
                       "; rank returned to IDLE");
       // An optimizer step cut short may have changed some shards: any
-      // gather from before is stale (R7).
-      if (was == core::TrainingPhase::kOptimizer && entry.store != nullptr) {
-        for (size_t u = 0; u < entry.runtime.units.size(); ++u) {
-          entry.runtime.units[u].generation =
-              entry.store->BumpGeneration(static_cast<int>(u));
-        }
+      // gather from before is stale (R7). Moved once per model, after the
+      // lock (MoveCutShortSteps).
+      if (was == core::TrainingPhase::kOptimizer &&
+          std::find(cut_short_.begin(), cut_short_.end(), lease.model) ==
+              cut_short_.end()) {
+        cut_short_.push_back(lease.model);
       }
     }
     spdlog::warn("trainer model={} rank={} lease={}: {}", lease.model, rank,
@@ -289,25 +324,112 @@ void TrainerLeases::EndLease(const std::string& lease_id,
 }
 
 int TrainerLeases::ReapLapsed() {
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = options_.clock();
   std::vector<std::string> lapsed;
-  for (const auto& [id, lease] : leases_) {
-    if (core::LeaseLapsed(lease, now)) lapsed.push_back(id);
-  }
-  for (const std::string& id : lapsed) {
-    const core::TrainerLease& lease = leases_[id];
-    for (int rank : lease.ranks) {
-      lapsed_holder_[{lease.model, rank}] = lease.incarnation;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = options_.clock();
+    for (const auto& [id, lease] : leases_) {
+      if (core::LeaseLapsed(lease, now)) {
+        lapsed.push_back(id);
+      } else if (now - (lease.expires - lease.ttl) > lease.ttl / 2) {
+        // Two heartbeats missed: the trainer may be cut off from this
+        // daemon and stepping on.
+        MarkUnknown(lease, absl::StrCat("not heard from for ",
+                                        absl::FormatDuration(lease.ttl / 2)));
+      }
     }
-    EndLease(id,
-             absl::StrCat("lease of trainer '", lease.incarnation,
-                          "' lapsed (no heartbeat for ",
-                          absl::FormatDuration(lease.ttl), ")"),
-             /*ranks_to_idle=*/true);
+    for (const std::string& id : lapsed) {
+      const core::TrainerLease& lease = leases_[id];
+      for (int rank : lease.ranks) {
+        lapsed_holder_[{lease.model, rank}] = lease.incarnation;
+      }
+      EndLease(id,
+               absl::StrCat("lease of trainer '", lease.incarnation,
+                            "' lapsed (no heartbeat for ",
+                            absl::FormatDuration(lease.ttl), ")"),
+               /*ranks_to_idle=*/true);
+    }
+    if (!lapsed.empty()) PersistLocked();
   }
-  if (!lapsed.empty()) PersistLocked();
+  MoveCutShortSteps();
   return static_cast<int>(lapsed.size());
+}
+
+void TrainerLeases::MarkUnknown(const core::TrainerLease& lease,
+                                const std::string& why) {
+  if (unknown_.count(lease.id) > 0) return;
+  unknown_[lease.id] = Unknown{lease.ranks, why};
+  spdlog::warn(
+      "trainer model={} incarnation={} lease={}: phases unknown ({}); "
+      "sessions on the model are refused until it reports them",
+      lease.model, lease.incarnation, lease.id, why);
+}
+
+void TrainerLeases::OnStall(absl::Duration gap) {
+  spdlog::warn("summond did not run for {}: trainer leases extended by it",
+               absl::FormatDuration(gap));
+  for (auto& [id, lease] : leases_) {
+    lease.expires += gap;
+    MarkUnknown(lease, absl::StrCat("summond did not run for ",
+                                    absl::FormatDuration(gap)));
+  }
+}
+
+absl::Status TrainerLeases::CheckInterlockKnown(
+    const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, unknown] : unknown_) {
+    auto lease = leases_.find(id);
+    if (lease == leases_.end() || lease->second.model != model) continue;
+    return absl::UnavailableError(absl::StrCat(
+        "the training interlock of model '", model, "' is unknown: trainer '",
+        lease->second.incarnation, "' has not re-reported the phases of ranks ",
+        absl::StrJoin(unknown.ranks, ","), " (", unknown.why,
+        "); retry when it has (its next phase report or heartbeat)"));
+  }
+  return absl::OkStatus();
+}
+
+void TrainerLeases::PhaseKnown(const std::string& model, int rank) {
+  absl::MutexLock lock(&mu_);
+  const core::TrainerLease* holder = HolderOf(model, rank);
+  if (holder == nullptr) return;
+  auto it = unknown_.find(holder->id);
+  if (it == unknown_.end()) return;
+  std::vector<int>& ranks = it->second.ranks;
+  ranks.erase(std::remove(ranks.begin(), ranks.end(), rank), ranks.end());
+  if (ranks.empty()) {
+    spdlog::info("trainer model={} incarnation={}: phases known again", model,
+                 holder->incarnation);
+    unknown_.erase(it);
+  }
+}
+
+bool TrainerLeases::PhasesUnknown(const std::string& lease_id) const {
+  absl::MutexLock lock(&mu_);
+  return unknown_.count(lease_id) > 0;
+}
+
+void TrainerLeases::MoveCutShortSteps() {
+  std::vector<std::string> models;
+  {
+    absl::MutexLock lock(&mu_);
+    models.swap(cut_short_);
+  }
+  for (const std::string& name : models) {
+    if (options_.step_cut_short) {
+      options_.step_cut_short(name);
+      continue;
+    }
+    absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry_->Get(name);
+    if (!model.ok()) continue;  // Deleted meanwhile: nothing to move.
+    ModelEntry& entry = **model;
+    absl::MutexLock runtime_lock(&entry.runtime_mu);
+    for (size_t u = 0; u < entry.runtime.units.size(); ++u) {
+      entry.runtime.units[u].generation =
+          entry.store->BumpGeneration(static_cast<int>(u));
+    }
+  }
 }
 
 }  // namespace summon::server

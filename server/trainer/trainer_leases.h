@@ -41,6 +41,10 @@ class TrainerLeases {
     absl::Duration reap_interval = absl::Milliseconds(100);
     absl::Duration default_lease = absl::Seconds(10);
     absl::Duration max_lease = absl::Hours(1);
+    // Moves every unit's generation of a model on every node when a lease
+    // ends with a rank in OPTIMIZER (the session manager's StepCutShort);
+    // called without this class's lock. Unset: moved in this node's store.
+    std::function<void(const std::string& model)> step_cut_short;
   };
 
   TrainerLeases(ModelRegistry* registry, Options options);
@@ -60,8 +64,13 @@ class TrainerLeases {
                                   const std::vector<int>& ranks,
                                   const std::string& incarnation,
                                   std::optional<absl::Duration> lease);
-  // Renews; FAILED_PRECONDITION naming why for a lease that ended.
-  absl::StatusOr<core::TrainerLease> Heartbeat(const std::string& lease_id);
+  // Renews; FAILED_PRECONDITION naming why for a lease that ended. The
+  // trainer may say that it moved its ranks without this daemon hearing it
+  // (`phases_unknown`: the interlock is unknown from now) or that it has
+  // reported every rank's phase again (`phases_reestablished`: known).
+  absl::StatusOr<core::TrainerLease> Heartbeat(const std::string& lease_id,
+                                               bool phases_unknown = false,
+                                               bool phases_reestablished = false);
   // Ends the lease; its ranks return to IDLE.
   absl::Status Detach(const std::string& lease_id);
   // R17 for a call naming `rank` of `model` (a phase report): the lease
@@ -90,16 +99,45 @@ class TrainerLeases {
   // Writes the file after a phase move (a no-op without a data dir).
   void Persist();
 
+  // Whether the training interlock of `model` is known (R1, R3): UNAVAILABLE
+  // naming the trainer while an attached trainer may have moved its ranks
+  // without this daemon hearing it (summon never stops a training step, so
+  // a trainer that cannot reach the leader steps on). That is the case
+  // after this daemon restarted (Recover) or did not run for a while (a
+  // stall, e.g. SIGSTOP: leases are extended by the stall too), and when a
+  // trainer was not heard from for half its lease. Each rank is known again
+  // when its trainer reports a phase for it (PhaseKnown).
+  absl::Status CheckInterlockKnown(const std::string& model) const;
+  void PhaseKnown(const std::string& model, int rank);
+  // Whether the lease's trainer must re-establish its ranks' phases.
+  bool PhasesUnknown(const std::string& lease_id) const;
+
  private:
   const core::TrainerLease* HolderOf(const std::string& model, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the lease, returns its ranks to IDLE, records `event` for each.
+  absl::StatusOr<Attached> AttachLocked(const std::string& model,
+                                        const std::vector<int>& ranks,
+                                        const std::string& incarnation,
+                                        std::optional<absl::Duration> lease)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the lease, returns its ranks to IDLE, records `event` for each;
+  // a rank that was in OPTIMIZER puts its model in cut_short_.
   void EndLease(const std::string& lease_id, const std::string& why,
                 bool ranks_to_idle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the generations of the models in cut_short_ (Options::
+  // step_cut_short), after the caller released mu_: the move reaches every
+  // node over the network.
+  void MoveCutShortSteps() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status EndedError(const std::string& lease_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReaperLoop();
+  // Every lease's phases become unknown for `why` (logged once per lease).
+  void MarkUnknown(const core::TrainerLease& lease, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // This daemon did not run for `gap`: its trainers could not renew, so
+  // every lease is extended by it, and their phases are unknown.
+  void OnStall(absl::Duration gap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ModelRegistry* const registry_;
   const Options options_;
@@ -113,6 +151,15 @@ class TrainerLeases {
   // the next Attach reports it as previous_incarnation.
   std::map<std::pair<std::string, int>, std::string> lapsed_holder_
       ABSL_GUARDED_BY(mu_);
+  // Leases whose ranks' phases are unknown: the ranks not yet re-reported
+  // and why.
+  struct Unknown {
+    std::vector<int> ranks;
+    std::string why;
+  };
+  std::map<std::string, Unknown> unknown_ ABSL_GUARDED_BY(mu_);
+  // Models whose optimizer step a lease's end cut short, not yet moved.
+  std::vector<std::string> cut_short_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };

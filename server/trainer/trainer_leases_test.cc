@@ -124,5 +124,51 @@ TEST_F(TrainerLeasesTest, R17_RevokeEndsLeasesWithTheReason) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// R24: the interlock of a model is unknown while a trainer may have moved
+// its ranks unheard (half its lease without a word, a restart, or the
+// trainer saying so); each rank is known again when it is reported.
+TEST_F(TrainerLeasesTest, R24_PhasesUnknownUntilReportedAgain) {
+  auto attached = leases_->Attach("m", {0, 1}, "t-1", absl::Seconds(4));
+  ASSERT_TRUE(attached.ok());
+  const std::string& id = attached->lease.id;
+  EXPECT_TRUE(leases_->CheckInterlockKnown("m").ok());
+  now_ += absl::Seconds(2);  // Exactly half: still heard from.
+  EXPECT_EQ(leases_->ReapLapsed(), 0);
+  EXPECT_TRUE(leases_->CheckInterlockKnown("m").ok());
+  now_ += absl::Milliseconds(1);
+  EXPECT_EQ(leases_->ReapLapsed(), 0);
+  const absl::Status unknown = leases_->CheckInterlockKnown("m");
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(unknown.message(),
+            "the training interlock of model 'm' is unknown: trainer 't-1' "
+            "has not re-reported the phases of ranks 0,1 (not heard from for "
+            "2s); retry when it has (its next phase report or heartbeat)");
+  EXPECT_TRUE(leases_->PhasesUnknown(id));
+  // A heartbeat alone does not say where the ranks are; reports do.
+  ASSERT_TRUE(leases_->Heartbeat(id).ok());
+  EXPECT_FALSE(leases_->CheckInterlockKnown("m").ok());
+  leases_->PhaseKnown("m", 0);
+  EXPECT_FALSE(leases_->CheckInterlockKnown("m").ok());
+  leases_->PhaseKnown("m", 1);
+  EXPECT_TRUE(leases_->CheckInterlockKnown("m").ok());
+  // The trainer says it moved unheard, then that it re-established them.
+  ASSERT_TRUE(leases_->Heartbeat(id, /*phases_unknown=*/true).ok());
+  EXPECT_EQ(leases_->CheckInterlockKnown("m").code(),
+            absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(leases_->Heartbeat(id, false, /*phases_reestablished=*/true).ok());
+  EXPECT_TRUE(leases_->CheckInterlockKnown("m").ok());
+  // A restarted daemon does not know what its trainers did meanwhile.
+  leases_->Persist();
+  leases_.reset();
+  StartLeases();
+  ASSERT_TRUE(leases_->Recover().ok());
+  EXPECT_NE(leases_->CheckInterlockKnown("m").message().find(
+                "(summond restarted)"),
+            std::string::npos);
+  // A lease that ends takes its unknown phases with it.
+  ASSERT_TRUE(leases_->Detach(id).ok());
+  EXPECT_TRUE(leases_->CheckInterlockKnown("m").ok());
+}
+
 }  // namespace
 }  // namespace summon::server

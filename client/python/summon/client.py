@@ -22,9 +22,9 @@ from summon import checks, dtypes, shapes
 from summon.fresh import fresh_array
 from summon.errors import SummonError
 from summon.messages import (Attachment, CloseResult, LoadResult, Model, ModelSummary,
-                          PhaseReport, SaveResult, Session, ShardChecksum, ShardMap,
-                          TensorInfo, TensorStats, UnitGeneration, phase_value,
-                          strategy_value)
+                          PhaseReport, Renewal, SaveResult, Session, ShardChecksum,
+                          ShardMap, TensorInfo, TensorStats, UnitGeneration,
+                          phase_value, strategy_value)
 from summon.v1 import summon_pb2, summon_pb2_grpc, trainer_pb2, trainer_pb2_grpc, types_pb2
 
 if TYPE_CHECKING:
@@ -530,35 +530,52 @@ class Client:
     # steps) up to the client's timeout instead of failing at once.
 
     def attach(self, model: str, ranks: Sequence[int], incarnation: str,
-               lease_seconds: Optional[int] = None) -> Attachment:
+               lease_seconds: Optional[int] = None,
+               timeout: Optional[float] = None) -> Attachment:
         request = trainer_pb2.AttachRequest(model=model, ranks=list(ranks),
                                             incarnation=incarnation)
         if lease_seconds is not None:
             request.lease_seconds = lease_seconds
-        return Attachment.from_proto(self._call(self._trainer.Attach, request, True))
+        return Attachment.from_proto(self._call(self._trainer.Attach, request, True,
+                                                timeout))
 
     def heartbeat(self, lease_id: str, timeout: Optional[float] = None) -> list[UnitGeneration]:
-        response = self._call(self._trainer.Heartbeat,
-                              trainer_pb2.TrainerHeartbeatRequest(lease_id=lease_id),
-                              True, timeout)
-        return [UnitGeneration.from_proto(u) for u in response.units]
+        return list(self.renew(lease_id, timeout).units)
+
+    def renew(self, lease_id: str, timeout: Optional[float] = None,
+              phases_unknown: bool = False, phases_reestablished: bool = False) -> Renewal:
+        """A heartbeat that also says whether the daemon lost track of the
+        lease's ranks' phases (then report them again: sessions on the model
+        are refused until then). phases_unknown: tell the daemon this trainer
+        moved its ranks unheard; phases_reestablished: it reported them all
+        again (ReportPhase with reestablishing)."""
+        request = trainer_pb2.TrainerHeartbeatRequest(
+            lease_id=lease_id, phases_unknown=phases_unknown,
+            phases_reestablished=phases_reestablished)
+        return Renewal.from_proto(self._call(self._trainer.Heartbeat, request, True, timeout))
 
     def detach(self, lease_id: str) -> None:
         self._call(self._trainer.Detach, trainer_pb2.DetachRequest(lease_id=lease_id), True)
 
     def report_phase(self, model: str, rank: int, phase: str, step: Optional[int] = None,
-                     deadline_ms: Optional[int] = None, lease_id: str = "") -> PhaseReport:
+                     deadline_ms: Optional[int] = None, lease_id: str = "",
+                     timeout: Optional[float] = None,
+                     reestablishing: bool = False) -> PhaseReport:
         """Moves a rank along IDLE -> FORWARD -> BETWEEN -> BACKWARD -> OPTIMIZER -> IDLE.
 
         A move refused by a writable session (R3) fails with
         FAILED_PRECONDITION at once, or waits up to `deadline_ms` and then
-        fails with DEADLINE_EXCEEDED.
+        fails with DEADLINE_EXCEEDED. timeout: the call's own deadline
+        (default: the client's), to which `deadline_ms` is added.
+        reestablishing: see ReportPhaseRequest.reestablishing.
         """
         request = trainer_pb2.ReportPhaseRequest(model=model, rank=rank,
-                                                 phase=phase_value(phase), lease_id=lease_id)
+                                                 phase=phase_value(phase), lease_id=lease_id,
+                                                 reestablishing=reestablishing)
         if step is not None:
             request.step = step
-        timeout = self.timeout
+        if timeout is None:
+            timeout = self.timeout
         if deadline_ms is not None:
             request.deadline_ms = deadline_ms
             if timeout is not None:

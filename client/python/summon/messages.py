@@ -325,13 +325,26 @@ class Attachment:
     previous_incarnation: str
     resumed: bool
     units: tuple[UnitGeneration, ...]
+    # The daemon lost track of these ranks' phases: report them again.
+    phases_unknown: bool = False
 
     @classmethod
     def from_proto(cls, m: trainer_pb2.AttachResponse) -> "Attachment":
         return cls(m.lease_id, m.lease_seconds,
                    tuple(RankState.from_proto(r) for r in m.ranks),
                    m.previous_incarnation, m.resumed,
-                   tuple(UnitGeneration.from_proto(u) for u in m.units))
+                   tuple(UnitGeneration.from_proto(u) for u in m.units),
+                   m.phases_unknown)
+
+
+@dataclass(frozen=True)
+class Renewal:
+    units: tuple[UnitGeneration, ...]
+    phases_unknown: bool
+
+    @classmethod
+    def from_proto(cls, m: trainer_pb2.TrainerHeartbeatResponse) -> "Renewal":
+        return cls(tuple(UnitGeneration.from_proto(u) for u in m.units), m.phases_unknown)
 
 
 @dataclass(frozen=True)

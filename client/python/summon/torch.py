@@ -20,6 +20,7 @@ it restarts, so views stay valid across a daemon restart.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import socket
@@ -32,6 +33,7 @@ import torch
 
 from summon import cuda_ipc, shapes
 from summon.client import Client
+from summon.phases import reestablish, unreachable
 from summon.errors import SummonError
 from summon.messages import (Attachment, Model, PhaseReport, ShardMap, UnitGeneration,
                              UnitShard)
@@ -45,6 +47,7 @@ TORCH_DTYPES: dict[torch.dtype, str] = {
 _FROM_NAME = {name: dtype for dtype, name in TORCH_DTYPES.items()}
 
 ExternalWriteCallback = Callable[["Trainer", list[UnitGeneration]], None]
+_log = logging.getLogger("summon.torch")
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -304,7 +307,6 @@ def register(client: Client, name: str, module: torch.nn.Module,
 _TRANSIENT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 _TRAINER_DEFAULT: Any = object()  # "the trainer's own `wait`"
 
-
 class Trainer:
     """An attached trainer process: a lease on `ranks` kept alive in the background.
 
@@ -317,13 +319,19 @@ class Trainer:
     external-write counter moved, so the trainer refreshes state it derives
     from them. A WatchUnits stream also records such edits as they happen
     (`external_edit` event, `pending_external_writes()`).
+
+    summon never stops a training step (R24): a phase report summond (or the
+    leader behind it) does not answer within `report_timeout` s (plus `wait`)
+    lets the step go on and marks the interlock unknown (`interlock_unknown`);
+    the heartbeat thread re-establishes the phases once summond answers
+    (summon.phases.reestablish). docs/operations.md says what a trainer sees.
     """
 
     def __init__(self, client: Client, model: str, ranks: Sequence[int],
                  incarnation: Optional[str] = None, lease_seconds: int = 10,
                  wait: Optional[float] = None,
                  on_external_write: Optional[ExternalWriteCallback] = None,
-                 watch: bool = True):
+                 watch: bool = True, report_timeout: float = 2.0):
         self.client = client
         self.model = model
         self.ranks = list(ranks)
@@ -331,11 +339,20 @@ class Trainer:
             f"{socket.gethostname()}-{os.getpid()}-{time.time_ns() // 1_000_000}")
         self.wait = wait
         self.on_external_write = on_external_write
+        self.lease_seconds = lease_seconds
+        self.report_timeout = report_timeout
         self.attachment: Attachment = client.attach(model, self.ranks, self.incarnation,
                                                     lease_seconds)
         self.lease_id = self.attachment.lease_id
         self.lease_error: Optional[SummonError] = None
         self.phase = "IDLE"
+        self.step_number: Optional[int] = None
+        # Set while summond may not know where this trainer's ranks are; the
+        # heartbeat thread clears it (see the class). `outages` counts them.
+        self.interlock_unknown = False
+        self.outages = 0
+        # The training thread's moves and the re-establishment, one at a time.
+        self._phase_lock = threading.RLock()
         self.external_edit = threading.Event()
         self._lock = threading.Lock()
         self._seen = {u.unit: u.external_writes for u in self.attachment.units}
@@ -358,11 +375,41 @@ class Trainer:
     def _heartbeat_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
             try:
-                self.client.heartbeat(self.lease_id, timeout=interval)
+                renewal = self.client.renew(self.lease_id,
+                                            timeout=min(interval, self.report_timeout))
             except SummonError as error:
-                if error.code not in _TRANSIENT:  # lapsed or revoked: say so, stop
+                if error.code in _TRANSIENT:
+                    self._lose_interlock(error)  # the next move need not try
+                    continue
+                if not self.interlock_unknown:  # lapsed or revoked: say so, stop
                     self.lease_error = error
                     return
+                renewal = None  # lapsed while unreachable: re-attach below
+            if renewal is None or renewal.phases_unknown or self.interlock_unknown:
+                self._reestablish()
+
+    def _lose_interlock(self, error: SummonError) -> None:
+        with self._phase_lock:
+            if not self.interlock_unknown:
+                self.outages += 1
+                _log.warning("summond did not answer (%s); model %s: training goes on, "
+                             "interlock unknown until it answers", error, self.model)
+            self.interlock_unknown = True
+
+    def _reestablish(self) -> None:
+        with self._phase_lock:
+            try:
+                self.lease_id = reestablish(
+                    self.client, self.model, self.ranks, self.incarnation,
+                    self.lease_seconds, self.lease_id, self.phase, self.step_number,
+                    self.report_timeout)
+            except SummonError as error:  # again at the next heartbeat
+                _log.warning("model %s: phases not re-established yet: %s", self.model, error)
+                self.interlock_unknown = True
+                return
+            if self.interlock_unknown:
+                _log.warning("model %s: phases re-established (%s)", self.model, self.phase)
+            self.interlock_unknown = False
 
     def _watch_loop(self) -> None:
         while not self._stop.is_set():
@@ -430,18 +477,29 @@ class Trainer:
             wait = self.wait
         deadline_ms = None if wait is None else int(float(wait) * 1000)
         reports: list[PhaseReport] = []
-        for rank in self.ranks:
-            try:
-                reports.append(self.client.report_phase(self.model, rank, phase, step,
-                                                        deadline_ms, self.lease_id))
-            except SummonError:
-                if phase.upper() == "FORWARD" and self.phase == "IDLE":
-                    for moved in self.ranks[:len(reports)]:  # all ranks or none
-                        self.client.report_phase(self.model, moved, "IDLE",
-                                                 lease_id=self.lease_id)
-                raise
-        self.phase = phase.upper()
-        return reports
+        with self._phase_lock:
+            if step is not None:
+                self.step_number = step
+            if self.interlock_unknown:  # the heartbeat thread tells summond later
+                self.phase = phase.upper()
+                return reports
+            for rank in self.ranks:
+                try:
+                    reports.append(self.client.report_phase(
+                        self.model, rank, phase, step, deadline_ms, self.lease_id,
+                        timeout=self.report_timeout))
+                except SummonError as error:
+                    if unreachable(error):  # never stop the step
+                        self._lose_interlock(error)
+                        self.phase = phase.upper()
+                        return reports
+                    if phase.upper() == "FORWARD" and self.phase == "IDLE":
+                        for moved in self.ranks[:len(reports)]:  # all ranks or none
+                            self.client.report_phase(self.model, moved, "IDLE",
+                                                     lease_id=self.lease_id)
+                    raise
+            self.phase = phase.upper()
+            return reports
 
     def step(self, n: Optional[int] = None,
              wait: Any = _TRAINER_DEFAULT) -> "Step":
@@ -500,7 +558,8 @@ class Step:
 
     def __enter__(self) -> "Step":
         self._move("FORWARD", self.n)
-        self.trainer._external_writes(self.reports[-1].generations)
+        if self.reports:  # none while summond is unreachable
+            self.trainer._external_writes(self.reports[-1].generations)
         return self
 
     @property
