@@ -1,0 +1,147 @@
+"""One rank of an FSDP job that the conformance tests spawn (python worker.py CASES OUT).
+
+CASES is a JSON file: a list of cases, run one after the other in one
+process group. Per case the rank wraps the model (model.wrap), serves it
+through summon unless `serve` is false, trains `steps` AdamW steps on
+seeded batches and, on rank 0, saves what FSDP itself says the full
+parameters are (FSDP1 summon_full_params, FSDP2 full_tensor) to
+OUT/<name>.pt, beside each step's loss and the external-write callbacks it
+saw. A case may also:
+  edit: "summon" | "torch"  after step `edit_after`, rank 0 edits EDITED
+        (x * 0.5 + 0.25) through a summon session with writeback, or
+        through FSDP's own API (the reference);
+  grads: true               also serve gradients; the reference keeps the
+                            last backward's full gradients;
+  hang_after: k             after k steps, write OUT/<name>.hung and block in
+                            the next step's forward (the test SIGKILLs it);
+  resume: true              serve an existing model: its shards are adopted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import model as tiny  # noqa: E402
+
+import summon  # noqa: E402
+import summon.torch as st  # noqa: E402
+
+EDITED = "blocks.0.mlp.0.weight"
+
+
+def clean(name: str) -> str:
+    return name.replace("_fsdp_wrapped_module.", "")
+
+
+def full_params(module: torch.nn.Module, case: dict, grads: bool = False,
+                **options: Any) -> dict[str, torch.Tensor]:
+    """FSDP's own view of every full parameter (or gradient), cloned."""
+    out = {}
+    if case["api"] == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        with FSDP.summon_full_params(module, with_grads=grads, **options):
+            for name, param in module.named_parameters(remove_duplicate=False):
+                tensor = param.grad if grads else param
+                if tensor is not None:
+                    out[clean(name)] = tensor.detach().clone()
+        return out
+    for name, param in module.named_parameters(remove_duplicate=False):
+        tensor = param.grad if grads else param
+        if tensor is not None:
+            out[name] = tensor.full_tensor().detach().clone()
+    return out
+
+
+def edit_through_fsdp(module: torch.nn.Module, case: dict) -> None:
+    """The reference edit: FSDP1 summon_full_params(writeback=True); FSDP2 the
+    full tensor written back through its DTensor."""
+    with torch.no_grad():
+        if case["api"] == "fsdp1":
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            with FSDP.summon_full_params(module, writeback=True):
+                param = dict((clean(n), p) for n, p in module.named_parameters())[EDITED]
+                param.mul_(0.5).add_(0.25)
+            return
+        from torch.distributed.tensor import distribute_tensor
+        param = dict(module.named_parameters())[EDITED]
+        full = param.full_tensor().mul_(0.5).add_(0.25)
+        param.copy_(distribute_tensor(full, param.device_mesh, param.placements))
+
+
+def edit_through_summon(client: summon.Client, name: str) -> None:
+    with client.summon_full_params(name, scope="blocks.0") as session:
+        session[EDITED] = session[EDITED] * 0.5 + 0.25
+
+
+def run_case(case: dict, out: Path, client: summon.Client) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    module = tiny.wrap(case, world)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=0.02, weight_decay=0.01)
+    edits: list[list[str]] = []
+    served = None
+    if case.get("serve", True):
+        served = st.serve(module, case["name"], client=client, optimizer=optimizer,
+                          grads=case.get("grads", False), lease_seconds=case.get("lease", 10),
+                          on_external_write=lambda s, units: edits.append(
+                              sorted(u.unit for u in units)))
+    result: dict[str, Any] = {"losses": [], "edits": edits}
+    if case.get("resume"):
+        result["resumed"] = full_params(module, case)
+    for step in range(case.get("steps", 3)):
+        if case.get("hang_after") == step:
+            (out / f"{case['name']}.hung").write_text(str(os.getpid()))
+            module(tiny.batch(step, rank)[:, :-1])  # FORWARD/BETWEEN; then block
+            time.sleep(3600)
+        loss = tiny.loss_of(module, tiny.batch(step, rank))
+        loss.backward()
+        result["losses"].append(loss.detach().clone())
+        if case.get("grads") and step == case.get("steps", 3) - 1:
+            result["grads"] = full_params(module, case, grads=True)
+        optimizer.step()
+        optimizer.zero_grad()
+        if case.get("edit") and step + 1 == case.get("edit_after", 1):
+            dist.barrier()
+            if case["edit"] == "torch":
+                edit_through_fsdp(module, case)
+            elif rank == 0:
+                edit_through_summon(client, case["name"])
+            dist.barrier()
+    result["params"] = full_params(module, case)
+    if case["api"] == "fsdp1":
+        if case.get("strategy") != "NO_SHARD":  # FSDP refuses offload_to_cpu there
+            result["rank0_offload"] = full_params(module, case, rank0_only=True,
+                                                  offload_to_cpu=True, writeback=False)
+    result["steps"] = served.steps if served is not None else None
+    if served is not None:
+        served.close()
+    if rank == 0:
+        torch.save(result, out / f"{case['name']}.pt")
+    dist.barrier()
+
+
+def main() -> None:
+    cases = json.loads(Path(sys.argv[1]).read_text())
+    out = Path(sys.argv[2])
+    dist.init_process_group("gloo")
+    client = summon.Client(timeout=60)
+    try:
+        for case in cases:
+            start = time.monotonic()
+            run_case(case, out, client)
+            print(f"case {case['name']}: {time.monotonic() - start:.2f} s", flush=True)
+    finally:
+        client.close()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
