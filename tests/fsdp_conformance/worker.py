@@ -12,9 +12,12 @@ saw. A case may also:
         through FSDP's own API (the reference);
   grads: true               also serve gradients; the reference keeps the
                             last backward's full gradients;
-  hang_after: k             after k steps, write OUT/<name>.hung and block in
-                            the next step's forward (the test SIGKILLs it);
-  resume: true              serve an existing model: its shards are adopted.
+  hang_after: k             after k steps save the results so far, run the
+                            next step's forward, write OUT/<name>.hung<rank>
+                            and block there, mid-step (the test SIGKILLs it);
+  resume: true              serve an existing model: its shards are adopted
+                            (the results then hold FSDP's full parameters
+                            right after serve as "resumed").
 """
 
 from __future__ import annotations
@@ -98,8 +101,11 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
         result["resumed"] = full_params(module, case)
     for step in range(case.get("steps", 3)):
         if case.get("hang_after") == step:
-            (out / f"{case['name']}.hung").write_text(str(os.getpid()))
-            module(tiny.batch(step, rank)[:, :-1])  # FORWARD/BETWEEN; then block
+            result["params"] = full_params(module, case)
+            if rank == 0:
+                torch.save(result, out / f"{case['name']}.pt")
+            module(tiny.batch(step, rank)[:, :-1])  # FORWARD, BETWEEN: mid-step
+            (out / f"{case['name']}.hung{rank}").write_text(str(os.getpid()))
             time.sleep(3600)
         loss = tiny.loss_of(module, tiny.batch(step, rank))
         loss.backward()

@@ -18,6 +18,7 @@ its post-hook IDLE (or the next forward, without an optimizer).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Optional
 
 import torch
@@ -71,8 +72,7 @@ class Served:
         self.layout, self.bindings = fsdp.units(module)
         self._check_parameters_are_optimized()
         self.created = self._create_or_adopt(rank)
-        self.trainer = st.attach(client, name, [rank], wait=wait, lease_seconds=lease_seconds,
-                                 on_external_write=self._external_write)
+        self.trainer = self._attach(lease_seconds)
         try:
             self._bind()
         except BaseException:
@@ -121,6 +121,21 @@ class Served:
         if flags[0]:
             raise ValueError(flags[0])
         return bool(flags[1])
+
+    def _attach(self, lease_seconds: int) -> Any:
+        """Attaches this rank; a restarted job waits (up to `wait` seconds) for
+        the lease of the trainer it replaces to lapse."""
+        from summon import torch as st
+        deadline = time.monotonic() + (self._wait or 0.0)
+        while True:
+            try:
+                return st.attach(self.client, self.name, [self.rank], wait=self._wait,
+                                 lease_seconds=lease_seconds,
+                                 on_external_write=self._external_write)
+            except SummonError as error:
+                if error.code != "ALREADY_EXISTS" or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
 
     def _bind(self) -> None:
         views = self.trainer.shard_views(self.rank)
