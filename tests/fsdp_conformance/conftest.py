@@ -145,3 +145,62 @@ def model_names(client: summon.Client) -> set[str]:
 def delete_model(client: summon.Client, name: Optional[str]) -> None:
     if name in model_names(client):
         client.delete_model(name, force=True)
+
+
+class Matrix:
+    """Cases run as one job per world size (one process group each), then
+    checked one by one from this process (test_fsdp1.py, test_fsdp2.py)."""
+
+    def __init__(self, daemons: Callable[[int], LocalDaemon], out: Path, api: str,
+                 by_world: dict[int, list[dict]]):
+        self.out = out
+        self.clients: dict[str, summon.Client] = {}
+        for world, cases in by_world.items():
+            daemon = daemons(world)
+            run_job(daemon, world, [dict(c, api=api) for c in cases], out)
+            self.clients.update({c["name"]: summon.Client(daemon.address) for c in cases})
+
+    def result(self, name: str) -> dict[str, Any]:
+        return results(self.out, name)
+
+    def check_session(self, case: dict) -> None:
+        """A session shows what FSDP itself showed after training, bit for bit."""
+        result, name = self.result(case["name"]), case["name"]
+        client = self.clients[name]
+        assert result["steps"] == case.get("steps", 3)
+        assert client.describe_model(name).state == "READY"
+        # Every name named_parameters() gives, the tied head included.
+        assert "head.weight" in result["params"] and "embed.weight" in result["params"]
+        assert assert_session_equals(client, name, result["params"]) == PARAMETERS
+        # Training happened on summond's shards: the values moved from init.
+        from model import TinyLM
+        torch.manual_seed(case.get("seed", 0))
+        initial = TinyLM().blocks[1].qkv.weight.detach()
+        assert not torch.equal(result["params"]["blocks.1.qkv.weight"], initial)
+
+    def check_grads(self, name: str) -> None:
+        assert assert_session_equals(self.clients[name], name, self.result(name)["grads"],
+                                     grads=True) == PARAMETERS
+
+    def check_edit(self, edited: str, reference: str, unedited: str) -> None:
+        """An edit through a summon session with writeback changed training
+        exactly as the same edit through FSDP's own API did."""
+        served, want = self.result(edited), self.result(reference)
+        for got, expected in zip(served["losses"], want["losses"], strict=True):
+            assert torch.equal(got, expected)
+        for fqn, expected in want["params"].items():
+            assert torch.equal(served["params"][fqn], expected), fqn
+        # The edit moved training: the step after it differs from an unedited run.
+        step = 2
+        assert not torch.equal(served["losses"][step], self.result(unedited)["losses"][step])
+        # on_external_write named the edited unit once, as the next step began.
+        assert served["edits"] == [["blocks.0"]]
+
+    def close(self) -> None:
+        for name, client in self.clients.items():
+            if name in model_names(client):
+                client.delete_model(name, force=True)
+            client.close()
+
+
+PARAMETERS = 24  # TinyLM's named_parameters(remove_duplicate=False)
