@@ -182,14 +182,19 @@ class Matrix:
         assert assert_session_equals(self.clients[name], name, self.result(name)["grads"],
                                      grads=True) == PARAMETERS
 
+    def check_same(self, name: str, other: str) -> None:
+        """Two runs trained identically: every loss and parameter equal."""
+        a, b = self.result(name), self.result(other)
+        for got, expected in zip(a["losses"], b["losses"], strict=True):
+            assert torch.equal(got, expected)
+        for fqn, expected in b["params"].items():
+            assert torch.equal(a["params"][fqn], expected), fqn
+
     def check_edit(self, edited: str, reference: str, unedited: str) -> None:
         """An edit through a summon session with writeback changed training
         exactly as the same edit through FSDP's own API did."""
-        served, want = self.result(edited), self.result(reference)
-        for got, expected in zip(served["losses"], want["losses"], strict=True):
-            assert torch.equal(got, expected)
-        for fqn, expected in want["params"].items():
-            assert torch.equal(served["params"][fqn], expected), fqn
+        self.check_same(edited, reference)
+        served = self.result(edited)
         # The edit moved training: the step after it differs from an unedited run.
         step = 2
         assert not torch.equal(served["losses"][step], self.result(unedited)["losses"][step])

@@ -61,9 +61,12 @@ def loss_of(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def wrap(case: dict, world: int) -> nn.Module:
-    """TinyLM wrapped as `case` says (api fsdp1/fsdp2 and their options)."""
+    """TinyLM wrapped as `case` says: api fsdp1/fsdp2 and their options; frozen
+    (blocks.0.norm does not train), nested (each block's mlp a unit of its own)."""
     torch.manual_seed(case.get("seed", 0))
     model = TinyLM()
+    if case.get("frozen"):  # frozen parameters beside trained ones in one unit
+        model.blocks[0].norm.requires_grad_(False)
     if case["api"] == "fsdp1":
         return _wrap_fsdp1(model, case, world)
     return _wrap_fsdp2(model, case, world)
@@ -86,7 +89,8 @@ def _wrap_fsdp1(model: nn.Module, case: dict, world: int) -> nn.Module:
     if case.get("mp"):
         options["mixed_precision"] = MixedPrecision(param_dtype=torch.bfloat16,
                                                     reduce_dtype=torch.float32)
-    return FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), sharding_strategy=strategy,
+    units = {Block, nn.Sequential} if case.get("nested") else {Block}  # nested: mlp too
+    return FSDP(model, auto_wrap_policy=ModuleWrapPolicy(units), sharding_strategy=strategy,
                 use_orig_params=case.get("uop", True), device_id=torch.device("cpu"),
                 **options)
 
@@ -111,6 +115,8 @@ def _wrap_fsdp2(model: nn.Module, case: dict, world: int) -> nn.Module:
         options["shard_placement_fn"] = (
             lambda p: Shard(1) if p.ndim == 2 and p.shape[1] % world == 0 else Shard(0))
     for block in model.blocks:
+        if case.get("nested"):
+            fully_shard(block.mlp, **options)
         fully_shard(block, **options)
     fully_shard(model, **options)
     return model

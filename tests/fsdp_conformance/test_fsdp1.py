@@ -24,13 +24,22 @@ W2 = [
      "steps": 4, "edit_after": 2},
     {"name": "f1-edit-ref", "strategy": "FULL_SHARD", "uop": True, "edit": "torch",
      "steps": 4, "edit_after": 2, "serve": False},
+    {"name": "f1-plain", "strategy": "FULL_SHARD", "uop": True, "serve": False},
+    {"name": "f1-groups-frozen", "strategy": "FULL_SHARD", "uop": True, "groups": True, "frozen": True},
+    {"name": "f1-accumulate-eval", "strategy": "FULL_SHARD", "uop": True, "accumulate": True, "eval": True},
+    {"name": "f1-nested", "strategy": "FULL_SHARD", "uop": True, "nested": True},
+    {"name": "f1-violate", "strategy": "FULL_SHARD", "uop": True, "violate": True},
+    {"name": "f1-grad-op-mp", "strategy": "SHARD_GRAD_OP", "uop": True, "mp": True},
 ]
 W4 = [
     {"name": "f1-w4-full", "strategy": "FULL_SHARD", "uop": True},
     {"name": "f1-w4-full-flat", "strategy": "FULL_SHARD", "uop": False},
     {"name": "f1-w4-grad-op", "strategy": "SHARD_GRAD_OP", "uop": True, "grads": True},
+    {"name": "f1-w4-hybrid", "strategy": "HYBRID_SHARD", "uop": True, "hybrid": 2},
+    {"name": "f1-w4-hybrid-zero2", "strategy": "_HYBRID_SHARD_ZERO2", "uop": False,
+     "hybrid": 2},
 ]
-SERVED = [c for c in W2 + W4 if c.get("serve", True)]
+SERVED = [c for c in W2 + W4 if c.get("serve", True) and not c.get("violate")]
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +68,19 @@ def test_grads_session_equals_with_grads(jobs: Matrix, name: str) -> None:
 
 def test_outside_edit_equals_fsdp_writeback(jobs: Matrix) -> None:
     jobs.check_edit("f1-edit", "f1-edit-ref", "f1-full")
+
+
+def test_serving_changes_no_step(jobs: Matrix) -> None:
+    """The same job with and without serve: identical losses and parameters."""
+    jobs.check_same("f1-full", "f1-plain")
+
+
+def test_replaced_storage_is_refused(jobs: Matrix) -> None:
+    message = jobs.result("f1-violate")["violation"]
+    assert "its FSDP tensors were replaced after serve()" in message, message
+
+
+def test_eval_forwards_between_steps(jobs: Matrix) -> None:
+    """A forward under no_grad moves FORWARD -> IDLE; no step is counted."""
+    result = jobs.result("f1-accumulate-eval")
+    assert len(result["eval"]) == 3 and result["steps"] == 3

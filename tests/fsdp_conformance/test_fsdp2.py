@@ -19,13 +19,18 @@ W2 = [
     {"name": "f2-grads", "grads": True},
     {"name": "f2-edit", "edit": "summon", "steps": 4, "edit_after": 2},
     {"name": "f2-edit-ref", "edit": "torch", "steps": 4, "edit_after": 2, "serve": False},
+    {"name": "f2-plain", "serve": False},
+    {"name": "f2-groups-frozen", "groups": True, "frozen": True},
+    {"name": "f2-accumulate-eval", "accumulate": True, "eval": True},
+    {"name": "f2-nested", "nested": True},
+    {"name": "f2-violate", "violate": True},
 ]
 W4 = [
     {"name": "f2-w4-full"},
     {"name": "f2-w4-hsdp", "hybrid": 2, "grads": True},
     {"name": "f2-w4-dim1-no-reshard", "dim1": True, "reshard": False},
 ]
-SERVED = [c for c in W2 + W4 if c.get("serve", True)]
+SERVED = [c for c in W2 + W4 if c.get("serve", True) and not c.get("violate")]
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +59,19 @@ def test_layout_names_the_strategy(jobs: Matrix, name: str, strategy: str) -> No
 
 def test_outside_edit_equals_dtensor_write(jobs: Matrix) -> None:
     jobs.check_edit("f2-edit", "f2-edit-ref", "f2-full")
+
+
+def test_serving_changes_no_step(jobs: Matrix) -> None:
+    """The same job with and without serve: identical losses and parameters."""
+    jobs.check_same("f2-full", "f2-plain")
+
+
+def test_replaced_storage_is_refused(jobs: Matrix) -> None:
+    message = jobs.result("f2-violate")["violation"]
+    assert "its FSDP tensors were replaced after serve()" in message, message
+
+
+def test_eval_forwards_between_steps(jobs: Matrix) -> None:
+    """A forward under no_grad moves FORWARD -> IDLE; no step is counted."""
+    result = jobs.result("f2-accumulate-eval")
+    assert len(result["eval"]) == 3 and result["steps"] == 3

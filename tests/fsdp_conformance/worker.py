@@ -15,6 +15,14 @@ saw. A case may also:
   hang_after: k             after k steps save the results so far, run the
                             next step's forward, write OUT/<name>.hung<rank>
                             and block there, mid-step (the test SIGKILLs it);
+  groups: true              two optimizer parameter groups (decay / no decay);
+  accumulate: true          two micro-batches per step, the first without
+                            gradient sync (FSDP1 no_sync, FSDP2
+                            set_requires_gradient_sync(False));
+  eval: true                a forward under no_grad after every step;
+  violate: true             after serve, replace a unit's storage behind
+                            serve's back and record the error the next
+                            forward raises (the rebinding contract);
   resume: true              serve an existing model: its shards are adopted
                             (the results then hold FSDP's full parameters
                             right after serve as "resumed").
@@ -85,10 +93,43 @@ def edit_through_summon(client: summon.Client, name: str) -> None:
         session[EDITED] = session[EDITED] * 0.5 + 0.25
 
 
+def no_sync(module: torch.nn.Module, case: dict, on: bool) -> None:
+    """Gradient accumulation without reduction (one micro-batch) or with it."""
+    if case["api"] == "fsdp2":
+        module.set_requires_gradient_sync(not on)
+    elif on:
+        module._summon_no_sync = module.no_sync()
+        module._summon_no_sync.__enter__()
+    else:
+        module._summon_no_sync.__exit__(None, None, None)
+
+
+def violate_contract(module: torch.nn.Module, case: dict, rank: int) -> str:
+    """Replaces one unit's sharded storage with a copy; the next forward must refuse."""
+    with torch.no_grad():
+        if case["api"] == "fsdp1":
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            flat = FSDP.fsdp_modules(module)[1]._handle.flat_param
+            flat.data = flat.data.clone()
+        else:
+            param = module.blocks[1]._get_fsdp_state()._fsdp_param_group.fsdp_params[0]
+            param._sharded_param_data = param._sharded_param_data.clone()
+    try:
+        module(tiny.batch(0, rank)[:, :-1])
+    except RuntimeError as error:
+        return str(error)
+    return ""
+
+
 def run_case(case: dict, out: Path, client: summon.Client) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     module = tiny.wrap(case, world)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=0.02, weight_decay=0.01)
+    params = [p for p in module.parameters() if p.requires_grad]
+    if case.get("groups"):
+        params = [{"params": [p for p in params if p.ndim >= 2]},
+                  {"params": [p for p in params if p.ndim < 2], "lr": 0.005,
+                   "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(params, lr=0.02, weight_decay=0.01)
     edits: list[list[str]] = []
     served = None
     if case.get("serve", True):
@@ -99,6 +140,13 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
     result: dict[str, Any] = {"losses": [], "edits": edits}
     if case.get("resume"):
         result["resumed"] = full_params(module, case)
+    if case.get("violate"):
+        result["violation"] = violate_contract(module, case, rank)
+        served.close(unbind=False)
+        if rank == 0:
+            torch.save(result, out / f"{case['name']}.pt")
+        dist.barrier()
+        return
     for step in range(case.get("steps", 3)):
         if case.get("hang_after") == step:
             result["params"] = full_params(module, case)
@@ -107,6 +155,10 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
             module(tiny.batch(step, rank)[:, :-1])  # FORWARD, BETWEEN: mid-step
             (out / f"{case['name']}.hung{rank}").write_text(str(os.getpid()))
             time.sleep(3600)
+        if case.get("accumulate"):
+            no_sync(module, case, True)
+            tiny.loss_of(module, tiny.batch(step + 100, rank)).backward()
+            no_sync(module, case, False)
         loss = tiny.loss_of(module, tiny.batch(step, rank))
         loss.backward()
         result["losses"].append(loss.detach().clone())
@@ -114,6 +166,10 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
             result["grads"] = full_params(module, case, grads=True)
         optimizer.step()
         optimizer.zero_grad()
+        if case.get("eval"):
+            with torch.no_grad():
+                result.setdefault("eval", []).append(
+                    tiny.loss_of(module, tiny.batch(step + 200, rank)).clone())
         if case.get("edit") and step + 1 == case.get("edit_after", 1):
             dist.barrier()
             if case["edit"] == "torch":

@@ -197,6 +197,8 @@ def _fsdp1_layout(bindings: list[Binding]) -> dict:
     first = bindings[0].handle
     layout: dict = {"strategy": first._sharding_strategy.name,
                     "use_orig_params": bool(first._use_orig_params)}
+    if "HYBRID" in layout["strategy"]:  # shard groups of the shard process group's size
+        layout["shard_group_size"] = first.world_size
     compute = first._fwd_bwd_param_dtype
     if compute is not None and compute != first.flat_param.dtype:
         layout["compute_dtype"] = _dtype_name(compute, "the mixed-precision param_dtype")
