@@ -169,7 +169,28 @@ std::string ModelListTable(const v1::ListModelsResponse& response) {
   return table.ToString() + details;
 }
 
+// FSDP2: what each position of a shard group holds of `param`, as rows of
+// its shard dim ("3,2" for 5 rows over G = 2; torch.chunk's split), and the
+// padded chunk's shape every position stores.
+std::vector<std::string> Fsdp2ParamCells(const v1::Parameter& param,
+                                         int group_size) {
+  const auto& shape = param.info().shape();
+  const int dim = param.shard_dim();
+  if (group_size < 1 || dim < 0 || dim >= shape.size()) return {"-", "-", "-"};
+  const int64_t size = shape[dim];
+  const int64_t rows = (size + group_size - 1) / group_size;
+  std::vector<std::string> split;
+  for (int position = 0; position < group_size; ++position) {
+    split.push_back(absl::StrCat(
+        std::clamp<int64_t>(size - position * rows, 0, rows)));
+  }
+  std::vector<int64_t> padded(shape.begin(), shape.end());
+  padded[dim] = rows;
+  return {absl::StrCat(dim), ShapeText(padded), absl::StrJoin(split, ",")};
+}
+
 std::string ModelTable(const v1::Model& model) {
+  const bool fsdp2 = model.layout_kind() == v1::LAYOUT_KIND_FSDP2;
   Table summary;
   summary.AddRow({"model", model.name()});
   summary.AddRow({"state", EnumLabel(model.state())});
@@ -178,7 +199,11 @@ std::string ModelTable(const v1::Model& model) {
   }
   summary.AddRow({"strategy", EnumLabel(model.strategy())});
   summary.AddRow({"effective_strategy", EnumLabel(model.effective_strategy())});
-  summary.AddRow({"use_orig_params", BoolText(model.use_orig_params())});
+  if (fsdp2) {
+    summary.AddRow({"layout_kind", "fsdp2"});
+  } else {
+    summary.AddRow({"use_orig_params", BoolText(model.use_orig_params())});
+  }
   summary.AddRow(
       {"world", absl::StrCat(model.nodes(), " nodes x ", model.local_ranks(),
                              " local ranks = ", model.world_size())});
@@ -186,7 +211,13 @@ std::string ModelTable(const v1::Model& model) {
 
   Table units({"UNIT", "PARENT", "DTYPE", "PARAMS", "NUMEL", "CHUNK",
                "GENERATION", "EXTERNAL_WRITES"});
-  Table params({"PARAM", "UNIT", "DTYPE", "SHAPE", "FLAT_OFFSET", "ALIASES"});
+  Table params(fsdp2 ? std::vector<std::string>{"PARAM", "UNIT", "DTYPE",
+                                                "SHAPE", "SHARD_DIM",
+                                                "PADDED_CHUNK", "CHUNK_ROWS",
+                                                "SHARD_OFFSET", "ALIASES"}
+                     : std::vector<std::string>{"PARAM", "UNIT", "DTYPE",
+                                                "SHAPE", "FLAT_OFFSET",
+                                                "ALIASES"});
   for (const v1::Unit& unit : model.units()) {
     units.AddRow({UnitText(unit.fqn()),
                   unit.has_parent() ? UnitText(unit.parent()) : "-",
@@ -196,12 +227,19 @@ std::string ModelTable(const v1::Model& model) {
                   absl::StrCat(unit.generation()),
                   absl::StrCat(unit.external_writes())});
     for (const v1::Parameter& param : unit.params()) {
-      params.AddRow(
-          {param.info().fqn(), UnitText(unit.fqn()),
-           EnumLabel(param.info().dtype()), ShapeText(param.info().shape()),
-           absl::StrCat(param.flat_offset()),
-           param.aliases().empty() ? "-"
-                                   : absl::StrJoin(param.aliases(), ",")});
+      std::vector<std::string> row = {
+          param.info().fqn(), UnitText(unit.fqn()),
+          EnumLabel(param.info().dtype()), ShapeText(param.info().shape())};
+      if (fsdp2) {
+        for (std::string& cell : Fsdp2ParamCells(param, model.group_size())) {
+          row.push_back(std::move(cell));
+        }
+      }
+      row.push_back(absl::StrCat(param.flat_offset()));
+      row.push_back(param.aliases().empty()
+                        ? "-"
+                        : absl::StrJoin(param.aliases(), ","));
+      params.AddRow(row);
     }
   }
   Table ranks({"RANK", "PHASE", "STEP", "GRADS", "TRAINER", "LAST_EVENT"});

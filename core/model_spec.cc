@@ -1,5 +1,6 @@
 #include "core/model_spec.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -116,6 +117,7 @@ struct ParamEntry {
   Shape shape;
   int64_t numel = 0;
   DType dtype = DType::kFloat32;
+  std::optional<int64_t> shard_dim;  // As written; checked against the kind.
 };
 
 struct UnitEntry {
@@ -146,11 +148,12 @@ absl::StatusOr<ParamEntry> ParseParamEntry(const Json& param,
       return FieldError(where, "alias_of", "a string", alias_of);
     }
     if (FindField(param, "shape") != nullptr ||
-        FindField(param, "dtype") != nullptr) {
+        FindField(param, "dtype") != nullptr ||
+        FindField(param, "shard_dim") != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           where,
-          " is an alias: its shape and dtype are its primary's and "
-          "must not be given"));
+          " is an alias: its shape, dtype and shard_dim are its primary's "
+          "and must not be given"));
     }
     entry.alias_of = alias_of->get_ref<const std::string&>();
     return entry;
@@ -172,6 +175,12 @@ absl::StatusOr<ParamEntry> ParseParamEntry(const Json& param,
         absl::StrCat(where, ": ", dtype.status().message()));
   }
   entry.dtype = *dtype;  // R14 and the one-dtype rule: FlatParamLayout.
+  if (const Json* dim = FindField(param, "shard_dim")) {
+    if (!dim->is_number_integer()) {
+      return FieldError(where, "shard_dim", "an integer", dim);
+    }
+    entry.shard_dim = dim->get<int64_t>();
+  }
   return entry;
 }
 
@@ -261,6 +270,28 @@ absl::Status CheckPlacement(
   return absl::OkStatus();
 }
 
+// The shard dim as FlatParamLayout takes it: absent means 0; a negative one
+// counts from the end, as torch's Shard(dim) does; only fsdp2 has one.
+absl::StatusOr<int> ShardDimOf(const ParamEntry& param, LayoutKind kind) {
+  if (!param.shard_dim.has_value()) return 0;
+  if (kind != LayoutKind::kFsdp2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter '", param.fqn,
+                     "': shard_dim is only for kind fsdp2 (a flat parameter "
+                     "is chunked as a whole)"));
+  }
+  const int64_t ndim = static_cast<int64_t>(param.shape.size());
+  const int64_t dim = *param.shard_dim < 0 ? *param.shard_dim + ndim
+                                           : *param.shard_dim;
+  if (dim < 0 || dim >= std::max<int64_t>(ndim, 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter '", param.fqn, "': shard_dim ", *param.shard_dim,
+        " is invalid for its ", ndim, "-d shape ",
+        ShapeToString(param.shape)));
+  }
+  return static_cast<int>(dim);
+}
+
 }  // namespace
 
 absl::StatusOr<Strategy> ParseStrategy(absl::string_view name) {
@@ -314,8 +345,9 @@ std::vector<int> ShardGroups::ReplicasOf(int rank) const {
   return replicas;
 }
 
-absl::StatusOr<ShardGroups> DeriveShardGroups(Strategy strategy,
-                                              const Topology& topology) {
+absl::StatusOr<ShardGroups> DeriveShardGroups(
+    Strategy strategy, const Topology& topology,
+    std::optional<int> shard_group_size) {
   if (topology.nodes < 1 || topology.local_ranks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("topology needs nodes >= 1 and local_ranks >= 1, got ",
@@ -340,8 +372,23 @@ absl::StatusOr<ShardGroups> DeriveShardGroups(Strategy strategy,
       break;
     case Strategy::kHybridShard:
     case Strategy::kHybridShardZero2:
-      groups.group_size = topology.local_ranks;
+      groups.group_size = shard_group_size.value_or(topology.local_ranks);
       break;
+  }
+  if (shard_group_size.has_value()) {
+    if (strategy != Strategy::kHybridShard &&
+        strategy != Strategy::kHybridShardZero2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard_group_size is only for a hybrid strategy (HYBRID_SHARD, "
+          "_HYBRID_SHARD_ZERO2), not ",
+          StrategyName(strategy)));
+    }
+    if (*shard_group_size < 1 ||
+        topology.world_size() % *shard_group_size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard_group_size ", *shard_group_size,
+          " must be >= 1 and divide the world size ", topology.world_size()));
+    }
   }
   if (groups.group_size == 1) groups.effective = Strategy::kNoShard;  // R10.
   return groups;
@@ -394,6 +441,32 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
   if (!file_strategy.ok()) return file_strategy.status();
   spec.strategy = strategy_override.value_or(*file_strategy);
 
+  absl::StatusOr<std::string> kind_name =
+      StringField(root, "kind", "layout", "flat");
+  if (!kind_name.ok()) return kind_name.status();
+  absl::StatusOr<LayoutKind> kind = ParseLayoutKind(*kind_name);
+  if (!kind.ok()) return kind.status();
+  spec.kind = *kind;
+  if (spec.kind == LayoutKind::kFsdp2) {
+    // FSDP2 always keeps the original parameters and its mixed precision
+    // changes only the all-gather, never the stored shard.
+    for (const char* key : {"use_orig_params", "compute_dtype"}) {
+      if (FindField(root, key) != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layout: field '", key, "' has no meaning for kind fsdp2"));
+      }
+    }
+  }
+  std::optional<int> shard_group_size;
+  if (const Json* size = FindField(root, "shard_group_size")) {
+    if (!size->is_number_integer() || size->get<int64_t>() < 1 ||
+        size->get<int64_t>() > std::numeric_limits<int>::max()) {
+      return FieldError("layout", "shard_group_size", "a positive integer",
+                        size);
+    }
+    shard_group_size = static_cast<int>(size->get<int64_t>());
+  }
+
   if (const Json* orig = FindField(root, "use_orig_params")) {
     if (!orig->is_boolean()) {
       return FieldError("layout", "use_orig_params", "a boolean", orig);
@@ -418,7 +491,7 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
     spec.compute_dtype = *dtype;
   }
   absl::StatusOr<ShardGroups> groups =
-      DeriveShardGroups(spec.strategy, topology);
+      DeriveShardGroups(spec.strategy, topology, shard_group_size);
   if (!groups.ok()) return groups.status();
   spec.groups = *std::move(groups);
 
@@ -466,7 +539,9 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
                            "' holds more elements than int64 can index"));
         }
         unit_numel += param.numel;
-        primaries.push_back({param.fqn, param.shape, param.dtype});
+        absl::StatusOr<int> shard_dim = ShardDimOf(param, spec.kind);
+        if (!shard_dim.ok()) return shard_dim.status();
+        primaries.push_back({param.fqn, param.shape, param.dtype, *shard_dim});
       }
       if (!primary_of.emplace(param.fqn, primary).second) {
         return absl::InvalidArgumentError(
@@ -475,8 +550,11 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
       if (param.alias_of.has_value()) spec.aliases[param.fqn] = primary;
     }
     absl::StatusOr<FlatParamLayout> layout =
-        FlatParamLayout::Build(primaries, spec.use_orig_params,
-                               spec.groups.group_size, spec.compute_dtype);
+        spec.kind == LayoutKind::kFsdp2
+            ? FlatParamLayout::BuildFsdp2(primaries, spec.groups.group_size)
+            : FlatParamLayout::Build(primaries, spec.use_orig_params,
+                                     spec.groups.group_size,
+                                     spec.compute_dtype);
     if (!layout.ok()) {
       return absl::Status(
           layout.status().code(),

@@ -59,8 +59,12 @@ struct ShardGroups {
   std::vector<int> ReplicasOf(int rank) const;
 };
 
-absl::StatusOr<ShardGroups> DeriveShardGroups(Strategy strategy,
-                                              const Topology& topology);
+// `shard_group_size` (HSDP's shard-mesh size S, hybrid strategies only,
+// dividing W) replaces the hybrid default G = L: shard groups of S
+// consecutive ranks, replicated W / S times.
+absl::StatusOr<ShardGroups> DeriveShardGroups(
+    Strategy strategy, const Topology& topology,
+    std::optional<int> shard_group_size = std::nullopt);
 
 // An FSDP unit: an FQN prefix ("" = root) and its flat parameter.
 struct UnitSpec {
@@ -77,6 +81,7 @@ struct ParamLocation {
 
 // A model as the daemon knows it: units in parent-before-child order.
 struct ModelSpec {
+  LayoutKind kind = LayoutKind::kFlat;  // Every unit's layout kind.
   Strategy strategy = Strategy::kFullShard;
   bool use_orig_params = true;
   std::optional<DType> compute_dtype;

@@ -109,13 +109,18 @@ absl::StatusOr<GatherPlan> PlanGather(const ModelSpec& model,
         const ShardSlice slice =
             layout.SliceOf(tensor.location.param, position);
         if (!slice.in_shard) continue;
-        plan.transfers.push_back(Transfer{
-            SourceRank(groups, position, plan.copies[c]),
-            tensor.location.unit,
-            slice.offset_in_shard * element_size,
-            static_cast<int>(c),
-            tensor.buffer_offset + slice.intra_start * element_size,
-            slice.numel_in_shard * element_size,
+        const int source = SourceRank(groups, position, plan.copies[c]);
+        // One transfer per run: an FSDP2 chunk on a dim > 0 is strided in
+        // the full tensor, everything else is one run.
+        ForEachRun(slice, [&](int64_t intra, int64_t in_shard, int64_t numel) {
+          plan.transfers.push_back(Transfer{
+              source,
+              tensor.location.unit,
+              in_shard * element_size,
+              static_cast<int>(c),
+              tensor.buffer_offset + intra * element_size,
+              numel * element_size,
+          });
         });
       }
     }
@@ -138,13 +143,15 @@ WritebackPlan PlanWriteback(const ModelSpec& model,
       if (!slice.in_shard) continue;
       const int64_t element_size =
           static_cast<int64_t>(ElementSize(tensor.dtype));
-      plan.transfers.push_back(Transfer{
-          rank,
-          tensor.location.unit,
-          slice.offset_in_shard * element_size,
-          copy,
-          tensor.buffer_offset + slice.intra_start * element_size,
-          slice.numel_in_shard * element_size,
+      ForEachRun(slice, [&](int64_t intra, int64_t in_shard, int64_t numel) {
+        plan.transfers.push_back(Transfer{
+            rank,
+            tensor.location.unit,
+            in_shard * element_size,
+            copy,
+            tensor.buffer_offset + intra * element_size,
+            numel * element_size,
+        });
       });
     }
   }

@@ -130,7 +130,11 @@ TEST(PlanTest, NetworkBytesCountOnlyTheScopedRangesThatCrossNodes) {
 
 // ---- Property tests over random layouts, topologies, strategies, scopes ----
 
-std::string RandomLayoutJson(std::mt19937& rng) {
+// `fsdp2_world` > 0 makes an fsdp2 layout whose parameters may shard on a
+// dim > 0; those dims are multiples of the world size, so every strategy's
+// group size (W, L or 1, all dividing W) splits them evenly as torch needs.
+std::string RandomLayoutJson(std::mt19937& rng, int fsdp2_world = 0,
+                             const std::string& extra = "") {
   auto pick = [&](int lo, int hi) {
     return std::uniform_int_distribution<int>(lo, hi)(rng);
   };
@@ -145,18 +149,27 @@ std::string RandomLayoutJson(std::mt19937& rng) {
     const int param_count = pick(u == 0 ? 1 : 0, 4);
     for (int p = 0; p < param_count; ++p) {
       std::vector<int> shape;
-      const int rank = pick(0, 3);
+      const int rank = pick(fsdp2_world > 0 ? 1 : 0, 3);
       for (int d = 0; d < rank; ++d) shape.push_back(pick(1, 6));
-      params.push_back(absl::StrCat(R"({"fqn": ")", prefix, "p", p,
-                                    R"(", "shape": [)",
-                                    absl::StrJoin(shape, ","),
-                                    R"(], "dtype": ")", dtype, R"("})"));
+      std::string shard_dim;
+      if (fsdp2_world > 0 && rank > 1 && pick(0, 1) == 1) {
+        const int dim = pick(1, rank - 1);
+        shape[dim] = fsdp2_world * pick(1, 2);
+        shard_dim = absl::StrCat(R"(, "shard_dim": )", dim);
+      }
+      params.push_back(absl::StrCat(
+          R"({"fqn": ")", prefix, "p", p, R"(", "shape": [)",
+          absl::StrJoin(shape, ","), R"(], "dtype": ")", dtype, R"(")",
+          shard_dim, "}"));
     }
     units.push_back(absl::StrCat(R"({"fqn": ")", unit_fqn, R"(", "params": [)",
                                  absl::StrJoin(params, ","), "]}"));
   }
-  return absl::StrCat(R"({"use_orig_params": )",
-                      pick(0, 1) ? "true" : "false", R"(, "units": [)",
+  const std::string head =
+      fsdp2_world > 0 ? R"("kind": "fsdp2")"
+                      : absl::StrCat(R"("use_orig_params": )",
+                                     pick(0, 1) ? "true" : "false");
+  return absl::StrCat("{", head, extra, R"(, "units": [)",
                       absl::StrJoin(units, ","), "]}");
 }
 
@@ -182,11 +195,12 @@ Shards MakeShards(const ModelSpec& model, int generation) {
       const int64_t size = static_cast<int64_t>(ElementSize(layout.dtype()));
       for (size_t p = 0; p < layout.params().size(); ++p) {
         ShardSlice slice = layout.SliceOf(static_cast<int>(p), position);
-        if (!slice.in_shard) continue;
-        for (int64_t b = 0; b < slice.numel_in_shard * size; ++b) {
-          shard[slice.offset_in_shard * size + b] =
-              PatternByte(u, p, slice.intra_start * size + b, generation);
-        }
+        ForEachRun(slice, [&](int64_t intra, int64_t in_shard, int64_t n) {
+          for (int64_t b = 0; b < n * size; ++b) {
+            shard[in_shard * size + b] =
+                PatternByte(u, p, intra * size + b, generation);
+          }
+        });
       }
       shards[{rank, static_cast<int>(u)}] = std::move(shard);
     }
@@ -304,11 +318,12 @@ void CheckPlanProperties(const ModelSpec& model, const Scope& scope,
       if (!scoped.count({unit, static_cast<int>(p)})) continue;
       ShardSlice slice = layout.SliceOf(static_cast<int>(p),
                                         model.groups.PositionOf(rank));
-      if (!slice.in_shard) continue;
-      for (int64_t b = 0; b < slice.numel_in_shard * size; ++b) {
-        const int64_t at = slice.offset_in_shard * size + b;
-        expected[at] = edited.at(key)[at];
-      }
+      ForEachRun(slice, [&](int64_t, int64_t in_shard, int64_t n) {
+        for (int64_t b = 0; b < n * size; ++b) {
+          const int64_t at = in_shard * size + b;
+          expected[at] = edited.at(key)[at];
+        }
+      });
     }
     ASSERT_EQ(bytes, expected) << context << " rank " << rank << " unit "
                                << unit;
@@ -359,6 +374,67 @@ TEST(PlanPropertyTest, WritebackAfterGatherRestoresShardsAndCoversOnce) {
   }
   EXPECT_GT(cases, 1000);
   EXPECT_GT(in_place_copies, 0);
+}
+
+void CheckEveryScopeAndPlacement(const ModelSpec& model, std::mt19937& rng,
+                                 const std::string& context, int* cases) {
+  int in_place_copies = 0;
+  const int world = model.groups.topology.world_size();
+  for (const ScopeRequest& request :
+       std::vector<ScopeRequest>{{"", true, {}}, {"", false, {}}}) {
+    Scope scope = ResolveScope(model, request).value();
+    for (Placement placement : {Placement::kEveryRank, Placement::kPerNode,
+                                Placement::kHomeRank}) {
+      CheckPlanProperties(model, scope, placement,
+                          static_cast<int>(rng() % world),
+                          absl::StrCat(context, " placement ",
+                                       static_cast<int>(placement)),
+                          &in_place_copies);
+      if (::testing::Test::HasFatalFailure()) return;
+      ++*cases;
+    }
+  }
+}
+
+// The same properties for FSDP2 layouts: dim-0 chunks with padding and empty
+// chunks, strided chunks on a dim > 0, every strategy, and HSDP with an
+// explicit shard_group_size.
+TEST(PlanPropertyTest, Fsdp2WritebackAfterGatherRestoresShards) {
+  std::mt19937 rng(20261126);
+  const Strategy strategies[] = {Strategy::kFullShard, Strategy::kShardGradOp,
+                                 Strategy::kNoShard, Strategy::kHybridShard,
+                                 Strategy::kHybridShardZero2};
+  int cases = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int nodes = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int local = std::uniform_int_distribution<int>(1, 16 / nodes)(rng);
+    const Topology topology{nodes, local};
+    const std::string json = RandomLayoutJson(rng, topology.world_size());
+    for (Strategy strategy : strategies) {
+      CheckEveryScopeAndPlacement(
+          ParseOrDie(json, topology, strategy), rng,
+          absl::StrCat(" [fsdp2 trial ", trial, " W=", nodes, "x", local,
+                       " strategy ", StrategyName(strategy), "]"),
+          &cases);
+      if (HasFatalFailure()) return;
+    }
+    std::vector<int> divisors;
+    for (int s = 1; s <= topology.world_size(); ++s) {
+      if (topology.world_size() % s == 0) divisors.push_back(s);
+    }
+    const int size = divisors[rng() % divisors.size()];
+    const std::string hsdp = RandomLayoutJson(
+        rng, topology.world_size(),
+        absl::StrCat(R"(, "strategy": "HYBRID_SHARD", "shard_group_size": )",
+                     size));
+    CheckEveryScopeAndPlacement(
+        ParseOrDie(hsdp, topology), rng,
+        absl::StrCat(" [hsdp trial ", trial, " W=", nodes, "x", local, " S=",
+                     size, "]"),
+        &cases);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(cases, 1000);
 }
 
 TEST(PlanTest, ASingleParameterUnitAcrossNodesIsReceivedInPlace) {

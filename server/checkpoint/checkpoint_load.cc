@@ -110,34 +110,40 @@ absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path,
       if (!slice.in_shard) continue;
       const int64_t bytes = slice.numel_in_shard * element_size;
       const int64_t shard_offset = slice.offset_in_shard * element_size;
-      uint8_t* first =
-          shard(position_ranks.front(), source.unit) + shard_offset;
-      // Stored as the parameter is: straight into the shard. Otherwise
-      // (convert) through a buffer of the stored dtype.
+      uint8_t* first = shard(position_ranks.front(), source.unit);
       const int64_t stored_size =
           static_cast<int64_t>(core::ElementSize(entry.dtype));
       const int64_t stored_bytes = slice.numel_in_shard * stored_size;
+      // One read per run (an FSDP2 chunk on a dim > 0 is strided in the
+      // file); a slice's runs lie back to back in the shard.
+      absl::Status status;
       std::string converted;
-      uint8_t* target = first;
-      if (entry.dtype != layout.dtype()) {
-        converted.resize(static_cast<size_t>(stored_bytes));
-        target = reinterpret_cast<uint8_t*>(converted.data());
-      }
-      if (absl::Status read = PreadFully(file.fd.get(), target, stored_bytes,
-                                         file.header.data_start + entry.begin +
-                                             slice.intra_start * stored_size);
-          !read.ok()) {
-        return Labelled(absl::StrCat(file.path, " tensor '", entry.name, "'"),
-                        read);
-      }
-      if (entry.dtype != layout.dtype()) {
-        if (absl::Status status = core::ConvertElements(
-                entry.dtype, converted.data(), layout.dtype(), first,
-                slice.numel_in_shard);
-            !status.ok()) {
-          return status;
+      core::ForEachRun(slice, [&](int64_t intra, int64_t in_shard,
+                                  int64_t numel) {
+        if (!status.ok()) return;
+        uint8_t* run = first + in_shard * element_size;
+        // Stored as the parameter is: straight into the shard. Otherwise
+        // (convert) through a buffer of the stored dtype.
+        uint8_t* target = run;
+        if (entry.dtype != layout.dtype()) {
+          converted.resize(static_cast<size_t>(numel * stored_size));
+          target = reinterpret_cast<uint8_t*>(converted.data());
         }
-      }
+        if (absl::Status read = PreadFully(
+                file.fd.get(), target, numel * stored_size,
+                file.header.data_start + entry.begin + intra * stored_size);
+            !read.ok()) {
+          status = Labelled(
+              absl::StrCat(file.path, " tensor '", entry.name, "'"), read);
+          return;
+        }
+        if (entry.dtype != layout.dtype()) {
+          status = core::ConvertElements(entry.dtype, converted.data(),
+                                         layout.dtype(), run, numel);
+        }
+      });
+      if (!status.ok()) return status;
+      first += shard_offset;
       bytes_read += stored_bytes;
       for (size_t r = 1; r < position_ranks.size(); ++r) {
         std::memcpy(shard(position_ranks[r], source.unit) + shard_offset, first,

@@ -196,19 +196,24 @@ absl::StatusOr<int64_t> WriteSlices(const CheckpointFiles& plan,
       const core::ShardSlice slice =
           layout.SliceOf(tensor.location.param, position);
       if (writers[position] < 0 || !slice.in_shard) continue;
-      const int64_t bytes = slice.numel_in_shard * element_size;
-      if (absl::Status put = PwriteFully(
-              fds[tensor.file].get(),
-              shard(writers[position], tensor.location.unit) +
-                  slice.offset_in_shard * element_size,
-              bytes, tensor.data_offset + slice.intra_start * element_size);
-          !put.ok()) {
+      const uint8_t* source = shard(writers[position], tensor.location.unit);
+      absl::Status put;
+      // One pwrite per run (an FSDP2 chunk on a dim > 0 is strided).
+      core::ForEachRun(
+          slice, [&](int64_t intra, int64_t in_shard, int64_t numel) {
+            if (!put.ok()) return;
+            put = PwriteFully(fds[tensor.file].get(),
+                              source + in_shard * element_size,
+                              numel * element_size,
+                              tensor.data_offset + intra * element_size);
+          });
+      if (!put.ok()) {
         return Labelled(
             absl::StrCat(plan.files[tensor.file].temp_path, " tensor '",
                          model.Param(tensor.location).fqn, "'"),
             put);
       }
-      bytes_written += bytes;
+      bytes_written += slice.numel_in_shard * element_size;
     }
   }
   for (size_t f = 0; f < fds.size(); ++f) {

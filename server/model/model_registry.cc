@@ -53,15 +53,17 @@ absl::Status FillSeededShards(const ModelEntry& model,
       for (size_t p = 0; p < layout.params().size(); ++p) {
         const core::ShardSlice slice =
             layout.SliceOf(static_cast<int>(p), position);
-        if (!slice.in_shard) continue;
         const std::string& fqn = layout.params()[p].fqn;
-        if (absl::Status status = core::FillSeeded(
-                grads ? fqn + ".grad" : fqn, seed, layout.dtype(),
-                slice.intra_start, slice.numel_in_shard,
-                shard + slice.offset_in_shard * size);
-            !status.ok()) {
-          return status;
-        }
+        const std::string name = grads ? fqn + ".grad" : fqn;
+        absl::Status status;
+        core::ForEachRun(slice, [&](int64_t intra, int64_t in_shard,
+                                    int64_t numel) {
+          if (status.ok()) {
+            status = core::FillSeeded(name, seed, layout.dtype(), intra, numel,
+                                      shard + in_shard * size);
+          }
+        });
+        if (!status.ok()) return status;
       }
     }
   }

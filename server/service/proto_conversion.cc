@@ -161,6 +161,11 @@ v1::ModelState ModelStateToProto(ModelHealth health) {
   return v1::MODEL_STATE_UNSPECIFIED;
 }
 
+v1::LayoutKind LayoutKindToProto(core::LayoutKind kind) {
+  return kind == core::LayoutKind::kFsdp2 ? v1::LAYOUT_KIND_FSDP2
+                                          : v1::LAYOUT_KIND_FLAT;
+}
+
 void AppendParameters(const core::ModelSpec& spec, int unit,
                       google::protobuf::RepeatedPtrField<v1::Parameter>* out) {
   for (const core::FlatParamEntry& param : spec.units[unit].layout.params()) {
@@ -171,6 +176,10 @@ void AppendParameters(const core::ModelSpec& spec, int unit,
     for (int64_t dim : param.shape) info->add_shape(dim);
     info->set_numel(param.numel);
     param_out->set_flat_offset(param.flat_offset);
+    if (spec.units[unit].layout.kind() == core::LayoutKind::kFsdp2) {
+      param_out->set_shard_dim(param.shard_dim);
+      param_out->set_padded_chunk_numel(param.padded_chunk_numel);
+    }
     for (const auto& [alias, primary] : spec.aliases) {
       if (primary == param.fqn) param_out->add_aliases(alias);
     }
@@ -190,6 +199,7 @@ void ModelToProto(ModelEntry& model, v1::Model* out) {
   out->set_local_ranks(spec.groups.topology.local_ranks);
   out->set_world_size(spec.groups.topology.world_size());
   out->set_group_size(spec.groups.group_size);
+  out->set_layout_kind(LayoutKindToProto(spec.kind));
   absl::MutexLock lock(&model.runtime_mu);
   for (size_t u = 0; u < spec.units.size(); ++u) {
     const core::UnitSpec& unit = spec.units[u];

@@ -23,6 +23,7 @@ v1::DType DTypeToProto(core::DType dtype);
 absl::StatusOr<core::Strategy> StrategyFromProto(int value,
                                                  absl::string_view field);
 v1::ShardingStrategy StrategyToProto(core::Strategy strategy);
+v1::LayoutKind LayoutKindToProto(core::LayoutKind kind);
 absl::StatusOr<core::TrainingPhase> PhaseFromProto(int value,
                                                    absl::string_view field);
 v1::TrainingPhase PhaseToProto(core::TrainingPhase phase);

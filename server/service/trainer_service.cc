@@ -306,6 +306,7 @@ grpc::Status TrainerServiceImpl::MapShards(grpc::ServerContext* context,
     unit->set_chunk_numel(layout.chunk_numel());
     unit->set_shard_flat_offset(int64_t{position} * layout.chunk_numel());
     unit->set_unpadded_numel(layout.unpadded_numel());
+    unit->set_kind(LayoutKindToProto(layout.kind()));
     unit->set_params_offset(params->unit_offsets[u]);
     if (grads != nullptr) unit->set_grads_offset(grads->unit_offsets[u]);
     unit->set_generation(model.store->Generation(unit_index));
@@ -314,7 +315,10 @@ grpc::Status TrainerServiceImpl::MapShards(grpc::ServerContext* context,
     for (size_t p = 0; p < layout.params().size(); ++p) {
       const core::ShardSlice slice =
           layout.SliceOf(static_cast<int>(p), position);
-      if (!slice.in_shard) continue;
+      const bool fsdp2 = layout.kind() == core::LayoutKind::kFsdp2;
+      // An FSDP2 parameter keeps its padded storage even where its chunk is
+      // empty, and a trainer binds every one.
+      if (!slice.in_shard && !fsdp2) continue;
       const core::FlatParamEntry& param = layout.params()[p];
       v1::ParamShard* shard = unit->add_params();
       shard->mutable_info()->set_fqn(param.fqn);
@@ -323,7 +327,16 @@ grpc::Status TrainerServiceImpl::MapShards(grpc::ServerContext* context,
       shard->mutable_info()->set_numel(param.numel);
       shard->set_element_offset(slice.intra_start);
       shard->set_numel(slice.numel_in_shard);
-      shard->set_offset_in_shard(slice.offset_in_shard);
+      shard->set_offset_in_shard(fsdp2 ? param.flat_offset
+                                       : slice.offset_in_shard);
+      for (int64_t dim : layout.LocalShape(static_cast<int>(p), position)) {
+        shard->add_local_shape(dim);
+      }
+      for (int64_t dim :
+           layout.PaddedLocalShape(static_cast<int>(p), position)) {
+        shard->add_padded_local_shape(dim);
+      }
+      if (fsdp2) shard->set_shard_dim(param.shard_dim);
     }
   }
   return grpc::Status::OK;

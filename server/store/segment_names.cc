@@ -117,6 +117,13 @@ uint64_t LayoutFingerprint(const core::ModelSpec& model, int rank) {
       builder.Add(static_cast<int64_t>(param.shape.size()));
       for (int64_t dim : param.shape) builder.Add(dim);
       builder.Add(param.flat_offset);
+      // Only for fsdp2, so flat models keep the fingerprints their existing
+      // segments were created with.
+      if (layout.kind() == core::LayoutKind::kFsdp2) {
+        builder.Add(core::LayoutKindName(layout.kind()));
+        builder.Add(int64_t{param.shard_dim});
+        builder.Add(param.padded_chunk_numel);
+      }
     }
   }
   builder.Add(int64_t{model.groups.PositionOf(rank)});

@@ -34,6 +34,11 @@ def state_name(value: int) -> str:
     return _enum(types_pb2.ModelState, value, "MODEL_STATE_")
 
 
+def layout_kind_name(value: int) -> str:
+    """"flat" or "fsdp2"; a daemon from before layout kinds sends 0: flat."""
+    return "fsdp2" if value == types_pb2.LAYOUT_KIND_FSDP2 else "flat"
+
+
 def _to_enum(enum_type, name: str, prefix: str, what: str) -> int:
     key = str(name).upper().lstrip("_")  # FSDP spells "_HYBRID_SHARD_ZERO2"
     try:
@@ -67,18 +72,26 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class Parameter:
-    """One original parameter of a unit: where it starts in the flat parameter."""
+    """One original parameter of a unit: where it starts in the flat parameter.
+
+    For an FSDP2 layout, ``flat_offset`` is where its padded chunk starts in
+    every rank's unit shard, ``shard_dim`` the dim it is chunked on and
+    ``padded_chunk_numel`` the elements that padded chunk takes.
+    """
     fqn: str
     dtype: str
     shape: tuple[int, ...]
     numel: int
     flat_offset: int
     aliases: tuple[str, ...]
+    shard_dim: int = 0
+    padded_chunk_numel: int = 0
 
     @classmethod
     def from_proto(cls, m: types_pb2.Parameter) -> "Parameter":
         return cls(m.info.fqn, dtypes.name_of(m.info.dtype), tuple(m.info.shape),
-                   m.info.numel, m.flat_offset, tuple(m.aliases))
+                   m.info.numel, m.flat_offset, tuple(m.aliases), m.shard_dim,
+                   m.padded_chunk_numel)
 
 
 @dataclass(frozen=True)
@@ -140,6 +153,7 @@ class Model:
     ranks: tuple[RankState, ...]
     state: str
     state_detail: str
+    layout_kind: str = "flat"  # "flat" (FSDP1) or "fsdp2".
 
     @classmethod
     def from_proto(cls, m: summon_pb2.Model) -> "Model":
@@ -147,7 +161,7 @@ class Model:
                    m.use_orig_params, m.nodes, m.local_ranks, m.world_size, m.group_size,
                    tuple(Unit.from_proto(u) for u in m.units),
                    tuple(RankState.from_proto(r) for r in m.ranks),
-                   state_name(m.state), m.state_detail)
+                   state_name(m.state), m.state_detail, layout_kind_name(m.layout_kind))
 
     def unit(self, fqn: str) -> Unit:
         for unit in self.units:
@@ -337,11 +351,27 @@ class PhaseReport:
 
 @dataclass(frozen=True)
 class ParamShard:
-    """The part of one parameter held in one rank's shard of a unit."""
+    """The part of one parameter held in one rank's shard of a unit.
+
+    ``offset_in_shard`` (elements) is where its storage starts in the unit
+    shard; a trainer views ``prod(padded_local_shape)`` elements there with
+    ``padded_local_shape`` and owns the leading ``local_shape`` of it (FSDP2:
+    the FSDPParam's ``_sharded_param_data`` and ``sharded_size``; flat: both
+    are ``(numel,)``).
+    """
     info: TensorInfo
     element_offset: int
     numel: int
     offset_in_shard: int
+    local_shape: tuple[int, ...] = ()
+    padded_local_shape: tuple[int, ...] = ()
+    shard_dim: int = 0
+
+    @classmethod
+    def from_proto(cls, m: trainer_pb2.ParamShard) -> "ParamShard":
+        return cls(TensorInfo.from_proto(m.info), m.element_offset, m.numel,
+                   m.offset_in_shard, tuple(m.local_shape),
+                   tuple(m.padded_local_shape), m.shard_dim)
 
 
 @dataclass(frozen=True)
@@ -359,6 +389,7 @@ class UnitShard:
     unpadded_numel: int
     external_writes: int
     layout: tuple[Parameter, ...]
+    kind: str = "flat"  # "flat" (FSDP1) or "fsdp2".
 
     @classmethod
     def from_proto(cls, m: trainer_pb2.UnitShard) -> "UnitShard":
@@ -366,10 +397,10 @@ class UnitShard:
                    m.chunk_numel, m.params_offset,
                    m.grads_offset if m.HasField("grads_offset") else None,
                    m.generation,
-                   tuple(ParamShard(TensorInfo.from_proto(p.info), p.element_offset,
-                                    p.numel, p.offset_in_shard) for p in m.params),
+                   tuple(ParamShard.from_proto(p) for p in m.params),
                    m.shard_flat_offset, m.unpadded_numel, m.external_writes,
-                   tuple(Parameter.from_proto(p) for p in m.layout))
+                   tuple(Parameter.from_proto(p) for p in m.layout),
+                   layout_kind_name(m.kind))
 
 
 @dataclass(frozen=True)
