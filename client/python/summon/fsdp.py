@@ -125,6 +125,15 @@ class Binding:
             param._sharded_param_data = data
             param.sharded_param._local_tensor = data.view(padded).narrow(dim, 0, length)
 
+    def check_offsets(self, placed: dict[str, int]) -> None:
+        """FSDP2: each parameter's chunk starts where summond put it (MapShards'
+        offset_in_shard by FQN), else FSDP and summon disagree on the layout."""
+        primaries = [p["fqn"] for p in self.params if "shape" in p]
+        for fqn, offset in zip(primaries, self.offsets):
+            if fqn in placed and placed[fqn] != offset:
+                raise ValueError(f"unit '{self.unit}': FSDP holds '{fqn}' at element "
+                                 f"{offset} of its shard, summond at {placed[fqn]}")
+
     def bound(self) -> bool:
         """Whether FSDP still reads and steps this unit in summond's memory."""
         if self.storage is None or self.numel == 0:

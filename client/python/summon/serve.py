@@ -64,6 +64,7 @@ class Served:
         self.optimizer = optimizer
         self.rank = rank
         self.grads = grads
+        self._owns_client = False
         self.steps = 0          # optimizer steps (forwards without an optimizer)
         self._wait = wait
         self._on_external_write = on_external_write
@@ -153,6 +154,8 @@ class Served:
             if self.grads and view.grads is None:
                 raise ValueError(f"model '{self.name}' has no gradient shards for rank "
                                  f"{self.rank}: serve it with grads=True from the start")
+            if binding.kind == "fsdp2":
+                binding.check_offsets({p.info.fqn: p.offset_in_shard for p in view.shard.params})
             binding.bind(view.params, fill)
         dist.barrier()  # every rank filled its shards
         if fill and self.rank == 0:
@@ -250,6 +253,8 @@ class Served:
                         binding.bind(binding.storage.clone(), fill=False)
             self.trainer.detach()
             self.trainer = None  # type: ignore[assignment]
+            if self._owns_client:
+                self.client.close()
 
     def __enter__(self) -> "Served":
         return self
@@ -278,6 +283,8 @@ def serve(module: torch.nn.Module, name: str, *, client: Optional[Client] = None
     """
     if not dist.is_initialized():
         raise ValueError("serve() runs in an FSDP job: torch.distributed is not initialized")
-    return Served(module, name, client or Client(), optimizer, grads, wait,
-                  on_external_write, dist.get_rank() if rank is None else rank,
-                  lease_seconds)
+    served = Served(module, name, client or Client(), optimizer, grads, wait,
+                    on_external_write, dist.get_rank() if rank is None else rank,
+                    lease_seconds)
+    served._owns_client = client is None
+    return served
