@@ -295,7 +295,9 @@ def units(module: torch.nn.Module) -> tuple[dict, list[Binding]]:
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    names = {id(child): name for name, child in module.named_modules(remove_duplicate=False)}
+    names: dict[int, str] = {}  # a module reachable under several names: its first
+    for name, child in module.named_modules(remove_duplicate=False):
+        names.setdefault(id(child), name)
     if FSDP.fsdp_modules(module):
         bindings = _fsdp1_units(module, names)
         layout = _fsdp1_layout(bindings) if bindings else {}
