@@ -31,6 +31,7 @@ W2 = [
      "eval": True},
     {"name": "f1-nested", "strategy": "FULL_SHARD", "uop": True, "nested": True},
     {"name": "f1-violate", "strategy": "FULL_SHARD", "uop": True, "violate": True},
+    {"name": "f1-mismatch", "strategy": "FULL_SHARD", "uop": True, "nested": True, "serve_as": "f1-full"},
     {"name": "f1-grad-op-mp", "strategy": "SHARD_GRAD_OP", "uop": True, "mp": True},
 ]
 W4 = [
@@ -41,7 +42,8 @@ W4 = [
     {"name": "f1-w4-hybrid-zero2", "strategy": "_HYBRID_SHARD_ZERO2", "uop": False,
      "hybrid": 2},
 ]
-SERVED = [c for c in W2 + W4 if c.get("serve", True) and not c.get("violate")]
+SERVED = [c for c in W2 + W4 if c.get("serve", True) and not c.get("violate")
+          and not c.get("serve_as")]
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +88,9 @@ def test_eval_forwards_between_steps(jobs: Matrix) -> None:
     """A forward under no_grad moves FORWARD -> IDLE; no step is counted."""
     result = jobs.result("f1-accumulate-eval")
     assert len(result["eval"]) == 3 and result["steps"] == 3
+
+
+def test_existing_model_of_another_layout_is_refused(jobs: Matrix) -> None:
+    message = jobs.result("f1-mismatch")["error"]
+    assert "model 'f1-full' exists in summond and does not fit this job" in message, message
+    assert "units differ" in message, message

@@ -24,13 +24,15 @@ W2 = [
     {"name": "f2-accumulate-eval", "accumulate": True, "eval": True},
     {"name": "f2-nested", "nested": True},
     {"name": "f2-violate", "violate": True},
+    {"name": "f2-mismatch", "nested": True, "serve_as": "f2-full"},
 ]
 W4 = [
     {"name": "f2-w4-full"},
     {"name": "f2-w4-hsdp", "hybrid": 2, "grads": True},
     {"name": "f2-w4-dim1-no-reshard", "dim1": True, "reshard": False},
 ]
-SERVED = [c for c in W2 + W4 if c.get("serve", True) and not c.get("violate")]
+SERVED = [c for c in W2 + W4 if c.get("serve", True) and not c.get("violate")
+          and not c.get("serve_as")]
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +77,9 @@ def test_eval_forwards_between_steps(jobs: Matrix) -> None:
     """A forward under no_grad moves FORWARD -> IDLE; no step is counted."""
     result = jobs.result("f2-accumulate-eval")
     assert len(result["eval"]) == 3 and result["steps"] == 3
+
+
+def test_existing_model_of_another_layout_is_refused(jobs: Matrix) -> None:
+    message = jobs.result("f2-mismatch")["error"]
+    assert "model 'f2-full' exists in summond and does not fit this job" in message, message
+    assert "units differ" in message, message

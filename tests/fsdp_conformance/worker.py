@@ -23,6 +23,8 @@ saw. A case may also:
   violate: true             after serve, replace a unit's storage behind
                             serve's back and record the error the next
                             forward raises (the rebinding contract);
+  serve_as: M               serve model M (another case's) instead and record
+                            the ValueError serve raises as "error";
   resume: true              serve an existing model: its shards are adopted
                             (the results then hold FSDP's full parameters
                             right after serve as "resumed").
@@ -132,6 +134,16 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
     optimizer = torch.optim.AdamW(params, lr=0.02, weight_decay=0.01)
     edits: list[list[str]] = []
     served = None
+    if case.get("serve_as"):  # serving another case's model: refused if it does not fit
+        try:
+            st.serve(module, case["serve_as"], client=client, optimizer=optimizer)
+            message = ""
+        except ValueError as error:
+            message = str(error)
+        if rank == 0:
+            torch.save({"error": message}, out / f"{case['name']}.pt")
+        dist.barrier()
+        return
     if case.get("serve", True):
         served = st.serve(module, case["name"], client=client, optimizer=optimizer,
                           grads=case.get("grads", False), lease_seconds=case.get("lease", 10),
