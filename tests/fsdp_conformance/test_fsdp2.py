@@ -24,6 +24,8 @@ W2 = [
     {"name": "f2-accumulate-eval", "accumulate": True, "eval": True},
     {"name": "f2-nested", "nested": True},
     {"name": "f2-violate", "violate": True},
+    {"name": "f2-block-wait", "block": "wait"},
+    {"name": "f2-block-raise", "block": "raise"},
     {"name": "f2-mismatch", "nested": True, "serve_as": "f2-full"},
 ]
 W4 = [
@@ -83,3 +85,11 @@ def test_existing_model_of_another_layout_is_refused(jobs: Matrix) -> None:
     message = jobs.result("f2-mismatch")["error"]
     assert "model 'f2-full' exists in summond and does not fit this job" in message, message
     assert "units differ" in message, message
+
+
+def test_a_writable_session_holds_the_next_step(jobs: Matrix) -> None:
+    """R3 through serve's hooks: the forward waits for the session's close
+    (wait=60), or raises FAILED_PRECONDITION at once (wait=None) and the job
+    trains on; both end equal to FSDP's own state (test_session_equals_*)."""
+    assert jobs.result("f2-block-wait")["blocked"] >= 0.9
+    assert jobs.result("f2-block-raise")["blocked"] == "FAILED_PRECONDITION"

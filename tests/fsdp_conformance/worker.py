@@ -23,6 +23,9 @@ saw. A case may also:
   violate: true             after serve, replace a unit's storage behind
                             serve's back and record the error the next
                             forward raises (the rebinding contract);
+  block: "wait" | "raise"   before step 2 rank 0 holds a writable session:
+                            the next forward waits for its close, or raises
+                            (serve's wait=None); see blocked_step;
   serve_as: M               serve model M (another case's) instead and record
                             the ValueError serve raises as "error";
   resume: true              serve an existing model: its shards are adopted
@@ -35,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -123,6 +127,35 @@ def violate_contract(module: torch.nn.Module, case: dict, rank: int) -> str:
     return ""
 
 
+def blocked_step(module: torch.nn.Module, case: dict, client: summon.Client,
+                 rank: int) -> Any:
+    """Rank 0 holds a writable session between steps (R3). block "wait": it
+    closes after 1 s and the next forward waits for it (the seconds it took);
+    "raise": serve(wait=None) makes that forward raise on every rank (the
+    error's code), and training then goes on."""
+    dist.barrier()
+    session = client.open_session(case["name"], scope="blocks.1") if rank == 0 else None
+    dist.barrier()
+    if case["block"] == "wait":
+        if session is not None:
+            threading.Timer(1.0, client.close_session, (session.id,)).start()
+        start = time.monotonic()
+        with torch.no_grad():  # FORWARD (after the wait) ... IDLE
+            module(tiny.batch(99, rank)[:, :-1])
+        return time.monotonic() - start
+    try:
+        with torch.no_grad():
+            module(tiny.batch(99, rank)[:, :-1])
+        code = ""
+    except summon.SummonError as error:
+        code = error.code
+    dist.barrier()
+    if session is not None:
+        client.close_session(session.id)
+    dist.barrier()
+    return code
+
+
 def run_case(case: dict, out: Path, client: summon.Client) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     module = tiny.wrap(case, world)
@@ -147,6 +180,7 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
     if case.get("serve", True):
         served = st.serve(module, case["name"], client=client, optimizer=optimizer,
                           grads=case.get("grads", False), lease_seconds=case.get("lease", 10),
+                          wait=None if case.get("block") == "raise" else 60.0,
                           on_external_write=lambda s, units: edits.append(
                               sorted(u.unit for u in units)))
     result: dict[str, Any] = {"losses": [], "edits": edits}
@@ -171,6 +205,8 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
             no_sync(module, case, True)
             tiny.loss_of(module, tiny.batch(step + 100, rank)).backward()
             no_sync(module, case, False)
+        if case.get("block") and step == 1:
+            result["blocked"] = blocked_step(module, case, client, rank)
         loss = tiny.loss_of(module, tiny.batch(step, rank))
         loss.backward()
         result["losses"].append(loss.detach().clone())
