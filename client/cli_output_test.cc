@@ -1,6 +1,7 @@
 #include "client/cli_output.h"
 
 #include <string>
+#include <tuple>
 
 #include "gtest/gtest.h"
 
@@ -59,6 +60,45 @@ TEST(OutputTest, ModelList) {
       "gpt   READY           FULL_SHARD  4      5      12      123456  1\n"
       "old   MISSING_SHARDS  NO_SHARD    0      0      0       0       0\n"
       "old: rank 1's params segment is gone\n");
+}
+
+// An FSDP2 model shows its kind instead of use_orig_params and, per
+// parameter, the shard dim, the padded chunk and the rows each position
+// holds (torch.chunk's split: 5 rows over 4 are 2,2,1,0).
+TEST(OutputTest, Fsdp2ModelShowsEveryParametersChunks) {
+  v1::Model model;
+  model.set_name("f");
+  model.set_layout_kind(v1::LAYOUT_KIND_FSDP2);
+  model.set_group_size(4);
+  v1::Unit& unit = *model.add_units();
+  unit.set_fqn("layers.0");
+  unit.set_chunk_numel(10);
+  for (const auto& [fqn, dim, offset] :
+       {std::tuple<const char*, int, int>{"layers.0.w", 0, 0},
+        std::tuple<const char*, int, int>{"layers.0.v", 1, 6}}) {
+    v1::Parameter& param = *unit.add_params();
+    param.mutable_info()->set_fqn(fqn);
+    param.mutable_info()->set_dtype(v1::DTYPE_FLOAT32);
+    param.set_shard_dim(dim);
+    param.set_flat_offset(offset);
+  }
+  unit.mutable_params(0)->mutable_info()->add_shape(5);
+  unit.mutable_params(0)->mutable_info()->add_shape(3);
+  unit.mutable_params(1)->mutable_info()->add_shape(2);
+  unit.mutable_params(1)->mutable_info()->add_shape(8);
+  const std::string table = ModelTable(model);
+  EXPECT_NE(table.find("layout_kind         fsdp2\n"), std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("use_orig_params"), std::string::npos) << table;
+  EXPECT_NE(
+      table.find("PARAM       UNIT      DTYPE    SHAPE   SHARD_DIM  "
+                 "PADDED_CHUNK  CHUNK_ROWS  SHARD_OFFSET  ALIASES\n"
+                 "layers.0.w  layers.0  FLOAT32  [5, 3]  0          [2, 3]"
+                 "        2,2,1,0     0             -\n"
+                 "layers.0.v  layers.0  FLOAT32  [2, 8]  1          [2, 2]"
+                 "        2,2,2,2     6             -\n"),
+      std::string::npos)
+      << table;
 }
 
 TEST(OutputTest, ChecksumsInFixedWidthHex) {

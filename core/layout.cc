@@ -55,10 +55,16 @@ absl::string_view LayoutKindName(LayoutKind kind) {
 
 absl::StatusOr<FlatParamLayout> FlatParamLayout::Build(
     const std::vector<FlatParamInput>& params, bool use_orig_params,
-    int group_size, std::optional<DType> compute_dtype) {
+    int group_size, std::optional<DType> compute_dtype,
+    int process_group_size) {
   if (group_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard group size must be >= 1, got ", group_size));
+  }
+  if (process_group_size == 0) process_group_size = group_size;
+  if (process_group_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "process group size must be >= 1, got ", process_group_size));
   }
   FlatParamLayout layout;
   layout.use_orig_params_ = use_orig_params;
@@ -100,10 +106,11 @@ absl::StatusOr<FlatParamLayout> FlatParamLayout::Build(
     layout.segments_.push_back({offset, *numel, index});
     offset += *numel;
   }
-  // In orig-params mode the end padding to a multiple of G is part of N, so
-  // the per-rank padding below is always zero there.
-  if (use_orig_params && offset % group_size != 0) {
-    add_padding(group_size - offset % group_size);
+  // In orig-params mode the end padding to a multiple of the process group
+  // size (G, or W under NO_SHARD) is part of N, so the per-rank padding below
+  // is always zero there (torch's _init_flat_param_and_metadata).
+  if (use_orig_params && offset % process_group_size != 0) {
+    add_padding(process_group_size - offset % process_group_size);
   }
   layout.unpadded_numel_ = offset;
   layout.chunk_numel_ = (offset + group_size - 1) / group_size;

@@ -92,9 +92,13 @@ class FlatParamLayout {
   // `compute_dtype` is the mixed-precision param dtype when there is one; it
   // only sets the alignment (16 bytes / its element size). All params must
   // share one floating-point dtype (R14 and FSDP's single-dtype rule).
+  // `process_group_size` (0: G) is what orig-params mode pads N to a multiple
+  // of: FSDP pads to its process group's size, which under NO_SHARD is the
+  // whole world although nothing is sharded (G = 1).
   static absl::StatusOr<FlatParamLayout> Build(
       const std::vector<FlatParamInput>& params, bool use_orig_params,
-      int group_size, std::optional<DType> compute_dtype = std::nullopt);
+      int group_size, std::optional<DType> compute_dtype = std::nullopt,
+      int process_group_size = 0);
 
   // FSDP2 (`fully_shard`) for one parameter group, in FSDP2's fsdp_params
   // order: parameter p is chunked like torch.chunk(p, G, shard_dim) (chunks

@@ -156,6 +156,28 @@ TEST(FlatParamLayoutTest, EmptyUnitHasNoChunk) {
   EXPECT_EQ(layout.shard_bytes(), 0);
 }
 
+// torch 2.15 pads a use_orig_params flat parameter to its process group's
+// size even under NO_SHARD (G = 1): Embedding(10, 4) + Linear(4, 3) on a
+// world of 4 holds [40, 12, 3, 1 padding] = 56 on every rank.
+TEST(FlatParamLayoutTest, NoShardPadsToTheProcessGroupSize) {
+  const std::vector<FlatParamInput> params = {
+      {"embed.weight", {10, 4}, DType::kFloat32},
+      {"head.weight", {3, 4}, DType::kFloat32},
+      {"head.bias", {3}, DType::kFloat32}};
+  absl::StatusOr<FlatParamLayout> layout =
+      FlatParamLayout::Build(params, true, 1, std::nullopt, 4);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->unpadded_numel(), 56);
+  EXPECT_EQ(layout->chunk_numel(), 56);
+  ExpectSlice(layout->SliceOf(2, 0), 0, 2, 52);
+  // Without orig params there is no padding at all.
+  EXPECT_EQ(BuildOrDie(params, false, 1).chunk_numel(), 55);
+  EXPECT_EQ(FlatParamLayout::Build(params, true, 1, std::nullopt, -1)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(FlatParamLayoutTest, RejectsMixedDtypesIntegersAndBadGroups) {
   EXPECT_EQ(FlatParamLayout::Build({{"a", {2}, DType::kFloat32},
                                     {"b", {2}, DType::kFloat16}},

@@ -292,6 +292,14 @@ absl::StatusOr<int> ShardDimOf(const ParamEntry& param, LayoutKind kind) {
   return static_cast<int>(dim);
 }
 
+// The size of the process group FSDP1 gives a flat parameter: the shard
+// group, except under NO_SHARD, which keeps the whole world's group (and so
+// its end padding) while every rank holds everything.
+int FlatProcessGroupSize(const ShardGroups& groups) {
+  return groups.declared == Strategy::kNoShard ? groups.topology.world_size()
+                                               : groups.group_size;
+}
+
 }  // namespace
 
 absl::StatusOr<Strategy> ParseStrategy(absl::string_view name) {
@@ -554,7 +562,8 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
             ? FlatParamLayout::BuildFsdp2(primaries, spec.groups.group_size)
             : FlatParamLayout::Build(primaries, spec.use_orig_params,
                                      spec.groups.group_size,
-                                     spec.compute_dtype);
+                                     spec.compute_dtype,
+                                     FlatProcessGroupSize(spec.groups));
     if (!layout.ok()) {
       return absl::Status(
           layout.status().code(),

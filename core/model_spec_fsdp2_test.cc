@@ -90,6 +90,28 @@ TEST(ModelSpecFsdp2Test, ShardGroupSizeSetsTheHsdpShardMesh) {
   EXPECT_EQ(flat.groups.effective, Strategy::kNoShard);  // R10.
 }
 
+// FSDP1 keeps the world's process group under NO_SHARD, so a flat
+// parameter's end padding is to W although G = 1 (torch 2.15 on 4 ranks:
+// _numels_with_padding [40, 12, 3, 1]); FSDP2 has no end padding.
+TEST(ModelSpecFsdp2Test, FlatNoShardPadsToTheWorld) {
+  constexpr char kRoot[] = R"({"units": [{"fqn": "", "params": [
+      {"fqn": "embed.weight", "shape": [10, 4], "dtype": "float32"},
+      {"fqn": "head.weight", "shape": [3, 4], "dtype": "float32"},
+      {"fqn": "head.bias", "shape": [3], "dtype": "float32"}]}]})";
+  EXPECT_EQ(ParseOk(kRoot, Topology{1, 4}, Strategy::kNoShard)
+                .units[0]
+                .layout.chunk_numel(),
+            56);
+  EXPECT_EQ(ParseOk(kRoot, Topology{2, 2}, Strategy::kHybridShard)
+                .units[0]
+                .layout.chunk_numel(),
+            28);
+  EXPECT_EQ(ParseOk(kRoot, Topology{1, 1}, Strategy::kNoShard)
+                .units[0]
+                .layout.chunk_numel(),
+            55);
+}
+
 TEST(ModelSpecFsdp2Test, RefusalsNameTheKey) {
   const std::string units = R"("units": [{"fqn": "", "params": [
       {"fqn": "w", "shape": [2, 3], "dtype": "float32"}]}])";

@@ -21,7 +21,9 @@ namespace {
 using summon::core::ModelSpec;
 
 void PrintModel(const ModelSpec& model) {
-  absl::PrintF("strategy %s (effective %s), shard group size G=%d, world %d\n",
+  absl::PrintF("kind %s, strategy %s (effective %s), shard group size G=%d, "
+               "world %d\n",
+               summon::core::LayoutKindName(model.kind),
                summon::core::StrategyName(model.groups.declared),
                summon::core::StrategyName(model.groups.effective),
                model.groups.group_size, model.groups.topology.world_size());
@@ -41,7 +43,24 @@ void PrintModel(const ModelSpec& model) {
                    segment.start + segment.numel, param.fqn,
                    summon::core::ShapeToString(param.shape));
     }
+    const bool fsdp2 = layout.kind() == summon::core::LayoutKind::kFsdp2;
     for (int position = 0; position < model.groups.group_size; ++position) {
+      // FSDP2: the segments above are each shard's padded chunks, so a
+      // position is described by the part of each parameter it holds.
+      if (fsdp2) {
+        absl::PrintF("  position %d holds:", position);
+        for (size_t p = 0; p < layout.params().size(); ++p) {
+          const int index = static_cast<int>(p);
+          absl::PrintF(
+              " %s%s of %s@%d", layout.params()[p].fqn,
+              summon::core::ShapeToString(layout.LocalShape(index, position)),
+              summon::core::ShapeToString(
+                  layout.PaddedLocalShape(index, position)),
+              layout.params()[p].flat_offset);
+        }
+        absl::PrintF("\n");
+        continue;
+      }
       absl::PrintF("  position %d owns flat [%d, %d):", position,
                    layout.RealBegin(position), layout.RealEnd(position));
       for (size_t p = 0; p < layout.params().size(); ++p) {

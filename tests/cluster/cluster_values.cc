@@ -45,6 +45,32 @@ TensorBytes SeededTensors(const v1::Model& model, uint64_t seed,
   return values;
 }
 
+// FSDP2: what position `position` of a G-group stores of a parameter whose
+// full bytes are `full`: torch.chunk along its shard dim, chunk `position`
+// zero-padded to chunk 0's size, row-major (written from torch's
+// _init_sharded_param, not from core/).
+std::string Fsdp2PaddedChunk(const v1::Parameter& param,
+                             const std::string& full, int group_size,
+                             int position, int64_t element) {
+  const auto& shape = param.info().shape();
+  const int dim = param.shard_dim();
+  const int64_t rows = (shape[dim] + group_size - 1) / group_size;
+  int64_t outer = 1;
+  int64_t inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= shape[d];
+  for (int d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
+  std::string chunk(static_cast<size_t>(outer * rows * inner * element), '\0');
+  const int64_t owned =
+      std::clamp<int64_t>(shape[dim] - position * rows, 0, rows);
+  for (int64_t o = 0; o < outer; ++o) {
+    std::memcpy(chunk.data() + o * rows * inner * element,
+                full.data() +
+                    (o * shape[dim] + position * rows) * inner * element,
+                static_cast<size_t>(owned * inner * element));
+  }
+  return chunk;
+}
+
 }  // namespace
 
 std::string SeededBytes(const std::string& fqn, int64_t numel, v1::DType dtype,
@@ -142,6 +168,14 @@ ChecksumMap ExpectedChecksums(const v1::Model& model, const TensorBytes& values,
         auto it = values.find(param.info().fqn());
         if (it == values.end()) {
           ADD_FAILURE() << "no values for " << param.info().fqn();
+          continue;
+        }
+        if (model.layout_kind() == v1::LAYOUT_KIND_FSDP2) {
+          const std::string padded = Fsdp2PaddedChunk(
+              param, it->second, model.group_size(),
+              rank % model.group_size(), element);
+          shard.replace(static_cast<size_t>(param.flat_offset() * element),
+                        padded.size(), padded);
           continue;
         }
         // The part of [first, first + chunk) this parameter covers.

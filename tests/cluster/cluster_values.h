@@ -65,7 +65,8 @@ ChecksumMap ParamChecksums(const v1::ModelChecksumResponse& response);
 ChecksumMap GradChecksums(const v1::ModelChecksumResponse& response);
 // What ModelChecksum must report when the full tensors of `model` (as
 // DescribeModel returns it) hold `values`: every rank's shard rebuilt from
-// the layout (position = rank mod G), padding zero. `ranks` limits the ranks
+// the layout (position = rank mod G; flat or FSDP2's padded chunks),
+// padding zero. `ranks` limits the ranks
 // (gradients live on some only); empty: every rank of the world.
 ChecksumMap ExpectedChecksums(const v1::Model& model, const TensorBytes& values,
                               const std::vector<int>& ranks = {});

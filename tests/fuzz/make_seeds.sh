@@ -38,6 +38,9 @@ seed_layout gpt_tiny_1x2 '\x00\x01\x00' <examples/gpt_tiny.json
 seed_layout design_example_hybrid_2x2 '\x01\x01\x04' <<'EOF'
 {"strategy": "FULL_SHARD", "use_orig_params": true, "units": [{"fqn": "", "params": [{"fqn": "embed.w", "shape": [10, 4], "dtype": "float32"}, {"fqn": "head.w", "alias_of": "embed.w"}]}, {"fqn": "layers.0", "params": [{"fqn": "layers.0.w", "shape": [5, 5], "dtype": "float32"}]}]}
 EOF
+seed_layout fsdp2_hsdp_2x2 '\x01\x01\x00' <<'EOF'
+{"kind": "fsdp2", "strategy": "HYBRID_SHARD", "shard_group_size": 4, "units": [{"fqn": "", "params": [{"fqn": "embed.w", "shape": [10, 4], "dtype": "float32"}, {"fqn": "head.w", "alias_of": "embed.w"}, {"fqn": "norm.w", "shape": [3], "dtype": "float32"}]}, {"fqn": "layers.0", "params": [{"fqn": "layers.0.w", "shape": [5, 3], "dtype": "float32"}, {"fqn": "layers.0.v", "shape": [2, 8], "dtype": "float32", "shard_dim": 1}]}]}
+EOF
 seed_layout flat_bf16_compute_3x3 '\x02\x02\x00' <<'EOF'
 {"strategy": "SHARD_GRAD_OP", "use_orig_params": false, "compute_dtype": "bfloat16", "units": [{"fqn": "", "params": [{"fqn": "a", "shape": [7], "dtype": "float32"}, {"fqn": "b", "shape": [3, 3], "dtype": "float32"}, {"fqn": "c", "alias_of": "b"}, {"fqn": "d", "alias_of": "c"}]}, {"fqn": "blocks", "params": [{"fqn": "blocks.x", "shape": [0], "dtype": "float32"}]}, {"fqn": "blocks.1", "params": [{"fqn": "blocks.1.y", "shape": [1, 1, 1], "dtype": "float32"}]}]}
 EOF

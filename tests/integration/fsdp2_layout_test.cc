@@ -287,6 +287,59 @@ TEST_F(Fsdp2LayoutTest, EveryStrategyGathersAndWritesBackTorchsChunks) {
   }
 }
 
+// A trainer binds each FSDP2 parameter's storage the way MapShards says
+// (padded_local_shape at offset_in_shard) and fills it with what torch holds
+// there; after MarkInitialized a session gathers the full tensors.
+TEST_F(Fsdp2LayoutTest, ATrainerFillsEachParametersPaddedStorage) {
+  StartServer(4);
+  pb::CreateModelRequest create;
+  create.set_name("t");
+  create.set_layout_json(kFsdp2Layout);
+  create.mutable_init()->mutable_external();
+  {
+    pb::Model model;
+    grpc::ClientContext context;
+    const grpc::Status status = summon_->CreateModel(&context, create, &model);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  const TensorValues values = SeededValues(/*seed=*/1234);
+  for (int rank = 0; rank < 4; ++rank) {
+    const pb::MapShardsResponse map = MapShards("t", rank);
+    const int fd = shm_open(map.segment_name().c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    for (int u = 0; u < map.units_size(); ++u) {
+      const pb::UnitShard& unit = map.units(u);
+      ASSERT_EQ(unit.params_size(), static_cast<int>(Units()[u].size()));
+      for (int p = 0; p < unit.params_size(); ++p) {
+        const pb::ParamShard& shard = unit.params(p);
+        const std::vector<float> chunk =
+            TorchPaddedChunk(values.at(shard.info().fqn()), Units()[u][p], 4,
+                             rank);
+        int64_t padded = 1;
+        for (int64_t dim : shard.padded_local_shape()) padded *= dim;
+        ASSERT_EQ(padded, static_cast<int64_t>(chunk.size()))
+            << shard.info().fqn();
+        const ssize_t bytes = static_cast<ssize_t>(chunk.size() * 4);
+        ASSERT_EQ(pwrite(fd, chunk.data(), bytes,
+                         static_cast<off_t>(unit.params_offset() +
+                                            shard.offset_in_shard() * 4)),
+                  bytes);
+      }
+    }
+    close(fd);
+  }
+  pb::MarkInitializedRequest mark;
+  mark.set_model("t");
+  pb::MarkInitializedResponse marked;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(trainer_->MarkInitialized(&context, mark, &marked).ok());
+  }
+  const pb::Session session = Open("t", ReadOnly());
+  EXPECT_EQ(ReadAll(session.id()), values);
+  Close(session.id());
+}
+
 // SaveModel writes each strided Shard(1) chunk run by run and LoadModel reads
 // it back into an existing fsdp2 model of another group size.
 TEST_F(Fsdp2LayoutTest, CheckpointRoundTripsStridedChunks) {
