@@ -17,6 +17,7 @@ W2 = [
     {"name": "f1-grad-op", "strategy": "SHARD_GRAD_OP", "uop": True},
     {"name": "f1-grad-op-flat", "strategy": "SHARD_GRAD_OP", "uop": False},
     {"name": "f1-no-shard-flat", "strategy": "NO_SHARD", "uop": False},
+    {"name": "f1-no-shard", "strategy": "NO_SHARD", "uop": True},
     {"name": "f1-mp", "strategy": "FULL_SHARD", "uop": True, "mp": True},
     {"name": "f1-mp-flat", "strategy": "FULL_SHARD", "uop": False, "mp": True},
     {"name": "f1-grads", "strategy": "FULL_SHARD", "uop": True, "grads": True},
