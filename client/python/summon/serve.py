@@ -105,6 +105,8 @@ class Served:
         created = False
         problem = ""
         if rank == 0:
+            # Every failure is broadcast, so the other ranks raise too
+            # instead of waiting for rank 0 forever.
             try:
                 model = self.client.describe_model(self.name)
                 reason = _same_layout(model, self.layout)
@@ -112,11 +114,14 @@ class Served:
                     problem = (f"model '{self.name}' exists in summond and does not fit "
                                f"this job: {reason}; delete it or serve another name")
             except SummonError as error:
-                if error.code != "NOT_FOUND":
-                    raise
-                self.client.create_model(self.name, self.layout, init="external",
-                                         grad_ranks="all" if self.grads else None)
-                created = True
+                problem = f"summond refused model '{self.name}': {error}"
+                if error.code == "NOT_FOUND":
+                    try:
+                        self.client.create_model(self.name, self.layout, init="external",
+                                                 grad_ranks="all" if self.grads else None)
+                        created, problem = True, ""
+                    except SummonError as refused:
+                        problem = f"summond refused model '{self.name}': {refused}"
         flags = [problem, created]
         dist.broadcast_object_list(flags, src=0)
         if flags[0]:
