@@ -15,6 +15,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "httplib.h"
 #include "server/auth/audit_interceptor.h"
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
@@ -30,6 +31,7 @@
 #include "server/service/trainer_service.h"
 #include "server/session/session_manager.h"
 #include "server/trainer/trainer_leases.h"
+#include "server/web/web_view.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
@@ -266,6 +268,39 @@ void SummonServer::RegisterMetrics() {
   }
 }
 
+void SummonServer::StartWebView() {
+  const Spec& s = spec_;
+  // Viewer tokens and cookies would cross the network in the clear: the
+  // page is served only on a loopback listener (as --insecure-local is).
+  const bool plaintext_ok = web::MayServePlaintext(s.metrics_listen);
+  web_view_ = std::make_unique<web::WebView>(
+      &security_->authorizer(),
+      [this]() -> std::shared_ptr<grpc::Channel> {
+        absl::MutexLock lock(&web_mu_);
+        return web_channel_;
+      },
+      [this] {
+        web::ClusterView view;
+        view.node_rank = spec_.node_rank;
+        view.nodes = spec_.nodes;
+        if (view.nodes.empty()) view.nodes.push_back(address());
+        if (membership_ != nullptr) {
+          view.epoch = membership_->epoch();
+          const absl::Status ready = membership_->CheckReady();
+          view.ready = ready.ok();
+          view.failure = std::string(ready.message());
+          for (const auto& [node, age] : membership_->HeartbeatAges()) {
+            view.heartbeat_age_s[node] = absl::ToDoubleSeconds(age);
+          }
+        }
+        return view;
+      },
+      plaintext_ok,
+      absl::StrCat("the web view is plain HTTP, so it is served only on a "
+                   "loopback --metrics-listen; ",
+                   s.metrics_listen, " is reachable from other hosts"));
+}
+
 absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   if (absl::Status valid = ValidateSpec(spec); !valid.ok()) return valid;
 
@@ -305,8 +340,12 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   const Spec& s = server->spec_;
   server->RegisterMetrics();
   if (!s.metrics_listen.empty()) {
+    server->StartWebView();
+    web::WebView* web_view = server->web_view_.get();
     absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> http =
-        metrics::MetricsHttpServer::Start(s.metrics_listen);
+        metrics::MetricsHttpServer::Start(
+            s.metrics_listen,
+            [web_view](httplib::Server& http) { web_view->Register(http); });
     if (!http.ok()) return http.status();
     server->metrics_http_ = std::move(*http);
   }
@@ -351,6 +390,11 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
       std::make_unique<ReflectionV1Service>(std::move(services));
   builder.RegisterService(server->reflection_v1_.get());
   server->server_ = builder.BuildAndStart();
+  if (server->server_ != nullptr) {
+    absl::MutexLock lock(&server->web_mu_);
+    server->web_channel_ =
+        server->server_->InProcessChannel(grpc::ChannelArguments());
+  }
   if (server->server_ == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", absl::StrJoin(listeners, " and "),

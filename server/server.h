@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/auth/server_security.h"
@@ -21,6 +22,9 @@ class Membership;
 namespace metrics {
 class MetricsHttpServer;
 }  // namespace metrics
+namespace web {
+class WebView;
+}  // namespace web
 class ModelRegistry;
 class NodeRuntime;
 class PeerServiceImpl;
@@ -132,6 +136,9 @@ class SummonServer {
  private:
   SummonServer(Spec spec, std::unique_ptr<auth::ServerSecurity> security);
 
+  // Builds web_view_ for the metrics listener.
+  void StartWebView();
+
   // Marks the server and its services SERVING or not, on both listeners.
   void SetServing(bool serving);
 
@@ -159,6 +166,11 @@ class SummonServer {
   std::unique_ptr<grpc::Server> health_server_;
   // Scrape-time gauges of this server in the process's metrics registry.
   std::vector<int> metric_callbacks_;
+  // The web view on the metrics listener; it reaches the Summon service
+  // over an in-process channel, set once the gRPC server runs.
+  std::unique_ptr<web::WebView> web_view_;
+  mutable absl::Mutex web_mu_;
+  std::shared_ptr<grpc::Channel> web_channel_ ABSL_GUARDED_BY(web_mu_);
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;
 
   void RegisterMetrics();
