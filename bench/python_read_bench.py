@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Reads one 256 MiB tensor through the Python client and through summonctl.
 
 Starts its own summond (bazel-bin/server/summond, or $SUMMON_DAEMON), creates
@@ -9,7 +9,7 @@ and with `summonctl tensor read ID FQN --out F.npy` (the C++ client, process
 start and .npy write on tmpfs included), alternately. Prints the best time of
 each, the rates and their ratio; the issue's target is at least 0.5.
 
-    /usr/bin/python3 bench/python_read_bench.py [--mib 256] [--repeats 5]
+    scripts/python bench/python_read_bench.py [--mib 256] [--repeats 5]
 """
 
 from __future__ import annotations

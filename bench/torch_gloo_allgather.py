@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """torch.distributed's gloo all_gather of the same bytes as summon_bench's
 gather: the glue a user would write instead of summon (issue 11, target P1).
 
-    /usr/bin/python3 bench/torch_gloo_allgather.py --world-size 4 --bytes 268435456
+    scripts/python bench/torch_gloo_allgather.py --world-size 4 --bytes 268435456
 
 W processes on loopback, each contributing bytes / W float32s; prints the
 median and min of --iters timed all_gathers (after one warmup), each after

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "client/cli_parser.h"
 #include "client/summonctl_commands.h"
+#include "version.h"
 
 namespace summon::client {
 namespace {
@@ -38,7 +39,7 @@ std::string FlagHelp(absl::string_view title,
 }  // namespace
 
 std::string VersionText() {
-  return absl::StrCat(kProgram, " ", kSummonctlVersion, " (API summon.v1)\n");
+  return absl::StrCat(kProgram, " ", summon::kVersion, " (API summon.v1)\n");
 }
 
 absl::StatusOr<std::string> HelpText(const std::vector<std::string>& words) {

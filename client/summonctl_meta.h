@@ -12,9 +12,8 @@ namespace summon::client {
 // summonctl about itself, from the same command table it parses with:
 // `help [NOUN [VERB]]`, `completion bash|zsh` and `--version`.
 
-inline constexpr char kSummonctlVersion[] = "0.1.0";
-
-// "summonctl 0.1.0 (API summon.v1)".
+// "summonctl 0.1.0 (API summon.v1)", the version from the repository's
+// VERSION file (//:version).
 std::string VersionText();
 
 // Usage of every command, of one noun's commands, or of one command;

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """An inspector: looks at (and optionally edits) a running model's weights.
 
 A separate process using only summon.Client, as a person watching a training
@@ -8,7 +8,7 @@ array it read (exit status 1 when they disagree), and with --scale
 FQN=FACTOR multiplies one weight and closes with writeback, so the trainers'
 next forward sees the edit.
 
-    /usr/bin/python3 examples/inspect_weights.py --model lm --scope blocks.0 \
+    scripts/python examples/inspect_weights.py --model lm --scope blocks.0 \
         --scale blocks.0.fc.weight=0.5
 """
 

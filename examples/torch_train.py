@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Trains a small transformer on summond's shards and checks it against plain torch.
 
 W torch.distributed processes (gloo, CPU) train a small transformer-like
@@ -25,7 +25,7 @@ trainers' views stay valid and training goes on. The same model trained in
 this one process without summon (same init, same data, the same edit) is the
 reference: per-step losses and final parameters must agree within --rtol.
 
-    /usr/bin/python3 examples/torch_train.py --world-size 2
+    scripts/python examples/torch_train.py --world-size 2
 """
 
 from __future__ import annotations

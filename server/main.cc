@@ -25,6 +25,7 @@
 #include "server/gpu/cuda_shard_memory.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
+#include "version.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "HOST:PORT to serve on; port 0 picks a free port (logged, and "
@@ -198,6 +199,10 @@ int Run(int argc, char** argv) {
     return file == __FILE__;
   };
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  // --version: the same number as summonctl's and the Python package's.
+  usage_config.version_string = [] {
+    return absl::StrCat("summond ", summon::kVersion, " (API summon.v1)\n");
+  };
   absl::SetFlagsUsageConfig(usage_config);
   absl::SetProgramUsageMessage(
       "serves full-parameter sessions over gRPC.\n"

@@ -1,16 +1,16 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Invariants of the Kubernetes manifests under deploy/ (issue 10).
 
-Parses every manifest with PyYAML (Debian's python3-yaml) and checks what the
-deployment relies on: labels, a pinned image, resources sized from the memory
-budget and /dev/shm, the security context, gRPC probes, the grace period,
-the update strategy, the Services, the NetworkPolicy and the kustomize
-layout. The GPU overlay is checked after merging its patch into the base
+Parses every manifest with PyYAML (in summon's Python environment) and checks
+what the deployment relies on: labels, a pinned image, resources sized from
+the memory budget and /dev/shm, the security context, gRPC probes, the grace
+period, the update strategy, the Services, the NetworkPolicy and the
+kustomize layout. The GPU overlay is checked after merging its patch into the base
 (a strategic merge of the few list kinds it touches); where kubectl is
 installed, `kubectl kustomize` must render base and overlay to exactly the
 objects checked here (skipped without kubectl).
 
-    /usr/bin/python3 tests/deploy/manifests_test.py [DEPLOY_DIR]
+    scripts/python tests/deploy/manifests_test.py [DEPLOY_DIR]
 
 DEPLOY_DIR defaults to the repository's deploy/. Under Bazel the test also
 writes one JUnit case per check to $XML_OUTPUT_FILE.
@@ -112,6 +112,10 @@ class Invariants:
             self.assertNotEqual(tag, "latest", c["name"])
             self.assertEqual(tag, version, f"{c['name']}: {image} vs the "
                              f"app.kubernetes.io/version label {version}")
+        # The repository's one version (summond --version, the Python package).
+        with open(os.path.join(os.path.dirname(DEPLOY), "VERSION")) as f:
+            self.assertEqual(version, f.read().strip(),
+                             "the manifests' version is not the repository's VERSION")
 
     def test_selector_matches_pods_and_omits_the_version(self):
         spec = self.daemonset()["spec"]

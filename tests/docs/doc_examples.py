@@ -43,6 +43,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional, Protocol
@@ -281,7 +282,10 @@ class BlockRunner:
         self.workdir = workdir
         self.bindings = Bindings()
         self.env = dict(os.environ)
-        self.env["PATH"] = os.pathsep.join(bin_dirs + [self.env.get("PATH", "")])
+        # `python3` in a block is summon's environment, the one running the
+        # tests (its venv's bin), as after `source <venv>/bin/activate`.
+        python_bin = str(Path(sys.executable).parent)
+        self.env["PATH"] = os.pathsep.join(bin_dirs + [python_bin, self.env.get("PATH", "")])
         self.background: list[subprocess.Popen] = []
         self._env_file = workdir / ".docs-test-env"
 

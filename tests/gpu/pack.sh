@@ -19,7 +19,7 @@ targets=(
   //tests/cluster:device_copies_test
 )
 bazel build "${targets[@]}"
-PYTHONPATH=client/python /usr/bin/python3 -m summon._stubs
+scripts/python -m summon._stubs
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
 binaries=()
 for target in "${targets[@]}"; do

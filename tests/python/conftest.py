@@ -1,5 +1,8 @@
 """Fixtures of the Python client's tests: summond child processes.
 
+Run in summon's Python environment: `scripts/python -m pytest tests/python`
+(scripts/setup builds it; another interpreter is refused with that hint).
+
 The daemon is $SUMMON_DAEMON, else bazel-bin/server/summond (scripts/test
 builds it first). Each daemon gets its own --data-dir under pytest's tmp dir,
 so shared-memory names never clash, and binds port 0.
@@ -9,12 +12,32 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _require_summon_environment() -> None:
+    """Refuses, with the way out, an interpreter without summon's pins (e.g.
+    Debian's torch 1.13 and protobuf 3, which the stubs cannot run on)."""
+    wanted = {"torch": 2, "protobuf": 7, "grpcio-tools": 1}
+    found = {}
+    for name in wanted:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "none"
+    if any(not v[0].isdigit() or int(v.split(".")[0]) < wanted[n] for n, v in found.items()):
+        raise pytest.UsageError(
+            f"{sys.executable} has {found}; run the tests in summon's Python "
+            "environment: scripts/python -m pytest ... (scripts/setup builds it)")
+
+
+_require_summon_environment()
 sys.path.insert(0, str(REPO / "client" / "python"))
 
 import summon  # noqa: E402

@@ -1,15 +1,17 @@
-"""summon's gRPC stubs, generated from proto/ at build time and never committed.
+"""summon's gRPC stubs, generated from proto/ and never committed.
 
-`protoc -I proto --python_out --grpc_python_out` writes `summon/v1/*_pb2.py`
-and `*_pb2_grpc.py` next to this package (their imports name `summon.v1`, so
-they live inside it; the directory is git-ignored). A stamp holding a hash of
-the .proto files makes a stale copy regenerate on the next import, so the
-Python and C++ clients never drift from the proto. Debian's
-`python3-grpc-tools` is too old for proto3 `optional`; the system `protoc`
-with `grpc_python_plugin` (protobuf-compiler-grpc) matches the system
-`python3-protobuf`.
+grpcio-tools' protoc (`python -m grpc_tools.protoc`, no system protoc needed)
+writes `summon/v1/*_pb2.py` and `*_pb2_grpc.py` (their imports name
+`summon.v1`, so they live inside the package; in a checkout the directory is
+git-ignored). Two callers:
 
-    python3 -m summon._stubs          # generate (scripts/test does)
+- the package build (client/python/setup.py): `pip install ./client/python`
+  and the wheel scripts/test builds carry stubs generated at build time;
+- a checkout (editable install, or client/python on PYTHONPATH): on import,
+  a stamp holding a hash of the .proto files makes a missing or stale copy
+  regenerate, so the Python and C++ clients never drift from the proto.
+
+    python -m summon._stubs [--force]     # generate now (scripts/test does)
 """
 
 from __future__ import annotations
@@ -37,65 +39,78 @@ def proto_root() -> Path:
     return _PACKAGE_DIR.parents[2] / "proto"
 
 
-def _proto_paths(root: Path) -> list[Path]:
+def proto_paths(root: Path) -> list[Path]:
+    """The .proto files under ROOT, in generation order."""
     return [root / "summon" / "v1" / f"{name}.proto" for name in PROTO_FILES]
 
 
-def _fingerprint(root: Path) -> str:
+def has_protos(root: Path) -> bool:
+    """Whether every .proto file is under ROOT."""
+    return all(path.is_file() for path in proto_paths(root))
+
+
+def fingerprint(root: Path) -> str:
+    """A hash of the .proto files' names and contents (the stamp)."""
     digest = hashlib.sha256()
-    for path in _proto_paths(root):
+    for path in proto_paths(root):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
-def _generate(root: Path, fingerprint: str) -> None:
-    protoc = shutil.which("protoc")
-    plugin = shutil.which("grpc_python_plugin")
-    if protoc is None or plugin is None:
+def generate(root: Path, target: Path) -> None:
+    """Writes the stubs of the protos under ROOT into TARGET (a `summon/v1` dir).
+
+    Generated beside TARGET and renamed into place, so a reader never sees
+    half a set.
+    """
+    try:
+        import grpc_tools
+    except ImportError as error:
         raise RuntimeError(
-            "summon needs protoc and grpc_python_plugin to generate its stubs "
-            "(Debian: protobuf-compiler protobuf-compiler-grpc; scripts/setup "
-            "installs them)")
-    with tempfile.TemporaryDirectory(dir=_PACKAGE_DIR) as out:
+            "summon needs grpcio-tools to generate its stubs from proto/ "
+            "(it is in client/python/requirements.txt; scripts/setup installs it)"
+        ) from error
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as out:
         command = [
-            protoc, f"-I{root}", f"--python_out={out}",
-            f"--grpc_python_out={out}",
-            f"--plugin=protoc-gen-grpc_python={plugin}",
-            *[str(path) for path in _proto_paths(root)],
+            sys.executable, "-m", "grpc_tools.protoc", f"-I{root}", f"-I{well_known}",
+            f"--python_out={out}", f"--grpc_python_out={out}",
+            *[str(path) for path in proto_paths(root)],
         ]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(
-                f"protoc failed ({result.returncode}): {result.stderr.strip()}")
+                f"grpc_tools.protoc failed ({result.returncode}): {result.stderr.strip()}")
         fresh = Path(out) / "summon" / "v1"
         (fresh / "__init__.py").write_text(
             '"""Generated from proto/summon/v1 by summon._stubs; do not edit."""\n')
-        (fresh / "STAMP").write_text(fingerprint + "\n")
-        if _GENERATED_DIR.exists():
-            shutil.rmtree(_GENERATED_DIR)
-        os.replace(fresh, _GENERATED_DIR)
+        (fresh / "STAMP").write_text(fingerprint(root) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(fresh, target)
 
 
 def ensure_stubs(force: bool = False) -> Path:
     """Generates the stubs unless an up-to-date copy exists; returns their directory.
 
-    Without the .proto files (an installed copy) existing stubs are used as
-    they are. Concurrent processes serialise on a lock file.
+    Without the .proto files (an installed wheel) the stubs built into it are
+    used as they are. Concurrent processes serialise on a lock file.
     """
     root = proto_root()
-    if not all(path.is_file() for path in _proto_paths(root)):
+    if not has_protos(root):
         if _STAMP.is_file():
             return _GENERATED_DIR
         raise RuntimeError(
             f"summon's stubs are not generated and no protos are at {root} "
             "(set SUMMON_PROTO_DIR)")
-    fingerprint = _fingerprint(root)
+    wanted = fingerprint(root)
     with open(_PACKAGE_DIR / ".stubs.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         current = _STAMP.read_text().strip() if _STAMP.is_file() else ""
-        if force or current != fingerprint:
-            _generate(root, fingerprint)
+        if force or current != wanted:
+            generate(root, _GENERATED_DIR)
     return _GENERATED_DIR
 
 
