@@ -11,6 +11,7 @@ const char kIndexHtml[] = R"html(<!doctype html>
 <head>
 <meta charset="utf-8">
 <title>summon</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="/web/style.css">
 <script src="/web/app.js" defer></script>
 </head>
@@ -27,6 +28,7 @@ const char kLoginHtml[] = R"html(<!doctype html>
 <head>
 <meta charset="utf-8">
 <title>summon: log in</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="/web/style.css">
 </head>
 <body>

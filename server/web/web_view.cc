@@ -95,12 +95,13 @@ std::string ToJson(const google::protobuf::Message& message) {
 }
 
 std::string TokenOf(const httplib::Request& request) {
-  absl::string_view header = request.get_header_value("Authorization");
+  const std::string authorization = request.get_header_value("Authorization");
+  absl::string_view header = authorization;
   if (absl::ConsumePrefix(&header, "Bearer ")) {
     return std::string(absl::StripAsciiWhitespace(header));
   }
-  for (absl::string_view cookie :
-       absl::StrSplit(request.get_header_value("Cookie"), ';')) {
+  const std::string cookies = request.get_header_value("Cookie");
+  for (absl::string_view cookie : absl::StrSplit(cookies, ';')) {
     cookie = absl::StripAsciiWhitespace(cookie);
     if (absl::ConsumePrefix(&cookie, kCookie) &&
         absl::ConsumePrefix(&cookie, "=")) {

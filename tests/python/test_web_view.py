@@ -1,0 +1,190 @@
+"""The web view (server/web, docs/api.md "Web view") in a real browser:
+Debian's chromium driven headless by selenium against a real TLS summond
+with viewer tokens, whose model a trainer steps between the checks.
+
+SUMMON_SCREENSHOTS=DIR saves the pages' screenshots there (docs/img/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pytest
+import torch
+
+import summon
+import summon.torch as st
+from summon.local import REPO_ROOT, LocalDaemon
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+TOKENS = {"admin": "admin-secret", "viewer": "viewer-secret"}
+MODEL = "net"
+PARAM = "0.weight"
+
+
+def tiny() -> torch.nn.Module:
+    torch.manual_seed(7)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 8))
+
+
+@pytest.fixture
+def web(tmp_path: Path, start_daemon: Callable[..., LocalDaemon]) -> Iterator[dict]:
+    pki = tmp_path / "pki"
+    subprocess.run([str(REPO_ROOT / "tests/security/make_pki.sh"), str(pki)], check=True,
+                   capture_output=True)
+    lines = [f"{hashlib.sha256(t.encode()).hexdigest()} web-{role} {role}"
+             for role, t in TOKENS.items()]
+    (tmp_path / "tokens").write_text("\n".join(lines) + "\n")
+    port_file = tmp_path / "metrics.port"
+    daemon = start_daemon(local_ranks=2, insecure_local=False, extra_args=[
+        "--tls-cert", str(pki / "server.crt"), "--tls-key", str(pki / "server.key"),
+        "--tokens", str(tmp_path / "tokens"),
+        "--metrics-listen", "127.0.0.1:0", "--metrics-port-file", str(port_file)])
+    deadline = time.monotonic() + 10
+    while not port_file.exists() or not port_file.read_text().strip():
+        assert time.monotonic() < deadline, "no --metrics-port-file"
+        time.sleep(0.02)
+    admin = summon.Client(daemon.tcp_address, tls_ca=str(pki / "ca.crt"),
+                          token=TOKENS["admin"], timeout=30)
+    try:
+        net = tiny()
+        st.register(admin, MODEL, net, [net[0], net[1]])
+        with st.attach(admin, MODEL, [0, 1], lease_seconds=30) as trainer:
+            yield {"base": f"http://127.0.0.1:{port_file.read_text().strip()}",
+                   "admin": admin, "trainer": trainer}
+    finally:
+        # LocalDaemon's own cleanup speaks plaintext: delete the model (and
+        # so its shared-memory shards) as the admin.
+        for model in admin.list_models():
+            admin.delete_model(model.name, force=True)
+        admin.close()
+
+
+def train_step(trainer, n: int) -> None:
+    """One real step: the optimizer halves every shard element in place."""
+    with trainer.step(n) as step:
+        step.between()
+        step.backward()
+        step.optimizer()
+        for rank in (0, 1):
+            for unit in trainer.shard_views(rank).units.values():
+                unit.params.mul_(0.5)
+
+
+def get(url: str, token: Optional[str] = None) -> tuple[int, str]:
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_without_a_viewer_token_page_and_api_are_refused(web: dict) -> None:
+    base = web["base"]
+    status, body = get(base + "/")
+    assert status == 401 and 'action="/login"' in body
+    for path in ("/api/models", "/api/cluster", f"/api/stats?model={MODEL}&param={PARAM}"):
+        status, body = get(base + path)
+        assert status == 401, path
+        assert json.loads(body)["error"]["code"] == "UNAUTHENTICATED"
+        status, _ = get(base + path, token="not-a-token")
+        assert status == 401
+    status, body = get(base + "/api/models", token=TOKENS["viewer"])
+    assert status == 200, body
+    assert [m["name"] for m in json.loads(body)["models"]] == [MODEL]
+    # /metrics stays as it was: open to the scraper.
+    assert get(base + "/metrics")[0] == 200
+
+
+def test_api_answers_as_the_rpcs_do(web: dict) -> None:
+    base, viewer = web["base"], TOKENS["viewer"]
+    train_step(web["trainer"], 1)
+    model = json.loads(get(f"{base}/api/models/{MODEL}", viewer)[1])
+    assert [(r["rank"], r["phase"], r["step"]) for r in model["ranks"]] == [
+        (0, "TRAINING_PHASE_IDLE", "1"), (1, "TRAINING_PHASE_IDLE", "1")]
+    status, body = get(f"{base}/api/stats?model={MODEL}&param={PARAM}&bins=8", viewer)
+    assert status == 200, body
+    stats = json.loads(body)["tensors"][0]
+    expected = (tiny()[0].weight.detach().double() * 0.5)
+    assert stats["info"]["shape"] == ["64", "32"]
+    assert stats["l2_norm"] == pytest.approx(expected.norm().item(), rel=1e-6)
+    assert stats["min"] == pytest.approx(expected.min().item(), rel=1e-6)
+    counts = [int(c) for c in stats["histogram"]["counts"]]
+    assert len(counts) == 8 and sum(counts) == 64 * 32
+    assert get(f"{base}/api/stats?model={MODEL}&param=nope", viewer)[0] == 404
+    assert get(f"{base}/api/stats?model={MODEL}&param={PARAM}&bins=-1", viewer)[0] == 400
+    assert get(f"{base}/api/models/absent", viewer)[0] == 404
+    # Looking leaves nothing open.
+    assert web["admin"].list_sessions() == []
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    chromedriver = shutil.which("chromedriver")
+    if chromedriver is None:
+        pytest.skip("no chromedriver: apt-get install chromium chromium-driver")
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                "--window-size=1200,900"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=webdriver.ChromeService(chromedriver),
+                              options=options)
+    yield driver
+    driver.quit()
+
+
+def screenshot(driver, name: str) -> None:
+    directory = os.environ.get("SUMMON_SCREENSHOTS")
+    if directory:
+        driver.save_screenshot(str(Path(directory) / f"{name}.png"))
+
+
+def severe(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def test_pages_in_a_real_browser(web: dict, browser) -> None:
+    base, driver = web["base"], browser
+    wait = WebDriverWait(driver, 20)
+    driver.get(base + "/login")
+    driver.find_element(By.ID, "token").send_keys(TOKENS["viewer"])
+    driver.find_element(By.ID, "login").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#models td"))
+    cookie = driver.get_cookie("summon_token")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert MODEL in driver.find_element(By.ID, "models").text
+    screenshot(driver, "web-overview")
+
+    train_step(web["trainer"], 1)
+    driver.get(base + f"/#/model/{MODEL}")
+    wait.until(lambda d: "IDLE" in d.find_element(By.ID, "ranks").text)
+    rows = driver.find_elements(By.CSS_SELECTOR, "#ranks tr")[1:]
+    assert [r.find_elements(By.TAG_NAME, "td")[2].text for r in rows] == ["1", "1"]
+    screenshot(driver, "web-model")
+
+    driver.get(base + f"/#/param/{MODEL}/{PARAM}?bins=12")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#histogram rect.bin"))
+    bars = driver.find_elements(By.CSS_SELECTOR, "#histogram rect.bin")
+    api = json.loads(get(f"{base}/api/stats?model={MODEL}&param={PARAM}&bins=12",
+                         TOKENS["viewer"])[1])["tensors"][0]
+    assert len(bars) == 12
+    assert [int(b.get_attribute("data-count")) for b in bars] == [
+        int(c) for c in api["histogram"]["counts"]]
+    screenshot(driver, "web-param")
+    assert severe(driver) == []
