@@ -131,6 +131,15 @@ def test_api_answers_as_the_rpcs_do(web: dict) -> None:
     assert get(f"{base}/api/models/absent", viewer)[0] == 404
     # Looking leaves nothing open.
     assert web["admin"].list_sessions() == []
+    # Sessions as R12 shows them: the owner (and admins) see one, others not.
+    session = web["admin"].open_session(MODEL, scope="0", writeback=False)
+    try:
+        seen = json.loads(get(f"{base}/api/sessions", TOKENS["admin"])[1])["sessions"]
+        assert [(s["id"], s["owner"], s["model"]) for s in seen] == [
+            (session.id, "web-admin", MODEL)]
+        assert json.loads(get(f"{base}/api/sessions", viewer)[1])["sessions"] == []
+    finally:
+        web["admin"].close_session(session.id)
 
 
 @pytest.fixture
