@@ -18,12 +18,14 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+import grpc
 import pytest
 import torch
 
 import summon
 import summon.torch as st
 from summon.local import REPO_ROOT, LocalDaemon
+from summon.v1 import summon_pb2, summon_pb2_grpc
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -63,7 +65,8 @@ def web(tmp_path: Path, start_daemon: Callable[..., LocalDaemon]) -> Iterator[di
         st.register(admin, MODEL, net, [net[0], net[1]])
         with st.attach(admin, MODEL, [0, 1], lease_seconds=30) as trainer:
             yield {"base": f"http://127.0.0.1:{port_file.read_text().strip()}",
-                   "admin": admin, "trainer": trainer}
+                   "admin": admin, "trainer": trainer, "ca": pki / "ca.crt",
+                   "address": daemon.tcp_address}
     finally:
         # LocalDaemon's own cleanup speaks plaintext: delete the model (and
         # so its shared-memory shards) as the admin.
@@ -140,6 +143,22 @@ def test_api_answers_as_the_rpcs_do(web: dict) -> None:
         assert json.loads(get(f"{base}/api/sessions", viewer)[1])["sessions"] == []
     finally:
         web["admin"].close_session(session.id)
+
+
+def test_the_in_process_headers_are_not_believed_from_outside(web: dict) -> None:
+    """The web view's in-process calls carry its viewer in forwarded headers
+    plus a per-process key; a TLS caller forging them gains nothing."""
+    credentials = grpc.ssl_channel_credentials(web["ca"].read_bytes())
+    with grpc.secure_channel(web["address"], credentials) as channel:
+        stub = summon_pb2_grpc.SummonStub(channel)
+        for key in ("0" * 32, ""):
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.DeleteModel(summon_pb2.DeleteModelRequest(model=MODEL), timeout=10,
+                                 metadata=[("summon-inprocess-key", key),
+                                           ("summon-principal", "eve"),
+                                           ("summon-forwarded-roles", "admin")])
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert [m.name for m in web["admin"].list_models()] == [MODEL]
 
 
 @pytest.fixture
