@@ -62,13 +62,16 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 svg { background: #fafbfd; border: 1px solid #dde; }
 rect.bin { fill: #4a7bd0; } rect.bin:hover { fill: #f29d38; }
 text { font-size: 11px; fill: #555; }
+polyline.series { fill: none; stroke: #4a7bd0; stroke-width: 2; }
+circle.nonfinite { fill: #b3261e; }
 )css";
 
 const char kAppJs[] = R"js('use strict';
 // summon web view: hash routes #/, #/model/NAME, #/param/MODEL/FQN; every
 // number comes from /api/ (docs/api.md "Web view").
 const $ = (tag, attrs = {}, ...kids) => {
-  const svg = ['svg', 'rect', 'line', 'text', 'g'].includes(tag);
+  const svg = ['svg', 'rect', 'line', 'text', 'g', 'polyline', 'circle', 'title']
+    .includes(tag);
   const el = svg ? document.createElementNS('http://www.w3.org/2000/svg', tag)
                  : document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
@@ -164,12 +167,61 @@ function histogram(h) {
   return svg;
 }
 
+// One watched series over steps: a line, and a red marker (circle.nonfinite,
+// its step in data-step) at every record with a NaN or Inf.
+function plot(id, records, value, label) {
+  const width = 640, height = 160, pad = 28;
+  const steps = records.map((r) => Number(r.step));
+  const values = records.map((r) => value(r)).filter(Number.isFinite);
+  const lo = Math.min(...steps), hi = Math.max(lo + 1, ...steps);
+  const bottom = Math.min(0, ...values), top = Math.max(bottom + 1e-30, ...values);
+  const x = (s) => pad + (width - 2 * pad) * (s - lo) / (hi - lo);
+  const y = (v) => height - pad - (height - 2 * pad) * (v - bottom) / (top - bottom);
+  const svg = $('svg', {id, width, height, viewBox: `0 0 ${width} ${height}`});
+  const points = records.filter((r) => Number.isFinite(value(r)))
+    .map((r) => x(Number(r.step)) + ',' + y(value(r))).join(' ');
+  svg.append($('polyline', {class: 'series', points,
+    'data-points': records.length}));
+  for (const r of records) {
+    if (Number(r.nan_count) + Number(r.inf_count) > 0) {
+      const marker = $('circle', {class: 'nonfinite', 'data-step': r.step,
+        cx: x(Number(r.step)), cy: pad / 2, r: 5});
+      marker.append($('title', {}, 'step ' + r.step + ': ' + r.nan_count +
+        ' NaN, ' + r.inf_count + ' Inf'));
+      svg.append(marker);
+    }
+  }
+  svg.append($('text', {x: pad, y: height - 8}, 'step ' + lo),
+    $('text', {x: width - pad, y: height - 8, 'text-anchor': 'end'},
+      'step ' + Math.max(...steps)),
+    $('text', {x: pad, y: pad - 2}, label + ' ' + fmt(top)));
+  return svg;
+}
+
+async function history(name, fqn) {
+  // Asked only for a watched parameter: a 404 would be a console error.
+  const watches = (await api('/api/watches')).watches;
+  if (!watches.some((w) => w.model === name && w.watched.includes(fqn))) {
+    return [$('p', {id: 'watch'}, 'Not watched (summonctl watch add).')];
+  }
+  const watch = await api('/api/watch?model=' + enc(name) + '&param=' +
+    enc(fqn));
+  if (!watch.records.length) return [$('p', {id: 'watch'}, 'No record yet.')];
+  const first = Number(watch.first_nonfinite_step);
+  return [
+    $('h2', {}, 'Watched history (' + watch.records.length + ' records' +
+      (first >= 0 ? ', first NaN/Inf at step ' + first : '') + ')'),
+    plot('norm-plot', watch.records, (r) => r.l2_norm, 'L2 norm'),
+    plot('absmax-plot', watch.records, (r) => r.abs_max, 'abs max')];
+}
+
 async function param(main, name, fqn) {
   const bins = new URLSearchParams(location.hash.split('?')[1] || '')
     .get('bins') || 32;
   const stats = await api('/api/stats?model=' + enc(name) + '&param=' +
     enc(fqn) + '&bins=' + enc(bins));
   const t = stats.tensors[0];
+  const watched = await history(name, fqn);
   main.replaceChildren(
     $('h2', {}, link('#/model/' + enc(name), name), ' / ' + t.info.fqn),
     table('stats', ['shape', 'min', 'max', 'mean', 'L2 norm', 'NaN', 'Inf'],
@@ -178,7 +230,7 @@ async function param(main, name, fqn) {
         $('span', {class: Number(t.nan_count) ? 'bad' : 'ok'}, t.nan_count),
         $('span', {class: Number(t.inf_count) ? 'bad' : 'ok'}, t.inf_count)]]),
     $('h2', {}, 'Histogram (' + t.histogram.counts.length + ' bins)'),
-    histogram(t.histogram));
+    histogram(t.histogram), ...watched);
 }
 
 async function route() {

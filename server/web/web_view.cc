@@ -341,6 +341,29 @@ void WebView::Register(httplib::Server& http) const {
              rpc(caller, &v1::Summon::Stub::ListSessions, list,
                  v1::ListSessionsResponse(), response);
            }));
+  http.Get("/api/watches", api([rpc](const Caller& caller,
+                                     const httplib::Request&,
+                                     httplib::Response& response) {
+             rpc(caller, &v1::Summon::Stub::ListWatches,
+                 v1::ListWatchesRequest(), v1::ListWatchesResponse(), response);
+           }));
+  http.Get("/api/watch", api([rpc](const Caller& caller,
+                                   const httplib::Request& request,
+                                   httplib::Response& response) {
+             v1::ShowWatchRequest show;
+             show.set_model(request.get_param_value("model"));
+             show.set_param(request.get_param_value("param"));
+             show.set_grad(request.get_param_value("grad") == "1");
+             int64_t since = 0;
+             if (request.has_param("since") &&
+                 !absl::SimpleAtoi(request.get_param_value("since"), &since)) {
+               return SendError(response, 400, "INVALID_ARGUMENT",
+                                "since must be a step number");
+             }
+             show.set_since(since);
+             rpc(caller, &v1::Summon::Stub::ShowWatch, show,
+                 v1::ShowWatchResponse(), response);
+           }));
   http.Get("/api/stats", api([](const Caller& caller,
                                 const httplib::Request& request,
                                 httplib::Response& response) {

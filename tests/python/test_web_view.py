@@ -132,6 +132,12 @@ def test_api_answers_as_the_rpcs_do(web: dict) -> None:
     assert get(f"{base}/api/stats?model={MODEL}&param=nope", viewer)[0] == 404
     assert get(f"{base}/api/stats?model={MODEL}&param={PARAM}&bins=-1", viewer)[0] == 400
     assert get(f"{base}/api/models/absent", viewer)[0] == 404
+    # Watches (ListWatches, ShowWatch): none here, and an unwatched
+    # parameter's history is NOT_FOUND.
+    assert json.loads(get(f"{base}/api/watches", viewer)[1]) == {"watches": []}
+    status, body = get(f"{base}/api/watch?model={MODEL}&param={PARAM}", viewer)
+    assert status == 404 and json.loads(body)["error"]["code"] == "NOT_FOUND"
+    assert get(f"{base}/api/watch?model={MODEL}&param={PARAM}&since=x", viewer)[0] == 400
     # Looking leaves nothing open.
     assert web["admin"].list_sessions() == []
     # Sessions as R12 shows them: the owner (and admins) see one, others not.
@@ -214,5 +220,6 @@ def test_pages_in_a_real_browser(web: dict, browser) -> None:
     assert len(bars) == 12
     assert [int(b.get_attribute("data-count")) for b in bars] == [
         int(c) for c in api["histogram"]["counts"]]
+    assert "Not watched" in driver.find_element(By.ID, "watch").text
     screenshot(driver, "web-param")
     assert severe(driver) == []
