@@ -25,12 +25,16 @@
 #include "server/rpc/status_conversion.h"
 #include "server/runtime/node_runtime.h"
 #include "server/service/cluster_node_ops.h"
+#include "server/service/cluster_watch_nodes.h"
 #include "server/service/local_fd_broker.h"
 #include "server/service/peer_service.h"
 #include "server/service/summon_service.h"
 #include "server/service/trainer_service.h"
 #include "server/session/session_manager.h"
 #include "server/trainer/trainer_leases.h"
+#include "server/watch/watch_partials.h"
+#include "server/watch/watch_store.h"
+#include "server/watch/watcher.h"
 #include "server/web/web_view.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
@@ -135,6 +139,23 @@ SummonServer::SummonServer(Spec spec,
         *kv_store_, membership_.get(), registry_.get(), runtime_.get(),
         authorizer);
   }
+  // Watches live on the leader (followers forward their calls); every node
+  // answers NodeWatchPartials for its own ranks.
+  watch_store_ =
+      std::make_unique<WatchStore>(spec_.data_dir, spec_.watch_history);
+  if (membership_ != nullptr) {
+    watch_nodes_ = std::make_unique<ClusterWatchNodes>(
+        membership_.get(), registry_.get(), spec_.collective_timeout);
+  } else {
+    watch_nodes_ = std::make_unique<LocalWatchNodes>(registry_.get());
+  }
+  watcher_ = std::make_unique<Watcher>(
+      watch_store_.get(), watch_nodes_.get(), &metrics::DefaultRegistry());
+  session_options.on_step_done = [watcher = watcher_.get()](
+                                     const std::string& model, int64_t step,
+                                     absl::Time ended) {
+    watcher->Notify(model, step, ended);
+  };
   sessions_ =
       std::make_unique<SessionManager>(registry_.get(), session_options);
   TrainerLeases::Options trainer_options;
@@ -150,6 +171,7 @@ SummonServer::SummonServer(Spec spec,
   summon_service_ = std::make_unique<SummonServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), checkpoint_roots,
       authorizer, membership_.get(), spec_.max_open_streams, fd_broker_.get());
+  summon_service_->SetWatches(watch_store_.get());
   trainer_service_ = std::make_unique<TrainerServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), authorizer,
       membership_.get());
@@ -324,6 +346,10 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   // Models recorded in the data directory come back with their shards.
   if (absl::Status recovered = server->registry_->Recover(); !recovered.ok()) {
     return recovered;
+  }
+  // The watches and their history (R: a restart keeps them).
+  if (absl::Status loaded = server->watch_store_->Load(); !loaded.ok()) {
+    return loaded;
   }
   // Then the trainers' phases and leases on those models.
   if (absl::Status recovered = server->trainers_->Recover(); !recovered.ok()) {

@@ -33,6 +33,9 @@ class SessionManager;
 class SummonServiceImpl;
 class TrainerLeases;
 class TrainerServiceImpl;
+class WatchNodes;
+class WatchStore;
+class Watcher;
 class LocalFdBroker;
 
 // summond's gRPC server: the Summon and Trainer services, grpc.health.v1 and
@@ -68,6 +71,8 @@ class SummonServer {
     std::vector<std::string> admins;
     // Most sessions one principal may hold at once; 0: no limit.
     int max_sessions_per_principal = 64;
+    // Records kept per watched parameter (docs/operations.md, watches).
+    int watch_history = 1000;
     // Most tensor streams (reads and writes) in flight at once; more are
     // refused with RESOURCE_EXHAUSTED. 0: no limit.
     int max_open_streams = 256;
@@ -154,6 +159,11 @@ class SummonServer {
   std::unique_ptr<NodeRuntime> runtime_;
   std::unique_ptr<ClusterNodeOps> cluster_ops_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
+  // Before sessions_: the interlock notifies the watcher until the session
+  // manager is gone.
+  std::unique_ptr<WatchStore> watch_store_;
+  std::unique_ptr<WatchNodes> watch_nodes_;
+  std::unique_ptr<Watcher> watcher_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TrainerLeases> trainers_;
   // Outlives the service that grants and dies before the sessions its
