@@ -223,3 +223,51 @@ def test_pages_in_a_real_browser(web: dict, browser) -> None:
     assert "Not watched" in driver.find_element(By.ID, "watch").text
     screenshot(driver, "web-param")
     assert severe(driver) == []
+
+
+def records(admin: summon.Client, count: int, timeout: float = 15.0) -> list:
+    """Waits for the watch worker (off the trainer's path) to record `count` steps."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = admin.show_watch(MODEL, PARAM)
+        if len(shown.records) >= count or time.monotonic() > deadline:
+            return list(shown.records)
+        time.sleep(0.02)
+
+
+def test_watched_history_plots_in_a_real_browser(web: dict, browser) -> None:
+    base, driver, admin, trainer = web["base"], browser, web["admin"], web["trainer"]
+    admin.add_watch(MODEL, [PARAM], histogram_bins=8)
+    for n in (1, 2):
+        train_step(trainer, n)
+    assert len(records(admin, 2)) == 2
+    driver.get(base + "/login")
+    driver.find_element(By.ID, "token").send_keys(TOKENS["viewer"])
+    driver.find_element(By.ID, "login").click()
+    driver.get(base + f"/#/param/{MODEL}/{PARAM}")
+    wait = WebDriverWait(driver, 20)
+    points = lambda d: [int(p.get_attribute("data-points")) for p in d.find_elements(  # noqa: E731
+        By.CSS_SELECTOR, "#norm-plot polyline.series")]
+    wait.until(lambda d: points(d) == [2])
+    assert driver.find_elements(By.CSS_SELECTOR, "circle.nonfinite") == []
+
+    # A step adds a point (the page refreshes itself every 5 s).
+    train_step(trainer, 3)
+    assert len(records(admin, 3)) == 3
+    wait.until(lambda d: points(d) == [3])
+
+    # A NaN written back through a session shows as a marker at its step.
+    session = admin.open_session(MODEL, params=[PARAM])
+    admin.write_tensor(session.id, PARAM, torch.tensor([float("nan")]).numpy(),
+                       offset=5, count=1)
+    admin.close_session(session.id)
+    train_step(trainer, 4)
+    shown = records(admin, 4)
+    assert [(r.step, r.nan_count) for r in shown] == [(1, 0), (2, 0), (3, 0), (4, 1)]
+    wait.until(lambda d: points(d) == [4])
+    for plot in ("#norm-plot", "#absmax-plot"):
+        markers = driver.find_elements(By.CSS_SELECTOR, f"{plot} circle.nonfinite")
+        assert [m.get_attribute("data-step") for m in markers] == ["4"]
+    assert "first NaN/Inf at step 4" in driver.find_element(By.ID, "main").text
+    screenshot(driver, "web-watch")
+    assert severe(driver) == []
