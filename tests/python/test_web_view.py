@@ -27,9 +27,12 @@ import summon.torch as st
 from summon.local import REPO_ROOT, LocalDaemon
 from summon.v1 import summon_pb2, summon_pb2_grpc
 
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+try:  # Only the browser tests need selenium (client/python/requirements.txt).
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:
+    webdriver = None
 
 TOKENS = {"admin": "admin-secret", "viewer": "viewer-secret"}
 MODEL = "net"
@@ -169,6 +172,8 @@ def test_the_in_process_headers_are_not_believed_from_outside(web: dict) -> None
 
 @pytest.fixture
 def browser() -> Iterator[object]:
+    if webdriver is None:
+        pytest.skip("no selenium: scripts/setup (client/python/requirements.txt)")
     chromedriver = shutil.which("chromedriver")
     if chromedriver is None:
         pytest.skip("no chromedriver: apt-get install chromium chromium-driver")
