@@ -183,7 +183,9 @@ std::string ClusterJson(const ClusterView& view) {
     nodes.push_back(node + "}");
   }
   return absl::StrCat("{\"node_rank\":", view.node_rank,
-                      ",\"leader\":", view.leader, ",\"epoch\":", view.epoch,
+                      ",\"leader\":", view.leader,
+                      // 64-bit, so a string as in protobuf's JSON mapping.
+                      ",\"epoch\":\"", view.epoch, "\"",
                       ",\"ready\":", view.ready ? "true" : "false",
                       ",\"failure\":", JsonString(view.failure),
                       ",\"nodes\":[", absl::StrJoin(nodes, ","), "]}");

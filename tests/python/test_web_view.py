@@ -119,6 +119,11 @@ def test_without_a_viewer_token_page_and_api_are_refused(web: dict) -> None:
 
 def test_api_answers_as_the_rpcs_do(web: dict) -> None:
     base, viewer = web["base"], TOKENS["viewer"]
+    cluster = json.loads(get(f"{base}/api/cluster", viewer)[1])
+    assert (cluster["node_rank"], cluster["leader"], cluster["epoch"], cluster["ready"]) == (
+        0, 0, "0", True)
+    assert [(n["node"], n["address"], n["leader"], n["self"]) for n in cluster["nodes"]] == [
+        (0, web["address"], True, True)]
     train_step(web["trainer"], 1)
     model = json.loads(get(f"{base}/api/models/{MODEL}", viewer)[1])
     assert [(r["rank"], r["phase"], r["step"]) for r in model["ranks"]] == [
@@ -198,13 +203,19 @@ def severe(driver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
-def test_pages_in_a_real_browser(web: dict, browser) -> None:
-    base, driver = web["base"], browser
+def log_in(driver, base: str) -> "WebDriverWait":
+    """The login form with the viewer token; returns once the overview shows."""
     wait = WebDriverWait(driver, 20)
     driver.get(base + "/login")
     driver.find_element(By.ID, "token").send_keys(TOKENS["viewer"])
     driver.find_element(By.ID, "login").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#models td"))
+    return wait
+
+
+def test_pages_in_a_real_browser(web: dict, browser) -> None:
+    base, driver = web["base"], browser
+    wait = log_in(driver, base)
     cookie = driver.get_cookie("summon_token")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert MODEL in driver.find_element(By.ID, "models").text
@@ -246,11 +257,8 @@ def test_watched_history_plots_in_a_real_browser(web: dict, browser) -> None:
     for n in (1, 2):
         train_step(trainer, n)
     assert len(records(admin, 2)) == 2
-    driver.get(base + "/login")
-    driver.find_element(By.ID, "token").send_keys(TOKENS["viewer"])
-    driver.find_element(By.ID, "login").click()
+    wait = log_in(driver, base)
     driver.get(base + f"/#/param/{MODEL}/{PARAM}")
-    wait = WebDriverWait(driver, 20)
     points = lambda d: [int(p.get_attribute("data-points")) for p in d.find_elements(  # noqa: E731
         By.CSS_SELECTOR, "#norm-plot polyline.series")]
     wait.until(lambda d: points(d) == [2])
