@@ -127,6 +127,10 @@ def test_every_n_steps_and_the_ring_bound(start_daemon) -> None:
         assert [r.step for r in records(client, "m", "blk.b", 4)][-3:] == [8, 10, 12]
         client.remove_watch("m")
         assert client.list_watches() == []
+        # A deleted model's watch goes with it.
+        client.add_watch("m", ["blk.b"])
+        client.delete_model("m")
+        assert client.list_watches() == []
         with pytest.raises(summon.SummonError) as error:
             client.remove_watch("m")
         assert error.value.code == "NOT_FOUND"
