@@ -172,7 +172,18 @@ SummonServer::SummonServer(Spec spec,
     watch_nodes_ = std::make_unique<LocalWatchNodes>(registry_.get());
   }
   watcher_ = std::make_unique<Watcher>(
-      watch_store_.get(), watch_nodes_.get(), &metrics::DefaultRegistry());
+      watch_store_.get(), watch_nodes_.get(), &metrics::DefaultRegistry(),
+      [registry = registry_.get()](const std::string& name) {
+        Watcher::StepState state;
+        absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry->Get(name);
+        if (!model.ok()) return state;
+        absl::MutexLock lock(&(*model)->runtime_mu);
+        state.done_step = (*model)->last_optimizer_step;
+        for (core::TrainingPhase phase : (*model)->runtime.phase_per_rank) {
+          state.in_optimizer |= phase == core::TrainingPhase::kOptimizer;
+        }
+        return state;
+      });
   session_options.on_step_done = [watcher = watcher_.get()](
                                      const std::string& model, int64_t step,
                                      absl::Time ended) {

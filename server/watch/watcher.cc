@@ -9,9 +9,15 @@
 namespace summon::server {
 
 Watcher::Watcher(WatchStore* store, WatchNodes* nodes,
-                 metrics::Registry* metrics)
-    : store_(store), nodes_(nodes), metrics_(metrics) {
+                 metrics::Registry* metrics, StepProbe probe)
+    : store_(store), nodes_(nodes), probe_(std::move(probe)),
+      metrics_(metrics) {
   if (metrics_ != nullptr) {
+    skipped_ = metrics_->Counter(
+        "summon_watch_skipped_total",
+        "Watched steps not recorded: the next optimizer step began before "
+        "the shards were read",
+        {"model"});
     nonfinite_ = metrics_->Counter(
         "summon_watch_nonfinite_total",
         "Watched parameters whose record first held a NaN or Inf",
@@ -117,6 +123,23 @@ absl::StatusOr<std::vector<core::WatchPartial>> Combined(
 void Watcher::RecordStep(const Job& job) {
   const std::optional<WatchSpec> spec = store_->Get(job.model);
   if (!spec.has_value()) return;
+  // The shards hold step `job.step` only until a rank enters OPTIMIZER
+  // again: a record read before or across that would be another step's (or
+  // torn). Such a step is skipped, never mislabelled; the trainer is never
+  // held up for it.
+  const auto still_that_step = [&] {
+    if (!probe_) return true;
+    const StepState state = probe_(job.model);
+    return !state.in_optimizer && state.done_step == job.step;
+  };
+  const auto skip = [&] {
+    spdlog::warn(
+        "watch of model {}: step {} skipped, the next optimizer step began "
+        "before its shards were read",
+        job.model, job.step);
+    if (skipped_ != nullptr) skipped_->Add({job.model});
+  };
+  if (!still_that_step()) return skip();
   std::vector<std::pair<std::pair<std::string, bool>, WatchRecord>> records;
   for (const bool grad : {false, true}) {
     if (grad && !spec->grads) continue;
@@ -177,6 +200,7 @@ void Watcher::RecordStep(const Job& job) {
       records.push_back({{request.params[i], grad}, std::move(record)});
     }
   }
+  if (!still_that_step()) return skip();
   absl::StatusOr<WatchStore::Recorded> recorded =
       store_->Record(job.model, spec->created_at, std::move(records));
   if (!recorded.ok()) {

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -22,8 +24,18 @@ namespace summon::server {
 
 class Watcher {
  public:
-  // `metrics` null: no metrics (tests).
-  Watcher(WatchStore* store, WatchNodes* nodes, metrics::Registry* metrics);
+  // Where a model's training is: the last step every rank finished, and
+  // whether a rank is in OPTIMIZER now (its shards are changing).
+  struct StepState {
+    std::optional<int64_t> done_step;
+    bool in_optimizer = false;
+  };
+  using StepProbe = std::function<StepState(const std::string& model)>;
+
+  // `metrics` null: no metrics (tests). `probe` null: every queued step is
+  // recorded as read.
+  Watcher(WatchStore* store, WatchNodes* nodes, metrics::Registry* metrics,
+          StepProbe probe = nullptr);
   ~Watcher();  // Finishes the queued steps, then stops.
 
   // Every rank of `model` left OPTIMIZER for `step` at `ended`. Queues a
@@ -45,7 +57,9 @@ class Watcher {
 
   WatchStore* const store_;
   WatchNodes* const nodes_;
+  const StepProbe probe_;
   metrics::Family* nonfinite_ = nullptr;
+  metrics::Family* skipped_ = nullptr;
   int norm_gauge_ = 0;
   metrics::Registry* metrics_;
 

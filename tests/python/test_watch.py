@@ -6,6 +6,8 @@ the ring keeps the last K records, and a restart keeps the history."""
 from __future__ import annotations
 
 import time
+import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -79,7 +81,19 @@ def test_records_equal_numpy_over_the_seeded_values(client: summon.Client,
     assert listed.model == model and listed.last_step == 1
 
 
-def test_nan_written_back_is_seen_at_its_step(client: summon.Client, model: str) -> None:
+def scrape(port_file: Path) -> str:
+    port = int(port_file.read_text().strip())
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        return reply.read().decode()
+
+
+def test_nan_written_back_is_seen_at_its_step(start_daemon, tmp_path: Path) -> None:
+    port_file = tmp_path / "metrics.port"
+    daemon = start_daemon(local_ranks=2, extra_args=[
+        "--metrics-listen", "127.0.0.1:0", "--metrics-port-file", str(port_file)])
+    client = summon.Client(daemon.address)
+    model = "m"
+    client.create_model(model, LAYOUT, init=f"seeded:{SEED}")
     client.add_watch(model, ["blk.w"], histogram_bins=4)
     step(client, model, 1)
     step(client, model, 2)
@@ -103,6 +117,14 @@ def test_nan_written_back_is_seen_at_its_step(client: summon.Client, model: str)
     counts, _ = np.histogram(v, bins=4, range=(full.min(), full.max()))
     assert list(third.histogram.counts) == counts.tolist()
     assert client.show_watch(model, "blk.w", since=3).records[0].step == 3
+    # Counted once, when first seen; the norm gauge covers watched params only.
+    step(client, model, 4)
+    records(client, model, "blk.w", 4)
+    metrics = scrape(port_file)
+    assert 'summon_watch_nonfinite_total{model="m",param="blk.w"} 1' in metrics
+    assert 'summon_watch_l2_norm{model="m",param="blk.w"}' in metrics
+    assert 'param="embed.w"' not in metrics
+    client.close()
 
 
 def test_every_n_steps_and_the_ring_bound(start_daemon) -> None:
@@ -126,6 +148,10 @@ def test_every_n_steps_and_the_ring_bound(start_daemon) -> None:
         step(client, "m", 12)
         assert [r.step for r in records(client, "m", "blk.b", 4)][-3:] == [8, 10, 12]
         client.remove_watch("m")
+        assert client.list_watches() == []
+        # A deleted model's watch goes with it.
+        client.add_watch("m", ["blk.b"])
+        client.delete_model("m")
         assert client.list_watches() == []
         with pytest.raises(summon.SummonError) as error:
             client.remove_watch("m")
