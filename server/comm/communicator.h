@@ -55,6 +55,19 @@ class Communicator {
       const std::vector<int64_t>& recv_bytes_per_rank,
       const CollectiveOptions& options) = 0;
 
+  // An all-gather in place whose ranks' bytes need not be adjacent: rank
+  // r's `bytes[r]` sit at `buffer + offsets[r]` (slots must not overlap);
+  // this rank sends its own from there and every other rank's land there.
+  // Host memory only. One operation may run as several parts (`part` 0 to
+  // 255, the same tag, called in order on every rank) so that a caller
+  // fills the next part's bytes while this one moves (NodeRuntime's
+  // pipelined gather). The default bounces through a contiguous buffer and
+  // AllGatherV (a copy each way); Gloo sends and receives in place.
+  virtual absl::Status AllGatherAt(void* buffer,
+                                   const std::vector<int64_t>& offsets,
+                                   const std::vector<int64_t>& bytes, int part,
+                                   const CollectiveOptions& options);
+
   // Like AllGatherV, but only `root` receives; `recv` is used on the root
   // only (other ranks may pass nullptr).
   virtual absl::Status Gather(const void* send, int64_t send_bytes, void* recv,
