@@ -202,9 +202,8 @@ absl::Status Communicator::AllGatherAt(void* buffer,
   uint8_t* const base = static_cast<uint8_t*>(buffer);
   const int me = rank();
   CopyHostBytes(packed.data() + packed_at[me], base + offsets[me], bytes[me]);
-  absl::Status gathered =
-      AllGatherV(packed.data() + packed_at[me], bytes[me], packed.data(),
-                 bytes, options);
+  absl::Status gathered = AllGatherV(packed.data() + packed_at[me], bytes[me],
+                                     packed.data(), bytes, options);
   if (!gathered.ok()) return gathered;
   for (size_t r = 0; r < bytes.size(); ++r) {
     if (static_cast<int>(r) == me) continue;

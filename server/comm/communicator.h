@@ -19,8 +19,8 @@ namespace summon::server {
 // Options of one collective operation, in gloo's style.
 struct CollectiveOptions {
   // Tells the messages of different operations apart: the operation's number
-  // in the leader's global order (docs/design.md#how-nodes-work-together). Every rank passes the
-  // same tag for the same operation.
+  // in the leader's global order (docs/design.md#how-nodes-work-together).
+  // Every rank passes the same tag for the same operation.
   uint64_t tag = 0;
   // Bound on the operation's waits; DEADLINE_EXCEEDED when a peer does not
   // take part in time. Must be positive and finite.

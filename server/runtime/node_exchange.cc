@@ -26,24 +26,26 @@ absl::StatusOr<std::unique_ptr<ShardMemory>> DeviceBuffer(
 }
 
 // A pipelined gather's parts: at least 8 MiB each (below that a part's
-// round trip costs more than the copy it hides), at most 8 (the local copy
-// left unhidden is one part's, 1/8 of it).
+// round trip costs more than the copy it hides), at most `most` (by
+// default 8: the local copy left unhidden is one part's, 1/8 of it; never
+// above 256, AllGatherAt's parts).
 constexpr int64_t kMinPartBytes = int64_t{8} << 20;
-constexpr int kMaxParts = 8;
 
-int PipelineParts(int64_t bytes) {
-  return static_cast<int>(std::min<int64_t>(kMaxParts, bytes / kMinPartBytes));
+int PipelineParts(int64_t bytes, int most) {
+  return static_cast<int>(
+      std::min<int64_t>(std::clamp(most, 1, 256), bytes / kMinPartBytes));
 }
 
 }  // namespace
 
-bool NodeRuntime::Pipelines(const GatherCopy& copy) {
+bool NodeRuntime::Pipelines(const GatherCopy& copy) const {
   const core::ModelSpec& spec = copy.model->spec;
   const int nodes = spec.groups.topology.nodes;
   // on_device and device_exchange are alike on every node here: each holds
   // a copy and the nodes are configured alike.
   if (nodes < 2 || copy.grads || copy.rank0_only || copy.on_device ||
-      copy.device_exchange || PipelineParts(copy.layout.total_bytes) < 2 ||
+      copy.device_exchange ||
+      PipelineParts(copy.layout.total_bytes, gather_parts_) < 2 ||
       static_cast<int>(copy.plan.copies.size()) != nodes) {
     return false;
   }
@@ -62,7 +64,7 @@ absl::Status NodeRuntime::PipelinedGather(
     return absl::UnavailableError("the cluster is not connected yet");
   }
   const int nodes = static_cast<int>(slot_offsets.size());
-  const int parts = PipelineParts(copy.layout.total_bytes);
+  const int parts = PipelineParts(copy.layout.total_bytes, gather_parts_);
   // Where part k of node n's slot starts (k == parts: where the slot ends).
   // Every node cuts every slot alike.
   auto cut = [&](int n, int k) {

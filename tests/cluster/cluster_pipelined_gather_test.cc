@@ -73,10 +73,10 @@ TYPED_TEST(ClusterPipelinedGatherTest, EveryElementArrivesThroughEveryNode) {
 
   const v1::Session reader_session = OpenOk(this->node(0), name, ReadOnly());
   for (int reader = 0; reader < this->nodes(); ++reader) {
-    EXPECT_EQ(FirstDifference(ReadOk(this->node(reader), reader_session.id(),
-                                     "big.w"),
-                              edited),
-              -1)
+    EXPECT_EQ(
+        FirstDifference(
+            ReadOk(this->node(reader), reader_session.id(), "big.w"), edited),
+        -1)
         << "read-only session after the writeback, read via node " << reader;
   }
   CloseOk(this->node(this->nodes() - 1), reader_session.id());
