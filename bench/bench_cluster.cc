@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(
     spec.device_communicator = options.device_communicator;
     spec.copy_pool_idle = options.pool_idle;
     spec.staging_pool_idle = options.pool_idle;
+    spec.gather_parts = options.gather_parts;
     absl::StatusOr<std::unique_ptr<server::SummonServer>> server =
         server::SummonServer::Start(std::move(spec));
     if (!server.ok()) return server.status();

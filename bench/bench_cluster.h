@@ -33,6 +33,9 @@ class BenchCluster {
     // How long each node keeps closed sessions' copies and spare staging
     // (SummonServer::Spec's copy_pool_idle and staging_pool_idle).
     absl::Duration pool_idle = server::SummonServer::Spec().copy_pool_idle;
+    // SummonServer::Spec::gather_parts (1: the gather copies, then
+    // exchanges).
+    int gather_parts = server::SummonServer::Spec().gather_parts;
   };
 
   // INVALID_ARGUMENT for local_ranks < 1; UNAVAILABLE when a data directory

@@ -84,6 +84,10 @@ ABSL_FLAG(int64_t, idle_ms, 0,
           "session-copy pool's and spare staging's --*_pool_idle), so each "
           "operation meets memory as a user's first one after a pause does. "
           "Under --compare it adds the first-touch anchors' columns.");
+ABSL_FLAG(int32_t, gather_parts, 8,
+          "summond --gather-parts of the daemons: parts a gather between "
+          "nodes overlaps its local copy with; 1: none (copy, then "
+          "exchange).");
 ABSL_FLAG(absl::Duration, pool_idle, absl::Minutes(10),
           "How long the in-process summond keeps closed sessions' copies and "
           "spare staging (summond --copy-pool-idle, --staging-pool-idle); "
@@ -443,6 +447,7 @@ absl::Status Run() {
   cluster_options.local_ranks = absl::GetFlag(FLAGS_local_ranks);
   cluster_options.nodes = absl::GetFlag(FLAGS_nodes);
   cluster_options.pool_idle = absl::GetFlag(FLAGS_pool_idle);
+  cluster_options.gather_parts = absl::GetFlag(FLAGS_gather_parts);
   if (const std::string device = absl::GetFlag(FLAGS_device);
       device == "cuda") {
     absl::StatusOr<std::unique_ptr<server::gpu::CudaShardMemoryProvider>>

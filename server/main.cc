@@ -78,6 +78,10 @@ ABSL_FLAG(int64_t, staging_pool_bytes, int64_t{1} << 30,
 ABSL_FLAG(absl::Duration, staging_pool_idle, absl::Minutes(10),
           "How long a spare staged segment waits for the next writeback "
           "before it is unlinked, e.g. 10m, 30s.");
+ABSL_FLAG(int32_t, gather_parts, 8,
+          "Parts a large gather between nodes runs in (8 MiB or more each), "
+          "each part's local copy overlapped with the previous part's "
+          "exchange; 1: no overlap. Give every node the same value.");
 ABSL_FLAG(int32_t, heartbeat_ms, 1000,
           "Interval of node heartbeats to the leader, in milliseconds.");
 ABSL_FLAG(int32_t, collective_timeout_ms, 30000,
@@ -197,6 +201,7 @@ SummonServer::Spec SpecFromFlags() {
   spec.copy_pool_idle = absl::GetFlag(FLAGS_copy_pool_idle);
   spec.staging_pool_bytes = absl::GetFlag(FLAGS_staging_pool_bytes);
   spec.staging_pool_idle = absl::GetFlag(FLAGS_staging_pool_idle);
+  spec.gather_parts = absl::GetFlag(FLAGS_gather_parts);
   spec.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   spec.collective_timeout =

@@ -153,6 +153,7 @@ SummonServer::SummonServer(Spec spec,
         std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(), nullptr,
                                       spec_.collective_timeout, copy_pool_);
     if (spec_.device_communicator != nullptr) runtime_->EnableDeviceExchange();
+    runtime_->SetGatherParts(spec_.gather_parts);
     cluster_ops_ = std::make_unique<ClusterNodeOps>(
         membership_.get(), runtime_.get(), spec_.collective_timeout,
         failure_timeout + spec_.heartbeat_interval);

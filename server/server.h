@@ -80,6 +80,11 @@ class SummonServer {
     // each for staging_pool_idle unused. 0 bytes: keep none.
     int64_t staging_pool_bytes = int64_t{1} << 30;
     absl::Duration staging_pool_idle = absl::Minutes(10);
+    // Parts a large gather between nodes runs in, each part's local copy
+    // overlapped with the previous part's exchange (NodeRuntime's pipelined
+    // gather, docs/architecture.md#placement): at most this many, each 8 MiB
+    // or more. 1: no overlap (copy, then exchange). Every node alike.
+    int gather_parts = 8;
     // Principals allowed to operate any session (R12).
     std::vector<std::string> admins;
     // Most sessions one principal may hold at once; 0: no limit.

@@ -1,6 +1,8 @@
 #include "server/comm/collective_args.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -125,6 +127,41 @@ absl::StatusOr<RankSlices> CheckScatter(
   return slices;
 }
 
+absl::Status CheckAllGatherAt(const Communicator& comm, const void* buffer,
+                              const std::vector<int64_t>& offsets,
+                              const std::vector<int64_t>& bytes, int part,
+                              const CollectiveOptions& options) {
+  if (absl::Status checked = CheckOptions(options); !checked.ok()) {
+    return checked;
+  }
+  if (part < 0 || part > 255) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("part ", part, " is not in [0, 255]"));
+  }
+  if (static_cast<int64_t>(offsets.size()) != comm.size() ||
+      static_cast<int64_t>(bytes.size()) != comm.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all-gather at offsets has ", offsets.size(), " offsets and ",
+        bytes.size(), " byte counts for a communicator of size ", comm.size()));
+  }
+  std::vector<std::pair<int64_t, int64_t>> slots;
+  for (size_t r = 0; r < offsets.size(); ++r) {
+    if (offsets[r] < 0 || bytes[r] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", r, "'s slot is at ", offsets[r], " for ",
+                       bytes[r], " bytes"));
+    }
+    if (bytes[r] > 0) slots.emplace_back(offsets[r], bytes[r]);
+  }
+  std::sort(slots.begin(), slots.end());
+  for (size_t i = 1; i < slots.size(); ++i) {
+    if (slots[i - 1].first + slots[i - 1].second > slots[i].first) {
+      return absl::InvalidArgumentError("all-gather slots overlap");
+    }
+  }
+  return CheckBuffer("all-gather", buffer, slots.empty() ? 0 : 1);
+}
+
 absl::Status CheckBroadcast(const Communicator& comm, const void* buffer,
                             int64_t bytes, int root,
                             const CollectiveOptions& options) {
@@ -140,6 +177,39 @@ absl::Status CheckBarrier(const CollectiveOptions& options) {
 void CopyHostBytes(void* dst, const void* src, int64_t bytes) {
   if (bytes == 0 || dst == src) return;
   std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+// The portable AllGatherAt: the slots packed in rank order, an in-place
+// AllGatherV, the other ranks' slots unpacked. Parts share the tag: the
+// backends that keep this default run one operation at a time per tag.
+absl::Status Communicator::AllGatherAt(void* buffer,
+                                       const std::vector<int64_t>& offsets,
+                                       const std::vector<int64_t>& bytes,
+                                       int part,
+                                       const CollectiveOptions& options) {
+  if (absl::Status checked =
+          CheckAllGatherAt(*this, buffer, offsets, bytes, part, options);
+      !checked.ok()) {
+    return checked;
+  }
+  int64_t total = 0;
+  std::vector<int64_t> packed_at(bytes.size());
+  for (size_t r = 0; r < bytes.size(); ++r) {
+    packed_at[r] = total;
+    total += bytes[r];
+  }
+  std::vector<uint8_t> packed(static_cast<size_t>(total));
+  uint8_t* const base = static_cast<uint8_t*>(buffer);
+  const int me = rank();
+  CopyHostBytes(packed.data() + packed_at[me], base + offsets[me], bytes[me]);
+  absl::Status gathered = AllGatherV(packed.data() + packed_at[me], bytes[me],
+                                     packed.data(), bytes, options);
+  if (!gathered.ok()) return gathered;
+  for (size_t r = 0; r < bytes.size(); ++r) {
+    if (static_cast<int>(r) == me) continue;
+    CopyHostBytes(base + offsets[r], packed.data() + packed_at[r], bytes[r]);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace summon::server

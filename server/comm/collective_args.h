@@ -39,6 +39,13 @@ absl::StatusOr<RankSlices> CheckScatter(
     const std::vector<int64_t>& send_bytes_per_rank, const void* recv,
     int64_t recv_bytes, int root, const CollectiveOptions& options);
 
+// Every slot inside no other, sizes and offsets non-negative, one per rank,
+// a part in [0, 255].
+absl::Status CheckAllGatherAt(const Communicator& comm, const void* buffer,
+                              const std::vector<int64_t>& offsets,
+                              const std::vector<int64_t>& bytes, int part,
+                              const CollectiveOptions& options);
+
 absl::Status CheckBroadcast(const Communicator& comm, const void* buffer,
                             int64_t bytes, int root,
                             const CollectiveOptions& options);

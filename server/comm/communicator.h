@@ -19,8 +19,8 @@ namespace summon::server {
 // Options of one collective operation, in gloo's style.
 struct CollectiveOptions {
   // Tells the messages of different operations apart: the operation's number
-  // in the leader's global order (docs/design.md#how-nodes-work-together). Every rank passes the
-  // same tag for the same operation.
+  // in the leader's global order (docs/design.md#how-nodes-work-together).
+  // Every rank passes the same tag for the same operation.
   uint64_t tag = 0;
   // Bound on the operation's waits; DEADLINE_EXCEEDED when a peer does not
   // take part in time. Must be positive and finite.
@@ -54,6 +54,19 @@ class Communicator {
       const void* send, int64_t send_bytes, void* recv,
       const std::vector<int64_t>& recv_bytes_per_rank,
       const CollectiveOptions& options) = 0;
+
+  // An all-gather in place whose ranks' bytes need not be adjacent: rank
+  // r's `bytes[r]` sit at `buffer + offsets[r]` (slots must not overlap);
+  // this rank sends its own from there and every other rank's land there.
+  // Host memory only. One operation may run as several parts (`part` 0 to
+  // 255, the same tag, called in order on every rank) so that a caller
+  // fills the next part's bytes while this one moves (NodeRuntime's
+  // pipelined gather). The default bounces through a contiguous buffer and
+  // AllGatherV (a copy each way); Gloo sends and receives in place.
+  virtual absl::Status AllGatherAt(void* buffer,
+                                   const std::vector<int64_t>& offsets,
+                                   const std::vector<int64_t>& bytes, int part,
+                                   const CollectiveOptions& options);
 
   // Like AllGatherV, but only `root` receives; `recv` is used on the root
   // only (other ranks may pass nullptr).

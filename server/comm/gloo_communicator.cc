@@ -34,6 +34,9 @@ std::chrono::milliseconds ToGlooTimeout(absl::Duration timeout) {
 }
 
 // Gloo's slots carry 32-bit tags.
+// AllGatherAt's slots, apart from Gloo's own collectives' prefixes.
+constexpr uint8_t kAllGatherAtSlotPrefix = 0x21;
+
 uint32_t GlooTag(const CollectiveOptions& options) {
   return static_cast<uint32_t>(options.tag);
 }
@@ -216,6 +219,55 @@ absl::Status GlooCommunicator::AllGatherV(
     gloo_options.setTag(GlooTag(options));
     gloo_options.setTimeout(ToGlooTimeout(options.timeout));
     gloo::allgatherv(gloo_options);
+    return true;
+  });
+}
+
+absl::Status GlooCommunicator::AllGatherAt(void* buffer,
+                                           const std::vector<int64_t>& offsets,
+                                           const std::vector<int64_t>& bytes,
+                                           int part,
+                                           const CollectiveOptions& options) {
+  if (absl::Status checked =
+          CheckAllGatherAt(*this, buffer, offsets, bytes, part, options);
+      !checked.ok()) {
+    return checked;
+  }
+  int64_t span = 0;
+  for (size_t r = 0; r < bytes.size(); ++r) {
+    if (bytes[r] > 0) span = std::max(span, offsets[r] + bytes[r]);
+  }
+  if (span == 0) return absl::OkStatus();
+  return Run("allgather_at", options, [&] {
+    // A slot of its own per part: the parts of one operation never meet
+    // another's messages.
+    const uint64_t slot =
+        gloo::Slot::build(kAllGatherAtSlotPrefix, GlooTag(options)) +
+        static_cast<uint8_t>(part);
+    const Clock::time_point deadline =
+        Clock::now() + ToGlooTimeout(options.timeout);
+    std::unique_ptr<UnboundBuffer> whole =
+        context_->createUnboundBuffer(buffer, static_cast<size_t>(span));
+    WatchedBuffer watched(*this, whole.get());
+    int receives = 0;
+    int sends = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      if (bytes[r] > 0) {
+        whole->recv(r, slot, offsets[r], bytes[r]);
+        ++receives;
+      }
+      if (bytes[rank_] > 0) {
+        whole->send(r, slot, offsets[rank_], bytes[rank_]);
+        ++sends;
+      }
+    }
+    for (int i = 0; i < receives; ++i) {
+      if (!whole->waitRecv(Remaining(deadline))) return false;
+    }
+    for (int i = 0; i < sends; ++i) {
+      if (!whole->waitSend(Remaining(deadline))) return false;
+    }
     return true;
   });
 }

@@ -74,6 +74,11 @@ class GlooCommunicator final : public Communicator {
   absl::Status AllGatherV(const void* send, int64_t send_bytes, void* recv,
                           const std::vector<int64_t>& recv_bytes_per_rank,
                           const CollectiveOptions& options) override;
+  // Sends this rank's slot to every peer and receives theirs, straight
+  // from and into `buffer` (no copies).
+  absl::Status AllGatherAt(void* buffer, const std::vector<int64_t>& offsets,
+                           const std::vector<int64_t>& bytes, int part,
+                           const CollectiveOptions& options) override;
   absl::Status Gather(const void* send, int64_t send_bytes, void* recv,
                       const std::vector<int64_t>& recv_bytes_per_rank, int root,
                       const CollectiveOptions& options) override;

@@ -168,6 +168,63 @@ TEST_P(GlooCollectivesTest, AllGatherVInPlace) {
   }
 }
 
+// Slots in reverse rank order with 3-byte gaps, uneven and zero sizes,
+// exchanged in three parts of one operation (as NodeRuntime's pipelined
+// gather runs it): every slot lands where its rank put it, the gaps stay.
+TEST_P(GlooCollectivesTest, AllGatherAtInPartsBetweenGaps) {
+  const std::vector<int64_t> bytes = UnevenBytes(size());
+  std::vector<int64_t> offsets(size());
+  int64_t span = 0;
+  for (int r = size() - 1; r >= 0; --r) {
+    offsets[r] = span + 3;
+    span = offsets[r] + bytes[r];
+  }
+  constexpr int kParts = 3;
+  std::vector<std::vector<uint8_t>> buffers(size(),
+                                            std::vector<uint8_t>(span, 0xEE));
+  std::vector<absl::Status> status(size());
+  RunOnRanks(size(), [&](int rank) {
+    const std::vector<uint8_t> own = Pattern(rank, bytes[rank]);
+    std::copy(own.begin(), own.end(), buffers[rank].begin() + offsets[rank]);
+    for (int k = 0; k < kParts && status[rank].ok(); ++k) {
+      std::vector<int64_t> at(size());
+      std::vector<int64_t> part(size());
+      for (int r = 0; r < size(); ++r) {
+        at[r] = offsets[r] + bytes[r] * k / kParts;
+        part[r] = offsets[r] + bytes[r] * (k + 1) / kParts - at[r];
+      }
+      status[rank] = comms_[rank]->AllGatherAt(buffers[rank].data(), at, part,
+                                               k, Options(9));
+    }
+  });
+  for (int rank = 0; rank < size(); ++rank) {
+    ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank];
+    std::vector<uint8_t> expected(span, 0xEE);
+    for (int from = 0; from < size(); ++from) {
+      const std::vector<uint8_t> own = Pattern(from, bytes[from]);
+      std::copy(own.begin(), own.end(), expected.begin() + offsets[from]);
+    }
+    ASSERT_EQ(buffers[rank], expected) << "rank " << rank;
+  }
+}
+
+TEST_P(GlooCollectivesTest, AllGatherAtRefusesOverlapsAndBadParts) {
+  std::vector<uint8_t> buffer(64);
+  std::vector<int64_t> offsets(size());
+  const std::vector<int64_t> bytes(size(), 8);
+  for (int r = 0; r < size(); ++r) offsets[r] = 8 * r;
+  EXPECT_EQ(comms_[0]
+                ->AllGatherAt(buffer.data(), offsets, bytes, 256, Options(10))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  if (size() < 2) return;  // One slot overlaps no other.
+  offsets[1] = 4;
+  EXPECT_EQ(comms_[0]
+                ->AllGatherAt(buffer.data(), offsets, bytes, 0, Options(10))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(GlooCollectivesTest, GatherToTheLastRank) {
   const int root = size() - 1;
   const std::vector<int64_t> bytes = UnevenBytes(size());

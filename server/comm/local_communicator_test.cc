@@ -36,6 +36,23 @@ TEST(LocalCommunicatorTest, AllGatherVInPlaceKeepsTheBytes) {
   EXPECT_EQ(buffer, Pattern(0, 64));
 }
 
+// The base class's AllGatherAt (packed, AllGatherV, unpacked): the only
+// slot keeps its bytes, the bytes around it stay; a bad part is refused.
+TEST(LocalCommunicatorTest, AllGatherAtKeepsTheOnlySlot) {
+  LocalCommunicator comm;
+  std::vector<uint8_t> buffer(100);
+  for (size_t i = 0; i < buffer.size(); ++i) {
+    buffer[i] = static_cast<uint8_t>(i * 7);
+  }
+  const std::vector<uint8_t> before = buffer;
+  EXPECT_TRUE(comm.AllGatherAt(buffer.data(), {10}, {50}, 3, kOptions).ok());
+  EXPECT_EQ(buffer, before);
+  EXPECT_EQ(comm.AllGatherAt(buffer.data(), {10}, {50}, -1, kOptions).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.AllGatherAt(buffer.data(), {-1}, {50}, 0, kOptions).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(LocalCommunicatorTest, AllGatherVOfZeroBytesAcceptsNullBuffers) {
   LocalCommunicator comm;
   EXPECT_TRUE(comm.AllGatherV(nullptr, 0, nullptr, {0}, kOptions).ok());

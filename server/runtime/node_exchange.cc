@@ -1,10 +1,16 @@
 // NodeRuntime: the buffers of a gather's exchange between nodes, in host
 // memory for Gloo or in device memory for the device communicator (NCCL).
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 #include "core/plan.h"
+#include "server/runtime/fault_points.h"
 #include "server/runtime/gather_copy.h"
 #include "server/runtime/node_runtime.h"
 
@@ -19,7 +25,89 @@ absl::StatusOr<std::unique_ptr<ShardMemory>> DeviceBuffer(
   return store.AllocateBeside(rank, bytes);
 }
 
+// A pipelined gather's parts: at least 8 MiB each (below that a part's
+// round trip costs more than the copy it hides), at most `most` (by
+// default 8: the local copy left unhidden is one part's, 1/8 of it; never
+// above 256, AllGatherAt's parts).
+constexpr int64_t kMinPartBytes = int64_t{8} << 20;
+
+int PipelineParts(int64_t bytes, int most) {
+  return static_cast<int>(
+      std::min<int64_t>(std::clamp(most, 1, 256), bytes / kMinPartBytes));
+}
+
 }  // namespace
+
+bool NodeRuntime::Pipelines(const GatherCopy& copy) const {
+  const core::ModelSpec& spec = copy.model->spec;
+  const int nodes = spec.groups.topology.nodes;
+  // on_device and device_exchange are alike on every node here: each holds
+  // a copy and the nodes are configured alike.
+  if (nodes < 2 || copy.grads || copy.rank0_only || copy.on_device ||
+      copy.device_exchange ||
+      PipelineParts(copy.layout.total_bytes, gather_parts_) < 2 ||
+      static_cast<int>(copy.plan.copies.size()) != nodes) {
+    return false;
+  }
+  for (int c = 0; c < nodes; ++c) {
+    if (!core::ExchangeLandsInCopy(spec, copy.plan, c)) return false;
+  }
+  return true;
+}
+
+absl::Status NodeRuntime::PipelinedGather(
+    GatherCopy& copy, const std::vector<int64_t>& slot_offsets,
+    const std::vector<int64_t>& slot_bytes, uint64_t sequence) {
+  copy.mu.AssertHeld();
+  Communicator* communicator = communicator_.load();
+  if (communicator == nullptr) {
+    return absl::UnavailableError("the cluster is not connected yet");
+  }
+  const int nodes = static_cast<int>(slot_offsets.size());
+  const int parts = PipelineParts(copy.layout.total_bytes, gather_parts_);
+  // Where part k of node n's slot starts (k == parts: where the slot ends).
+  // Every node cuts every slot alike.
+  auto cut = [&](int n, int k) {
+    return slot_offsets[n] + slot_bytes[n] * k / parts;
+  };
+  ModelEntry& entry = *copy.model;
+  ShardStore& store = *entry.store;
+  // Held until the filler is done: this node's part of the snapshot is
+  // consistent, as in the unpipelined gather.
+  absl::ReaderMutexLock shards_lock(&entry.shards_mu);
+  std::vector<absl::Status> filled(parts);
+  std::vector<absl::Notification> ready(parts);
+  std::atomic<bool> stop{false};
+  // Fills this node's slot part by part, each part announced once copied.
+  // It runs while this thread holds copy.mu and the shards lock for it,
+  // and is joined before either is released.
+  std::thread filler([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (int k = 0; k < parts; ++k) {
+      filled[k] = stop.load() ? absl::CancelledError("the exchange failed")
+                              : CopyLocalSlices(copy, store, cut(node_, k),
+                                                cut(node_, k + 1));
+      ready[k].Notify();
+    }
+  });
+  FaultPoint("gather.before_exchange");
+  absl::Status status;
+  std::vector<int64_t> offsets(nodes);
+  std::vector<int64_t> bytes(nodes);
+  for (int k = 0; k < parts && status.ok(); ++k) {
+    ready[k].WaitForNotification();
+    status = filled[k];
+    if (!status.ok()) break;
+    for (int n = 0; n < nodes; ++n) {
+      offsets[n] = cut(n, k);
+      bytes[n] = cut(n, k + 1) - offsets[n];
+    }
+    status = communicator->AllGatherAt(copy.params.data(), offsets, bytes, k,
+                                       Collective(sequence));
+  }
+  stop.store(true);
+  filler.join();
+  return status;
+}
 
 absl::Status ExchangeBuffers::Pack(
     const GatherCopy& copy, const ShardStore& store,

@@ -2,6 +2,7 @@
 // the buffer pool, or device memory: the primary copy and one replica per
 // further GPU of the node) and how this node's own slices get into it.
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -73,10 +74,11 @@ absl::Status NodeRuntime::AllocateCopy(GatherCopy& copy,
   return absl::OkStatus();
 }
 
-absl::Status NodeRuntime::CopyLocalSlices(GatherCopy& copy, ShardStore& store) {
+absl::Status NodeRuntime::CopyLocalSlices(GatherCopy& copy, ShardStore& store,
+                                          int64_t begin, int64_t end) {
   const core::Topology& topology = copy.model->spec.groups.topology;
-  // One transfer of params or grads: device to device for a copy in device
-  // memory, to the host otherwise.
+  // One transfer of params or grads, cut to [begin, end) of the copy: device
+  // to device for a copy in device memory, to the host otherwise.
   auto fill = [&](const core::Transfer& t, bool grads)
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(copy.mu) -> absl::Status {
     if (copy.on_device) {
@@ -87,10 +89,16 @@ absl::Status NodeRuntime::CopyLocalSlices(GatherCopy& copy, ShardStore& store) {
     return store.ReadShard(t.rank, t.unit, grads, t.shard_offset,
                            copy.HostBytes(grads) + t.buffer_offset, t.bytes);
   };
-  for (const core::Transfer& t : copy.plan.transfers) {
-    if (t.copy != copy.copy_index || topology.NodeOf(t.rank) != node_) {
+  for (core::Transfer t : copy.plan.transfers) {
+    const int64_t from = std::max(begin, t.buffer_offset);
+    const int64_t to = std::min(end, t.buffer_offset + t.bytes);
+    if (t.copy != copy.copy_index || topology.NodeOf(t.rank) != node_ ||
+        from >= to) {
       continue;
     }
+    t.shard_offset += from - t.buffer_offset;
+    t.buffer_offset = from;
+    t.bytes = to - from;
     if (absl::Status status = fill(t, /*grads=*/false); !status.ok()) {
       return status;
     }

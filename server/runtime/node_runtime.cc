@@ -158,6 +158,19 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
         nodes > 1 && copy->copy_index >= 0 && !copy->grads &&
         copy->on_device == copy->device_exchange &&
         core::ExchangeLandsInCopy(spec, copy->plan, copy->copy_index);
+    // Where each node's ranges sit in the exchange: concatenated in node
+    // order.
+    std::vector<int64_t> recv_sizes(nodes);
+    std::vector<int64_t> recv_offsets(nodes);
+    int64_t total = 0;
+    for (int n = 0; n < nodes; ++n) {
+      recv_sizes[n] = core::RangesBytes(sent[n]) * grads_factor;
+      recv_offsets[n] = total;
+      total += recv_sizes[n];
+    }
+    if (Pipelines(*copy)) {
+      return PipelinedGather(*copy, recv_offsets, recv_sizes, op.sequence);
+    }
     ExchangeBuffers buffers;
     // Pack what this node sends and copy its local slices into its own copy
     // under one shard lock: the node's part of the snapshot is consistent.
@@ -179,14 +192,6 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
     FaultPoint("gather.before_exchange");
 
     // Exchange: every node's ranges reach the nodes holding copies.
-    std::vector<int64_t> recv_sizes(nodes);
-    std::vector<int64_t> recv_offsets(nodes);
-    int64_t total = 0;
-    for (int n = 0; n < nodes; ++n) {
-      recv_sizes[n] = core::RangesBytes(sent[n]) * grads_factor;
-      recv_offsets[n] = total;
-      total += recv_sizes[n];
-    }
     void* into = nullptr;
     const void* mine = nullptr;
     if (in_place) {

@@ -51,6 +51,9 @@ class NodeRuntime {
   // at start, on every node of the cluster alike (the choice must agree
   // across nodes); the communicator itself comes with each READY.
   void EnableDeviceExchange() { device_exchange_enabled_ = true; }
+  // Most parts a pipelined gather runs in (summond --gather-parts; below 2:
+  // none is pipelined). Before the first gather; every node alike.
+  void SetGatherParts(int parts) { gather_parts_ = parts; }
   void SetDeviceCommunicator(Communicator* communicator);
 
   // This node's part of a gather: its ranks' slices go to the nodes holding
@@ -127,15 +130,29 @@ class NodeRuntime {
   // RESOURCE_EXHAUSTED naming the device when one does not fit. The caller
   // holds copy.mu.
   absl::Status Replicate(GatherCopy& copy, const ShardStore& store);
-  // Copies this node's ranks' slices into its copy; gradients of ranks
-  // without any read as zeros. The caller holds copy.mu and the model's
-  // shards lock.
-  absl::Status CopyLocalSlices(GatherCopy& copy, ShardStore& store);
+  // Copies this node's ranks' slices into its copy, those bytes of them
+  // that fall in [begin, end) of the copy; gradients of ranks without any
+  // read as zeros. The caller holds copy.mu and the model's shards lock.
+  absl::Status CopyLocalSlices(GatherCopy& copy, ShardStore& store,
+                               int64_t begin = 0, int64_t end = INT64_MAX);
+  // Whether a gather's exchange runs pipelined (PipelinedGather): every
+  // node holds a host copy its peers' slots land in, no gradients, and
+  // enough bytes for two parts. Every node decides alike.
+  bool Pipelines(const GatherCopy& copy) const;
+  // The local copy and the exchange of such a gather, overlapped: this
+  // node's slot of the copy is filled part by part on a second thread while
+  // the previous part is exchanged (Communicator::AllGatherAt, in place).
+  // The caller holds copy.mu; this takes the model's shards lock.
+  absl::Status PipelinedGather(GatherCopy& copy,
+                               const std::vector<int64_t>& slot_offsets,
+                               const std::vector<int64_t>& slot_bytes,
+                               uint64_t sequence);
 
   const int node_;
   ModelRegistry* const registry_;
   std::atomic<Communicator*> communicator_;
   bool device_exchange_enabled_ = false;
+  int gather_parts_ = 8;
   std::atomic<Communicator*> device_communicator_{nullptr};
   const absl::Duration collective_timeout_;
   // Session copies' memory, kept warm between gathers.
