@@ -60,9 +60,9 @@ TEST(RpcTableTest, CoversEveryMethodOfEveryServiceAndNothingElse) {
     }
   }
   EXPECT_EQ(RpcTable().size(), methods);
-  // Summon gained MapSession (issue 11, P3); Peer NodeSetGenerations
-  // (issue 20).
-  EXPECT_EQ(methods, 16u + 7u + 19u);
+  // Summon gained MapSession (issue 11, P3); Peer NodeSetGenerations and
+  // NodeHealth (issue 20).
+  EXPECT_EQ(methods, 16u + 7u + 20u);
 }
 
 TEST(RpcTableTest, AWritableSessionNeedsAnEditor) {
