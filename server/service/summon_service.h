@@ -125,6 +125,10 @@ class SummonServiceImpl final : public v1::Summon::Service {
   // within kHealthTimeout fails the call, naming it.
   absl::Status FoldClusterHealth(
       std::map<std::string, std::pair<v1::ModelState, std::string>>* states);
+  // FAILED_PRECONDITION ("model 'M' is MISSING_SHARDS: node N: ...") when
+  // a follower has no shards of `model`; OK when it is unknown here (the
+  // open then says so).
+  absl::Status RefuseMissingOnFollowers(const std::string& model);
 
   // Counts a tensor stream for its lifetime; RESOURCE_EXHAUSTED beyond the
   // limit.

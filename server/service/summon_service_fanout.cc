@@ -168,4 +168,18 @@ absl::Status SummonServiceImpl::FoldClusterHealth(
   return absl::OkStatus();
 }
 
+absl::Status SummonServiceImpl::RefuseMissingOnFollowers(
+    const std::string& model) {
+  if (!registry_->Find(model).ok()) return absl::OkStatus();
+  std::map<std::string, std::pair<v1::ModelState, std::string>> states = {
+      {model, {v1::MODEL_STATE_READY, ""}}};
+  if (absl::Status status = FoldClusterHealth(&states); !status.ok()) {
+    return status;
+  }
+  const auto& [state, detail] = states[model];
+  if (state != v1::MODEL_STATE_MISSING_SHARDS) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("model '", model, "' is MISSING_SHARDS: ", detail));
+}
+
 }  // namespace summon::server

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
@@ -138,12 +139,40 @@ TYPED_TEST(ClusterHealthTest, FollowersSegmentsDecideTheModelsState) {
                          " but not ", segment,
                          "; they are left untouched (remove the model's "
                          "segments to start over)");
-  this->ExpectEverywhere(
-      "m", v1::MODEL_STATE_MISSING_SHARDS,
+  const std::string missing =
       absl::StrCat("node ", this->follower(), ": ", found,
                    "; recover with `summonctl model load m --from "
-                   "CHECKPOINT` or `summonctl model delete m`"));
+                   "CHECKPOINT` or `summonctl model delete m`");
+  this->ExpectEverywhere("m", v1::MODEL_STATE_MISSING_SHARDS, missing);
   this->ExpectEverywhere("other", v1::MODEL_STATE_READY, "");
+  // Sessions on it are refused through every node, naming the follower,
+  // before any node enters the gather: the other model's gathers still work
+  // (a follower refusing its part of a collective would leave the others
+  // waiting in it until the communicator broke).
+  for (int node = 0; node < this->cluster().nodes(); ++node) {
+    const absl::StatusOr<v1::Session> refused =
+        this->cluster().client(node).OpenSession("m", ReadOnly());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
+        << "node " << node << ": " << refused.status();
+    EXPECT_EQ(refused.status().message(),
+              absl::StrCat("model 'm' is MISSING_SHARDS: ", missing))
+        << "node " << node;
+  }
+  const v1::Session session =
+      OpenOk(this->cluster().client(this->follower()), "other", ReadOnly());
+  EXPECT_EQ(ReadOk(this->cluster().client(this->follower()), session.id(),
+                   "layers.1.w"),
+            FloatBytes(SeededFloats("layers.1.w", 7 * 5)));
+  CloseOk(this->cluster().client(this->follower()), session.id());
+
+  // The recovery the detail names: a delete removes it from every node, and
+  // a new one of the same name is READY everywhere.
+  const absl::Status deleted =
+      this->cluster().client(0).DeleteModel("m").status();
+  ASSERT_TRUE(deleted.ok()) << deleted;
+  CreateSeeded(this->cluster().client(0), "m", kUnevenLayout,
+               v1::SHARDING_STRATEGY_FULL_SHARD);
+  this->ExpectEverywhere("m", v1::MODEL_STATE_READY, "");
 }
 
 }  // namespace
