@@ -83,11 +83,10 @@ std::vector<absl::Status> OnFollowers(
     Membership& membership,
     const std::function<grpc::Status(v1::Peer::Stub&, grpc::ClientContext&)>&
         call) {
-  return OnFollowers(membership,
-                     [&](int, v1::Peer::Stub& stub,
-                         grpc::ClientContext& context) {
-                       return call(stub, context);
-                     });
+  return OnFollowers(
+      membership, [&](int, v1::Peer::Stub& stub, grpc::ClientContext& context) {
+        return call(stub, context);
+      });
 }
 
 std::vector<absl::Status> OnFollowers(
@@ -102,8 +101,7 @@ std::vector<absl::Status> OnFollowers(
       grpc::ClientContext context;
       context.set_deadline(
           absl::ToChronoTime(absl::Now() + kModelOperationTimeout));
-      const absl::Status status =
-          FromGrpcStatus(call(node, *stub, context));
+      const absl::Status status = FromGrpcStatus(call(node, *stub, context));
       if (!status.ok()) {
         results[node] = absl::Status(
             status.code(), absl::StrCat("node ", node, ": ", status.message()));

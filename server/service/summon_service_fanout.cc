@@ -144,8 +144,8 @@ absl::Status SummonServiceImpl::FoldClusterHealth(
   // Each follower writes only its own slot.
   std::vector<v1::NodeHealthResponse> answers(cluster_->size());
   const std::vector<absl::Status> results = OnFollowers(
-      *cluster_, [&](int node, v1::Peer::Stub& stub,
-                     grpc::ClientContext& context) {
+      *cluster_,
+      [&](int node, v1::Peer::Stub& stub, grpc::ClientContext& context) {
         context.set_deadline(absl::ToChronoTime(absl::Now() + kHealthTimeout));
         return stub.NodeHealth(&context, request, &answers[node]);
       });

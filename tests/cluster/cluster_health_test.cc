@@ -71,8 +71,8 @@ class ClusterHealthTest : public testing::Test {
       EXPECT_TRUE(found) << "node " << node << " does not list " << model;
       absl::StatusOr<v1::Model> described =
           cluster_->client(node).DescribeModel(model);
-      ASSERT_TRUE(described.ok()) << "node " << node << ": "
-                                  << described.status();
+      ASSERT_TRUE(described.ok())
+          << "node " << node << ": " << described.status();
       EXPECT_EQ(v1::ModelState_Name(described->state()),
                 v1::ModelState_Name(state))
           << "DescribeModel through node " << node;
@@ -126,19 +126,19 @@ TYPED_TEST(ClusterHealthTest, FollowersSegmentsDecideTheModelsState) {
   // segment still there (2x2) it leaves that one alone.
   const std::string found =
       this->cluster().local_ranks() == 1
-          ? absl::StrCat("model 'm' has no shards in shared memory (no "
-                         "segment ",
-                         segment, ")")
-          : absl::StrCat("model 'm' has shared-memory params ",
-                         absl::StrReplaceAll(
-                             segment, {{absl::StrCat("-r", this->follower_rank(),
-                                                     "-"),
-                                        absl::StrCat("-r",
-                                                     this->follower_rank() + 1,
-                                                     "-")}}),
-                         " but not ", segment,
-                         "; they are left untouched (remove the model's "
-                         "segments to start over)");
+          ? absl::StrCat(
+                "model 'm' has no shards in shared memory (no "
+                "segment ",
+                segment, ")")
+          : absl::StrCat(
+                "model 'm' has shared-memory params ",
+                absl::StrReplaceAll(
+                    segment,
+                    {{absl::StrCat("-r", this->follower_rank(), "-"),
+                      absl::StrCat("-r", this->follower_rank() + 1, "-")}}),
+                " but not ", segment,
+                "; they are left untouched (remove the model's "
+                "segments to start over)");
   const std::string missing =
       absl::StrCat("node ", this->follower(), ": ", found,
                    "; recover with `summonctl model load m --from "
