@@ -123,6 +123,9 @@ absl::Status LocalCluster::SpawnNode(int node) {
       "--heartbeat-ms=500",
       "--log-level=warn",
   };
+  if (!options_.checkpoint_root.empty()) {
+    args.push_back("--checkpoint-root=" + options_.checkpoint_root);
+  }
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

@@ -34,6 +34,9 @@ class LocalCluster {
     // blocking it).
     absl::Duration call_timeout = absl::Seconds(20);
     absl::Duration collective_timeout = absl::Seconds(10);
+    // Set: every node's --checkpoint-root (one directory all of them see,
+    // as a cluster's shared filesystem).
+    std::string checkpoint_root;
   };
 
   // Picks free ports, starts the processes and, when every node is started,
