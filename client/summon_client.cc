@@ -279,6 +279,29 @@ absl::StatusOr<v1::ListSessionsResponse> SummonClient::ListSessions(
                request);
 }
 
+absl::StatusOr<v1::Watch> SummonClient::AddWatch(
+    const v1::AddWatchRequest& request) const {
+  return Unary(*summon_, &v1::Summon::Stub::AddWatch, NewContext(), request);
+}
+
+absl::StatusOr<v1::ListWatchesResponse> SummonClient::ListWatches() const {
+  return Unary(*summon_, &v1::Summon::Stub::ListWatches, NewContext(),
+               v1::ListWatchesRequest());
+}
+
+absl::StatusOr<v1::RemoveWatchResponse> SummonClient::RemoveWatch(
+    const std::string& model) const {
+  v1::RemoveWatchRequest request;
+  request.set_model(model);
+  return Unary(*summon_, &v1::Summon::Stub::RemoveWatch, NewContext(),
+               request);
+}
+
+absl::StatusOr<v1::ShowWatchResponse> SummonClient::ShowWatch(
+    const v1::ShowWatchRequest& request) const {
+  return Unary(*summon_, &v1::Summon::Stub::ShowWatch, NewContext(), request);
+}
+
 absl::StatusOr<v1::Session> SummonClient::RenewSession(
     const std::string& session_id,
     std::optional<uint32_t> lease_seconds) const {

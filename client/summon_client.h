@@ -184,6 +184,14 @@ class SummonClient {
   // Empty `model`: every model's sessions.
   absl::StatusOr<v1::ListSessionsResponse> ListSessions(
       const std::string& model = "") const;
+
+  // Watches (docs/api.md#watches).
+  absl::StatusOr<v1::Watch> AddWatch(const v1::AddWatchRequest& request) const;
+  absl::StatusOr<v1::ListWatchesResponse> ListWatches() const;
+  absl::StatusOr<v1::RemoveWatchResponse> RemoveWatch(
+      const std::string& model) const;
+  absl::StatusOr<v1::ShowWatchResponse> ShowWatch(
+      const v1::ShowWatchRequest& request) const;
   // Unset `lease_seconds`: the session's current lease length.
   absl::StatusOr<v1::Session> RenewSession(
       const std::string& session_id,

@@ -96,6 +96,15 @@ void WarnIfLeaseEndsSoon(std::ostream& err, const v1::Session& session);
 absl::Status TensorRead(const CommandContext& c);
 absl::Status TensorWrite(const CommandContext& c);
 
+// The watch commands (summonctl_watches.cc).
+absl::Status WatchAdd(const CommandContext& c);
+absl::Status WatchList(const CommandContext& c);
+absl::Status WatchRemove(const CommandContext& c);
+absl::Status WatchShow(const CommandContext& c);
+// One bar per norm, scaled between the finite ones' min and max; `!` for a
+// record with no finite element.
+std::string NormSparkline(const std::vector<double>& norms);
+
 }  // namespace summon::client
 
 #endif  // SUMMON_CLIENT_SUMMONCTL_INTERNAL_H_

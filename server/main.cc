@@ -55,6 +55,10 @@ ABSL_FLAG(std::vector<std::string>, admins, {},
           "session.");
 ABSL_FLAG(int32_t, max_sessions_per_principal, 64,
           "Most sessions one principal may hold at once; 0: no limit.");
+ABSL_FLAG(int32_t, watch_history, 1000,
+          "Records kept per watched parameter (a ring: the oldest go). "
+          "Each record costs about 100 bytes plus 8 per histogram bin, in "
+          "memory and in <data-dir>/watches.");
 ABSL_FLAG(int32_t, max_open_streams, 256,
           "Most tensor read/write streams in flight; 0: no limit.");
 ABSL_FLAG(bool, map_sessions, true,
@@ -79,9 +83,10 @@ ABSL_FLAG(int32_t, heartbeat_ms, 1000,
 ABSL_FLAG(int32_t, collective_timeout_ms, 30000,
           "A collective operation taking longer aborts its sessions.");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT serving GET /metrics in the Prometheus text format; "
-          "port 0 picks a free port (logged, and written to "
-          "--metrics-port-file). Empty: no metrics endpoint.");
+          "HOST:PORT serving GET /metrics in the Prometheus text format and, "
+          "on a loopback address, the read-only web view at / and /api/ "
+          "(viewer token with --tokens); port 0 picks a free port (logged, "
+          "and written to --metrics-port-file). Empty: no metrics endpoint.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "When set, the chosen metrics port is written to this file.");
 ABSL_FLAG(std::string, health_listen, "",
@@ -184,6 +189,7 @@ SummonServer::Spec SpecFromFlags() {
   spec.admins = absl::GetFlag(FLAGS_admins);
   spec.max_sessions_per_principal =
       absl::GetFlag(FLAGS_max_sessions_per_principal);
+  spec.watch_history = absl::GetFlag(FLAGS_watch_history);
   spec.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
   spec.map_sessions = absl::GetFlag(FLAGS_map_sessions);
   spec.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget);

@@ -16,6 +16,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "httplib.h"
 #include "server/auth/audit_interceptor.h"
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
@@ -26,6 +27,7 @@
 #include "server/runtime/buffer_pool.h"
 #include "server/runtime/node_runtime.h"
 #include "server/service/cluster_node_ops.h"
+#include "server/service/cluster_watch_nodes.h"
 #include "server/service/local_fd_broker.h"
 #include "server/service/peer_service.h"
 #include "server/service/summon_service.h"
@@ -33,6 +35,10 @@
 #include "server/session/session_manager.h"
 #include "server/store/staging_pool.h"
 #include "server/trainer/trainer_leases.h"
+#include "server/watch/watch_partials.h"
+#include "server/watch/watch_store.h"
+#include "server/watch/watcher.h"
+#include "server/web/web_view.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
@@ -155,6 +161,34 @@ SummonServer::SummonServer(Spec spec,
         *kv_store_, membership_.get(), registry_.get(), runtime_.get(),
         authorizer);
   }
+  // Watches live on the leader (followers forward their calls); every node
+  // answers NodeWatchPartials for its own ranks.
+  watch_store_ =
+      std::make_unique<WatchStore>(spec_.data_dir, spec_.watch_history);
+  if (membership_ != nullptr) {
+    watch_nodes_ = std::make_unique<ClusterWatchNodes>(
+        membership_.get(), registry_.get(), spec_.collective_timeout);
+  } else {
+    watch_nodes_ = std::make_unique<LocalWatchNodes>(registry_.get());
+  }
+  watcher_ = std::make_unique<Watcher>(
+      watch_store_.get(), watch_nodes_.get(), &metrics::DefaultRegistry(),
+      [registry = registry_.get()](const std::string& name) {
+        Watcher::StepState state;
+        absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry->Get(name);
+        if (!model.ok()) return state;
+        absl::MutexLock lock(&(*model)->runtime_mu);
+        state.done_step = (*model)->last_optimizer_step;
+        for (core::TrainingPhase phase : (*model)->runtime.phase_per_rank) {
+          state.in_optimizer |= phase == core::TrainingPhase::kOptimizer;
+        }
+        return state;
+      });
+  session_options.on_step_done = [watcher = watcher_.get()](
+                                     const std::string& model, int64_t step,
+                                     absl::Time ended) {
+    watcher->Notify(model, step, ended);
+  };
   sessions_ =
       std::make_unique<SessionManager>(registry_.get(), session_options);
   TrainerLeases::Options trainer_options;
@@ -175,6 +209,7 @@ SummonServer::SummonServer(Spec spec,
   summon_service_ = std::make_unique<SummonServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), checkpoint_roots,
       authorizer, membership_.get(), spec_.max_open_streams, fd_broker_.get());
+  summon_service_->SetWatches(watch_store_.get());
   trainer_service_ = std::make_unique<TrainerServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), authorizer,
       membership_.get());
@@ -319,6 +354,39 @@ void SummonServer::RegisterMetrics() {
   }
 }
 
+void SummonServer::StartWebView() {
+  const Spec& s = spec_;
+  // Viewer tokens and cookies would cross the network in the clear: the
+  // page is served only on a loopback listener (as --insecure-local is).
+  const bool plaintext_ok = web::MayServePlaintext(s.metrics_listen);
+  web_view_ = std::make_unique<web::WebView>(
+      &security_->authorizer(),
+      [this]() -> std::shared_ptr<grpc::Channel> {
+        absl::MutexLock lock(&web_mu_);
+        return web_channel_;
+      },
+      [this] {
+        web::ClusterView view;
+        view.node_rank = spec_.node_rank;
+        view.nodes = spec_.nodes;
+        if (view.nodes.empty()) view.nodes.push_back(address());
+        if (membership_ != nullptr) {
+          view.epoch = membership_->epoch();
+          const absl::Status ready = membership_->CheckReady();
+          view.ready = ready.ok();
+          view.failure = std::string(ready.message());
+          for (const auto& [node, age] : membership_->HeartbeatAges()) {
+            view.heartbeat_age_s[node] = absl::ToDoubleSeconds(age);
+          }
+        }
+        return view;
+      },
+      plaintext_ok,
+      absl::StrCat("the web view is plain HTTP, so it is served only on a "
+                   "loopback --metrics-listen; ",
+                   s.metrics_listen, " is reachable from other hosts"));
+}
+
 absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   if (absl::Status valid = ValidateSpec(spec); !valid.ok()) return valid;
 
@@ -343,6 +411,10 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   if (absl::Status recovered = server->registry_->Recover(); !recovered.ok()) {
     return recovered;
   }
+  // The watches and their history (R: a restart keeps them).
+  if (absl::Status loaded = server->watch_store_->Load(); !loaded.ok()) {
+    return loaded;
+  }
   // Then the trainers' phases and leases on those models.
   if (absl::Status recovered = server->trainers_->Recover(); !recovered.ok()) {
     return recovered;
@@ -358,8 +430,12 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   const Spec& s = server->spec_;
   server->RegisterMetrics();
   if (!s.metrics_listen.empty()) {
+    server->StartWebView();
+    web::WebView* web_view = server->web_view_.get();
     absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> http =
-        metrics::MetricsHttpServer::Start(s.metrics_listen);
+        metrics::MetricsHttpServer::Start(
+            s.metrics_listen,
+            [web_view](httplib::Server& http) { web_view->Register(http); });
     if (!http.ok()) return http.status();
     server->metrics_http_ = std::move(*http);
   }
@@ -404,6 +480,11 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
       std::make_unique<ReflectionV1Service>(std::move(services));
   builder.RegisterService(server->reflection_v1_.get());
   server->server_ = builder.BuildAndStart();
+  if (server->server_ != nullptr) {
+    absl::MutexLock lock(&server->web_mu_);
+    server->web_channel_ =
+        server->server_->InProcessChannel(grpc::ChannelArguments());
+  }
   if (server->server_ == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", absl::StrJoin(listeners, " and "),

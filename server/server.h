@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/auth/server_security.h"
@@ -21,6 +22,9 @@ class Membership;
 namespace metrics {
 class MetricsHttpServer;
 }  // namespace metrics
+namespace web {
+class WebView;
+}  // namespace web
 class BufferPool;
 class ModelRegistry;
 class NodeRuntime;
@@ -31,6 +35,9 @@ class StagingPool;
 class SummonServiceImpl;
 class TrainerLeases;
 class TrainerServiceImpl;
+class WatchNodes;
+class WatchStore;
+class Watcher;
 class LocalFdBroker;
 
 // summond's gRPC server: the Summon and Trainer services, grpc.health.v1 and
@@ -77,6 +84,8 @@ class SummonServer {
     std::vector<std::string> admins;
     // Most sessions one principal may hold at once; 0: no limit.
     int max_sessions_per_principal = 64;
+    // Records kept per watched parameter (docs/operations.md, watches).
+    int watch_history = 1000;
     // Most tensor streams (reads and writes) in flight at once; more are
     // refused with RESOURCE_EXHAUSTED. 0: no limit.
     int max_open_streams = 256;
@@ -145,6 +154,9 @@ class SummonServer {
  private:
   SummonServer(Spec spec, std::unique_ptr<auth::ServerSecurity> security);
 
+  // Builds web_view_ for the metrics listener.
+  void StartWebView();
+
   // Marks the server and its services SERVING or not, on both listeners.
   void SetServing(bool serving);
 
@@ -164,6 +176,11 @@ class SummonServer {
   std::unique_ptr<NodeRuntime> runtime_;
   std::unique_ptr<ClusterNodeOps> cluster_ops_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
+  // Before sessions_: the interlock notifies the watcher until the session
+  // manager is gone.
+  std::unique_ptr<WatchStore> watch_store_;
+  std::unique_ptr<WatchNodes> watch_nodes_;
+  std::unique_ptr<Watcher> watcher_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TrainerLeases> trainers_;
   // Outlives the service that grants and dies before the sessions its
@@ -176,6 +193,11 @@ class SummonServer {
   std::unique_ptr<grpc::Server> health_server_;
   // Scrape-time gauges of this server in the process's metrics registry.
   std::vector<int> metric_callbacks_;
+  // The web view on the metrics listener; it reaches the Summon service
+  // over an in-process channel, set once the gRPC server runs.
+  std::unique_ptr<web::WebView> web_view_;
+  mutable absl::Mutex web_mu_;
+  std::shared_ptr<grpc::Channel> web_channel_ ABSL_GUARDED_BY(web_mu_);
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;
 
   void RegisterMetrics();

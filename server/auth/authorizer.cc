@@ -1,6 +1,7 @@
 #include "server/auth/authorizer.h"
 
 #include <algorithm>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -145,6 +146,16 @@ absl::StatusOr<Caller> Authorizer::Identify(
                            : FirstProperty(*auth, kRolesProperty));
     if (roles.ok()) caller.roles = *roles;
     caller.models = SplitList(FirstProperty(*auth, kModelsProperty));
+  } else if (!in_process_key_.empty() &&
+             MetadataValue(context, kInProcessKeyHeader) == in_process_key_ &&
+             !MetadataValue(context, kPrincipalHeader).empty()) {
+    // The web view, for a viewer it identified (IdentifyToken).
+    caller.principal = MetadataValue(context, kPrincipalHeader);
+    absl::StatusOr<RoleSet> roles =
+        RoleSet::Parse(MetadataValue(context, kForwardedRolesHeader));
+    if (roles.ok()) caller.roles = *roles;
+    caller.models = SplitList(MetadataValue(context, kForwardedModelsHeader));
+    return caller;
   } else if (spec_.insecure_local) {
     caller.principal = MetadataValue(context, kPrincipalHeader);
     if (caller.principal.empty()) caller.principal = "anonymous";
@@ -167,6 +178,39 @@ absl::StatusOr<Caller> Authorizer::Identify(
     return client;
   }
   return caller;
+}
+
+absl::StatusOr<Caller> Authorizer::IdentifyToken(
+    absl::string_view token) const {
+  std::shared_ptr<const TokenTable> table =
+      tokens_ != nullptr ? tokens_->table() : nullptr;
+  if (table == nullptr) {
+    return absl::UnauthenticatedError(
+        "bearer token given but this daemon has no tokens file (--tokens)");
+  }
+  Grant grant;
+  switch (table->FindToken(token, absl::Now(), &grant)) {
+    case TokenTable::Lookup::kUnknown:
+      return absl::UnauthenticatedError("unknown bearer token");
+    case TokenTable::Lookup::kExpired:
+      return absl::UnauthenticatedError("the bearer token has expired");
+    case TokenTable::Lookup::kFound:
+      break;
+  }
+  Caller caller;
+  caller.principal = grant.principal;
+  caller.roles = grant.roles;
+  caller.models = grant.models;
+  return caller;
+}
+
+std::string Authorizer::NewInProcessKey() {
+  std::random_device device;
+  std::string key;
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(&key, absl::Hex(device(), absl::kZeroPad8));
+  }
+  return key;
 }
 
 absl::StatusOr<Caller> Authorizer::Authorize(

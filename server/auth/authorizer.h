@@ -23,6 +23,11 @@ namespace summon::server::auth {
 inline constexpr char kPrincipalHeader[] = "summon-principal";
 inline constexpr char kForwardedRolesHeader[] = "summon-forwarded-roles";
 inline constexpr char kForwardedModelsHeader[] = "summon-forwarded-models";
+// The web view (server/web) calls its own daemon over an in-process channel
+// for a viewer it has already identified; the principal and forwarded-roles
+// headers are believed only with this header carrying the Authorizer's
+// per-process key, which never leaves the process.
+inline constexpr char kInProcessKeyHeader[] = "summon-inprocess-key";
 
 // AuthContext properties the CredentialProcessor sets.
 inline constexpr char kPrincipalProperty[] = "summon.principal";
@@ -79,6 +84,18 @@ class Authorizer {
   // role. UNAUTHENTICATED for a TLS call without credentials.
   absl::StatusOr<Caller> Identify(const grpc::ServerContext& context) const;
 
+  // The caller a bearer token names (the HTTP side of the web view):
+  // UNAUTHENTICATED for an unknown or expired token, or without --tokens.
+  absl::StatusOr<Caller> IdentifyToken(absl::string_view token) const;
+
+  // Whether callers must present credentials (not insecure-local), and
+  // whether a tokens file is configured.
+  bool insecure_local() const { return spec_.insecure_local; }
+  bool has_tokens() const { return tokens_ != nullptr; }
+
+  // The per-process key of kInProcessKeyHeader (random, 32 hex digits).
+  const std::string& in_process_key() const { return in_process_key_; }
+
   // Identify, then the table: the caller when its roles allow `method` for
   // `request` and `request`'s model is one it may touch; else
   // UNAUTHENTICATED or PERMISSION_DENIED naming the role needed (audited).
@@ -99,6 +116,9 @@ class Authorizer {
   const SecuritySpec spec_;
   const TokenStore* const tokens_;
   AuditLog* const audit_;
+  const std::string in_process_key_ = NewInProcessKey();
+
+  static std::string NewInProcessKey();
 };
 
 // Authorize as a grpc::Status for handlers: OK, or the refusal. `caller`,

@@ -105,6 +105,10 @@ const std::vector<RpcRule>& RpcTable() {
       // Read-only sessions only (the handler refuses writable ones): a
       // viewer may read what the mapping shows through ReadTensor anyway.
       {"/summon.v1.Summon/MapSession", Role::kViewer},
+      {"/summon.v1.Summon/AddWatch", Role::kEditor},
+      {"/summon.v1.Summon/ListWatches", Role::kViewer},
+      {"/summon.v1.Summon/RemoveWatch", Role::kEditor},
+      {"/summon.v1.Summon/ShowWatch", Role::kViewer},
       {"/summon.v1.Trainer/Attach", Role::kTrainer},
       {"/summon.v1.Trainer/Heartbeat", Role::kTrainer},
       {"/summon.v1.Trainer/Detach", Role::kTrainer},
@@ -121,6 +125,7 @@ const std::vector<RpcRule>& RpcTable() {
       {"/summon.v1.Peer/NodeWrite", Role::kPeer},
       {"/summon.v1.Peer/NodeRead", Role::kPeer},
       {"/summon.v1.Peer/NodeStats", Role::kPeer},
+      {"/summon.v1.Peer/NodeWatchPartials", Role::kPeer},
       {"/summon.v1.Peer/NodePrepare", Role::kPeer},
       {"/summon.v1.Peer/NodeCommit", Role::kPeer},
       {"/summon.v1.Peer/NodeAbort", Role::kPeer},

@@ -102,7 +102,8 @@ MetricsHttpServer::~MetricsHttpServer() {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& listen_address) {
+    const std::string& listen_address,
+    const std::function<void(httplib::Server&)>& routes) {
   const size_t colon = listen_address.rfind(':');
   int port = -1;
   if (colon == std::string::npos ||
@@ -123,6 +124,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     response.set_content(DefaultRegistry().Render(),
                          "text/plain; version=0.0.4; charset=utf-8");
   });
+  if (routes) routes(server->impl_->http);
   if (port == 0) {
     server->port_ = server->impl_->http.bind_to_any_port(host.c_str());
   } else if (server->impl_->http.bind_to_port(host.c_str(), port)) {

@@ -4,6 +4,7 @@
 // summond's metrics (docs/operations.md "## Metrics" lists them) in one
 // process-wide registry, and the HTTP endpoint serving them.
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,10 @@
 #include "absl/time/time.h"
 #include "grpcpp/support/status.h"
 #include "server/metrics/registry.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
 
 namespace summon::server::metrics {
 
@@ -39,8 +44,11 @@ double SecondsSince(absl::Time start);
 class MetricsHttpServer {
  public:
   // HOST:PORT; port 0 picks a free port. UNAVAILABLE when it cannot bind.
+  // `routes`, when set, adds more handlers (the web view, server/web) to the
+  // same listener before it serves.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
-      const std::string& listen_address);
+      const std::string& listen_address,
+      const std::function<void(httplib::Server&)>& routes = nullptr);
   ~MetricsHttpServer();  // Stops serving.
   int port() const { return port_; }
 

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/rpc/status_conversion.h"
+#include "server/service/cluster_watch_nodes.h"
 #include "server/service/proto_conversion.h"
 
 namespace summon::server {
@@ -226,6 +227,27 @@ grpc::Status PeerServiceImpl::NodeStats(grpc::ServerContext* context,
   for (const core::TensorStatistics& numbers : *stats) {
     TensorStatisticsToProto(core::SessionTensor{}, numbers,
                             response->add_stats());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeWatchPartials(
+    grpc::ServerContext* context, const v1::NodeWatchPartialsRequest* request,
+    v1::NodeWatchPartialsResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeWatchPartials", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request->model());
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  absl::StatusOr<std::vector<core::WatchPartial>> partials =
+      ComputeNodeWatchPartials(**model,
+                               WatchPartialsRequestFromProto(*request));
+  if (!partials.ok()) return ToGrpcStatus(partials.status());
+  for (const core::WatchPartial& partial : *partials) {
+    WatchPartialToProto(partial, response->add_partials());
   }
   return grpc::Status::OK;
 }

@@ -47,6 +47,10 @@ class PeerServiceImpl final : public KvStoreService {
   grpc::Status NodeStats(grpc::ServerContext* context,
                          const v1::NodeStatsRequest* request,
                          v1::NodeStatsResponse* response) override;
+  grpc::Status NodeWatchPartials(
+      grpc::ServerContext* context,
+      const v1::NodeWatchPartialsRequest* request,
+      v1::NodeWatchPartialsResponse* response) override;
   grpc::Status NodePrepare(grpc::ServerContext* context,
                            const v1::NodePrepareRequest* request,
                            v1::NodePrepareResponse* response) override;

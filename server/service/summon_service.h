@@ -15,6 +15,7 @@
 #include "server/service/local_fd_broker.h"
 #include "server/session/session_manager.h"
 #include "server/trainer/trainer_leases.h"
+#include "server/watch/watch_store.h"
 #include "summon/v1/summon.grpc.pb.h"
 
 namespace summon::server {
@@ -82,6 +83,23 @@ class SummonServiceImpl final : public v1::Summon::Service {
   grpc::Status TensorStats(grpc::ServerContext* context,
                            const v1::TensorStatsRequest* request,
                            v1::TensorStatsResponse* response) override;
+  // Watches (summon_service_watches.cc), answered by the leader.
+  grpc::Status AddWatch(grpc::ServerContext* context,
+                        const v1::AddWatchRequest* request,
+                        v1::Watch* response) override;
+  grpc::Status ListWatches(grpc::ServerContext* context,
+                           const v1::ListWatchesRequest* request,
+                           v1::ListWatchesResponse* response) override;
+  grpc::Status RemoveWatch(grpc::ServerContext* context,
+                           const v1::RemoveWatchRequest* request,
+                           v1::RemoveWatchResponse* response) override;
+  grpc::Status ShowWatch(grpc::ServerContext* context,
+                         const v1::ShowWatchRequest* request,
+                         v1::ShowWatchResponse* response) override;
+  // The leader's (or single node's) watches; null: watch calls answer
+  // FAILED_PRECONDITION.
+  void SetWatches(WatchStore* watches) { watches_ = watches; }
+
   grpc::Status MapSession(grpc::ServerContext* context,
                           const v1::MapSessionRequest* request,
                           v1::MapSessionResponse* response) override;
@@ -152,6 +170,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
   LeaderForwarder forwarder_;
   const int max_open_streams_;
   LocalFdBroker* const fd_broker_;  // Null: no same-node mappings.
+  WatchStore* watches_ = nullptr;
   std::atomic<int> open_streams_{0};
   absl::Mutex checksum_mu_;  // Followers' answers arrive concurrently.
   absl::Mutex save_mu_;      // Saves use deterministic temporary names.

@@ -360,6 +360,8 @@ grpc::Status SummonServiceImpl::DeleteModel(
     return ToGrpcStatus(deleted);
   }
   trainers_->Forget(request->model());
+  // A watch names the deleted model's parameters: it goes with the model.
+  if (watches_ != nullptr) watches_->Forget(request->model());
   return grpc::Status::OK;
 }
 

@@ -15,6 +15,30 @@
 
 namespace summon::server {
 
+namespace {
+
+// A rank left OPTIMIZER and now every rank has been through OPTIMIZER as
+// often as every other and none is in it: the step's shards are final on
+// every rank. Its step key (CountOptimizerStep's), or nullopt.
+std::optional<int64_t> StepDoneBy(const ModelEntry& model,
+                                  core::TrainingPhase previous,
+                                  core::TrainingPhase phase)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(model.runtime_mu) {
+  if (previous != core::TrainingPhase::kOptimizer ||
+      phase == core::TrainingPhase::kOptimizer) {
+    return std::nullopt;
+  }
+  for (size_t rank = 0; rank < model.runtime.phase_per_rank.size(); ++rank) {
+    if (model.runtime.phase_per_rank[rank] == core::TrainingPhase::kOptimizer ||
+        model.optimizer_entries[rank] != model.optimizer_entries[0]) {
+      return std::nullopt;
+    }
+  }
+  return model.last_optimizer_step;
+}
+
+}  // namespace
+
 absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
     const std::string& model_name, int rank, core::TrainingPhase phase,
     std::optional<int64_t> step, std::optional<absl::Time> deadline,
@@ -28,6 +52,8 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
   // An optimizer step's generations, set on every node (R7, R23) after the
   // manager's lock is released and before the trainer hears back.
   std::optional<GenerationsOp> step_generations;
+  // Set when this move ends a step on every rank (the watches' cue).
+  std::optional<int64_t> step_done;
   {
     absl::MutexLock lock(&mu_);
     while (true) {
@@ -77,6 +103,7 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
                                        model.last_optimizer_step)) {
             step_generations = NextGenerations(model);
           }
+          step_done = StepDoneBy(model, report.previous, phase);
           break;
         }
       }
@@ -91,6 +118,9 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
     SendGenerations(*step_generations,
                     absl::StrCat("optimizer step (rank ", rank, ")"))
         .IgnoreError();
+  }
+  if (step_done.has_value() && options_.on_step_done) {
+    options_.on_step_done(model_name, *step_done, options_.clock());
   }
   report.waited = options_.clock() - started;
   return report;

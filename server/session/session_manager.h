@@ -72,6 +72,11 @@ class SessionManager {
     // for how long; later calls on their ids answer FAILED_PRECONDITION.
     int tombstone_capacity = 4096;
     absl::Duration tombstone_ttl = absl::Minutes(10);
+    // Every rank of `model` left OPTIMIZER for `step` (issue 21's watches).
+    // Called outside the manager's locks; must not block.
+    std::function<void(const std::string& model, int64_t step,
+                       absl::Time ended)>
+        on_step_done;
   };
 
   SessionManager(ModelRegistry* registry, Options options);

@@ -525,6 +525,30 @@ class Client:
         response = self._call(self._summon.TensorStats, request)
         return [TensorStats.from_proto(t) for t in response.tensors]
 
+    # Watches ---------------------------------------------------------------
+    # Replies are the protobuf messages themselves (docs/api.md#watches).
+
+    def add_watch(self, model: str, params: Iterable[str] = (), every: int = 1,
+                  histogram_bins: int = 32, grads: bool = False) -> "summon_pb2.Watch":
+        """Records statistics of the parameters matching `params` (globs; all
+        when empty) every `every`-th optimizer step, where the shards are."""
+        request = summon_pb2.AddWatchRequest(model=model, params=list(params), every=every,
+                                             histogram_bins=histogram_bins, grads=grads)
+        return self._call(self._summon.AddWatch, request)
+
+    def list_watches(self) -> list["summon_pb2.Watch"]:
+        return list(self._call(self._summon.ListWatches,
+                               summon_pb2.ListWatchesRequest()).watches)
+
+    def remove_watch(self, model: str) -> None:
+        self._call(self._summon.RemoveWatch, summon_pb2.RemoveWatchRequest(model=model))
+
+    def show_watch(self, model: str, param: str, since: int = 0,
+                   grad: bool = False) -> "summon_pb2.ShowWatchResponse":
+        """A watched parameter's records, oldest first (steps >= since)."""
+        request = summon_pb2.ShowWatchRequest(model=model, param=param, since=since, grad=grad)
+        return self._call(self._summon.ShowWatch, request)
+
     # Trainer ---------------------------------------------------------------
     # Trainer calls wait for the daemon to be reachable (a restart between two
     # steps) up to the client's timeout instead of failing at once.

@@ -595,3 +595,7 @@ class Step:
 def attach(client: Client, model: str, ranks: Sequence[int], **options: Any) -> Trainer:
     """Attaches a trainer process to `ranks` of `model` (see Trainer for options)."""
     return Trainer(client, model, ranks, **options)
+
+
+# serve(): one call in a real FSDP job (summon/serve.py; summon/fsdp.py).
+from summon.serve import Served, serve  # noqa: E402,F401

@@ -1,0 +1,128 @@
+#include "server/watch/watch_partials.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/plan.h"
+#include "core/scope.h"
+
+namespace summon::server {
+namespace {
+
+// Device shards come to the host in pieces of this size.
+constexpr int64_t kDevicePiece = int64_t{8} << 20;
+
+}  // namespace
+
+absl::StatusOr<std::vector<core::WatchPartial>> ComputeNodeWatchPartials(
+    ModelEntry& model, const WatchPartialsRequest& request) {
+  if (model.store == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", model.name, "' has no shards on this node"));
+  }
+  core::ScopeRequest scope_request;
+  scope_request.params = request.params;
+  absl::StatusOr<core::Scope> scope =
+      core::ResolveScope(model.spec, scope_request);
+  if (!scope.ok()) return scope.status();
+  const core::SessionBufferLayout buffer =
+      core::LayoutSessionBuffer(model.spec, *scope);
+  // One copy: every element has exactly one source rank.
+  absl::StatusOr<core::GatherPlan> plan = core::PlanGather(
+      model.spec, buffer, core::Placement::kHomeRank, /*home_rank=*/0);
+  if (!plan.ok()) return plan.status();
+
+  // The scope orders parameters its own way; answer in the request's.
+  std::vector<int> slot_of_tensor(buffer.tensors.size(), -1);
+  for (size_t i = 0; i < request.params.size(); ++i) {
+    const int tensor = buffer.Find(request.params[i]);
+    if (tensor < 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "model '", model.name, "' has no parameter '", request.params[i],
+          "'"));
+    }
+    slot_of_tensor[static_cast<size_t>(tensor)] = static_cast<int>(i);
+  }
+  std::vector<core::WatchPartial> partials;
+  for (size_t i = 0; i < request.params.size(); ++i) {
+    const bool binned = i < request.ranges.size() &&
+                        request.ranges[i].has_value() && request.bins > 0;
+    partials.push_back(core::EmptyWatchPartial(request.bins, binned));
+  }
+  const std::vector<int>& local = model.local_ranks;
+  absl::ReaderMutexLock shards_lock(&model.shards_mu);
+  std::vector<uint8_t> piece;
+  for (const core::Transfer& transfer : plan->transfers) {
+    if (std::find(local.begin(), local.end(), transfer.rank) == local.end()) {
+      continue;
+    }
+    // The tensor this range of the buffer belongs to: the last one starting
+    // at or before it (tensors lie back to back in buffer order).
+    auto after = std::upper_bound(
+        buffer.tensors.begin(), buffer.tensors.end(), transfer.buffer_offset,
+        [](int64_t offset, const core::SessionTensor& tensor) {
+          return offset < tensor.buffer_offset;
+        });
+    const size_t tensor =
+        static_cast<size_t>(std::distance(buffer.tensors.begin(), after) - 1);
+    const int slot = slot_of_tensor[tensor];
+    if (slot < 0) continue;
+    const core::DType dtype = buffer.tensors[tensor].dtype;
+    const int64_t element = static_cast<int64_t>(core::ElementSize(dtype));
+    const std::optional<core::HistogramRange>& range =
+        request.ranges.size() > static_cast<size_t>(slot)
+            ? request.ranges[static_cast<size_t>(slot)]
+            : std::nullopt;
+    core::WatchPartial& partial = partials[static_cast<size_t>(slot)];
+    if (request.grad && !model.store->HasGrads(transfer.rank)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", transfer.rank, " of model '", model.name,
+          "' has no grads segment"));
+    }
+    const uint8_t* shard =
+        request.grad ? model.store->GradShard(transfer.rank, transfer.unit)
+                     : model.store->ParamShard(transfer.rank, transfer.unit);
+    if (shard != nullptr) {
+      if (absl::Status added = core::AccumulateWatchPartial(
+              dtype, shard + transfer.shard_offset, transfer.bytes / element,
+              range, &partial);
+          !added.ok()) {
+        return added;
+      }
+      continue;
+    }
+    // Device placement: the bytes come over in pieces.
+    for (int64_t done = 0; done < transfer.bytes;) {
+      const int64_t bytes =
+          std::min(transfer.bytes - done, kDevicePiece / element * element);
+      piece.resize(static_cast<size_t>(bytes));
+      if (absl::Status read = model.store->ReadShard(
+              transfer.rank, transfer.unit, request.grad,
+              transfer.shard_offset + done, piece.data(), bytes);
+          !read.ok()) {
+        return read;
+      }
+      if (absl::Status added = core::AccumulateWatchPartial(
+              dtype, piece.data(), bytes / element, range, &partial);
+          !added.ok()) {
+        return added;
+      }
+      done += bytes;
+    }
+  }
+  return partials;
+}
+
+absl::StatusOr<std::vector<std::vector<core::WatchPartial>>>
+LocalWatchNodes::Partials(const WatchPartialsRequest& request) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(request.model);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<std::vector<core::WatchPartial>> partials =
+      ComputeNodeWatchPartials(**model, request);
+  if (!partials.ok()) return partials.status();
+  return std::vector<std::vector<core::WatchPartial>>{*std::move(partials)};
+}
+
+}  // namespace summon::server

@@ -1,0 +1,75 @@
+#ifndef SUMMON_SERVER_WATCH_WATCHER_H_
+#define SUMMON_SERVER_WATCH_WATCHER_H_
+
+// The leader's watch worker: the interlock tells it when a model's step
+// left OPTIMIZER (Notify, which only queues); a thread of its own asks
+// every node for its partials, combines them, and records the step in the
+// WatchStore, off the trainer's path.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/metrics/registry.h"
+#include "server/watch/watch_partials.h"
+#include "server/watch/watch_store.h"
+
+namespace summon::server {
+
+class Watcher {
+ public:
+  // Where a model's training is: the last step every rank finished, and
+  // whether a rank is in OPTIMIZER now (its shards are changing).
+  struct StepState {
+    std::optional<int64_t> done_step;
+    bool in_optimizer = false;
+  };
+  using StepProbe = std::function<StepState(const std::string& model)>;
+
+  // `metrics` null: no metrics (tests). `probe` null: every queued step is
+  // recorded as read.
+  Watcher(WatchStore* store, WatchNodes* nodes, metrics::Registry* metrics,
+          StepProbe probe = nullptr);
+  ~Watcher();  // Finishes the queued steps, then stops.
+
+  // Every rank of `model` left OPTIMIZER for `step` at `ended`. Queues a
+  // record when the model has a watch and the step is one of its every-N.
+  // Never blocks on shards or nodes.
+  void Notify(const std::string& model, int64_t step, absl::Time ended);
+
+  // Waits until every step queued so far is recorded (tests, bench).
+  void Drain();
+
+ private:
+  struct Job {
+    std::string model;
+    int64_t step = 0;
+    absl::Time ended;
+  };
+  void Run();
+  void RecordStep(const Job& job);
+
+  WatchStore* const store_;
+  WatchNodes* const nodes_;
+  const StepProbe probe_;
+  metrics::Family* nonfinite_ = nullptr;
+  metrics::Family* skipped_ = nullptr;
+  int norm_gauge_ = 0;
+  metrics::Registry* metrics_;
+
+  absl::Mutex mu_;
+  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_WATCH_WATCHER_H_

@@ -1,0 +1,258 @@
+#include "server/web/web_assets.h"
+
+// Kept short and dependency-free on purpose: the page must work offline,
+// behind a strict Content-Security-Policy (no inline script or style), and
+// draw every number from /api/ so scripts see exactly what the page shows.
+
+namespace summon::server::web {
+
+const char kIndexHtml[] = R"html(<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>summon</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="/web/style.css">
+<script src="/web/app.js" defer></script>
+</head>
+<body>
+<header><a href="#/">summon</a> <span id="crumbs"></span>
+<span id="status"></span></header>
+<main id="main">loading…</main>
+</body>
+</html>
+)html";
+
+const char kLoginHtml[] = R"html(<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>summon: log in</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="/web/style.css">
+</head>
+<body>
+<header>summon</header>
+<main>
+<h2>Viewer token required</h2>
+<p>This daemon runs with <code>--tokens</code>: present a token with the
+viewer role.</p>
+<form method="post" action="/login">
+<input type="password" name="token" id="token" placeholder="token"
+ autocomplete="off">
+<button type="submit" id="login">Log in</button>
+</form>
+</main>
+</body>
+</html>
+)html";
+
+const char kStyleCss[] = R"css(
+body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; }
+header { background: #1d2330; color: #fff; padding: 8px 16px; }
+header a { color: #9cf; text-decoration: none; font-weight: bold; }
+#status { float: right; color: #f88; }
+main { padding: 8px 16px; }
+h2 { font-size: 16px; margin: 18px 0 6px; }
+table { border-collapse: collapse; margin-bottom: 8px; }
+th, td { border-bottom: 1px solid #dde; padding: 3px 10px; text-align: left; }
+th { background: #f2f4f8; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.ok { color: #197a2d; } .bad { color: #b3261e; font-weight: bold; }
+svg { background: #fafbfd; border: 1px solid #dde; }
+rect.bin { fill: #4a7bd0; } rect.bin:hover { fill: #f29d38; }
+text { font-size: 11px; fill: #555; }
+polyline.series { fill: none; stroke: #4a7bd0; stroke-width: 2; }
+circle.nonfinite { fill: #b3261e; }
+)css";
+
+const char kAppJs[] = R"js('use strict';
+// summon web view: hash routes #/, #/model/NAME, #/param/MODEL/FQN; every
+// number comes from /api/ (docs/api.md "Web view").
+const $ = (tag, attrs = {}, ...kids) => {
+  const svg = ['svg', 'rect', 'line', 'text', 'g', 'polyline', 'circle', 'title']
+    .includes(tag);
+  const el = svg ? document.createElementNS('http://www.w3.org/2000/svg', tag)
+                 : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  for (const kid of kids) el.append(kid instanceof Node ? kid : String(kid));
+  return el;
+};
+const api = async (path) => {
+  const response = await fetch(path, {credentials: 'same-origin'});
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error ? body.error.message : path);
+  return body;
+};
+const table = (id, heads, rows) => $('table', {id},
+  $('tr', {}, ...heads.map((h) => $('th', {}, h))),
+  ...rows.map((cells) => $('tr', {}, ...cells.map((c) =>
+    typeof c === 'number' ? $('td', {class: 'num'}, c) : $('td', {}, c)))));
+const link = (href, text) => $('a', {href}, text);
+const enc = encodeURIComponent;
+const fmt = (x) => typeof x === 'number' ? x.toPrecision(6) : String(x);
+const ageOf = (ms) => Math.round((Date.now() - Number(ms)) / 1000) + ' s';
+const scopeOf = (o) => o.params ? o.params.fqns.join(', ')
+  : 'module "' + ((o.module && o.module.fqn) || '') + '"';
+
+async function overview(main) {
+  const [cluster, models, sessions] = await Promise.all([
+    api('/api/cluster'), api('/api/models'), api('/api/sessions')]);
+  main.replaceChildren(
+    $('h2', {}, 'Cluster — epoch ' + cluster.epoch + ', leader node ' +
+      cluster.leader, cluster.ready ? '' : ' (' + cluster.failure + ')'),
+    table('nodes', ['node', 'address', 'role', 'heartbeat age'],
+      cluster.nodes.map((n) => [n.node, n.address + (n.self ? ' (this)' : ''),
+        n.leader ? 'leader' : 'follower',
+        n.heartbeat_age_s === undefined ? '—' : fmt(n.heartbeat_age_s) + ' s'])),
+    $('h2', {}, 'Models'),
+    table('models', ['model', 'state', 'strategy', 'world', 'units',
+      'params', 'elements', 'open sessions'],
+      models.models.map((m) => [link('#/model/' + enc(m.name), m.name),
+        $('span', {class: m.state === 'MODEL_STATE_READY' ? 'ok' : 'bad'},
+          m.state.replace('MODEL_STATE_', '') +
+          (m.state_detail ? ': ' + m.state_detail : '')),
+        m.strategy.replace('SHARDING_STRATEGY_', ''), m.world_size,
+        m.unit_count, m.param_count, Number(m.numel), m.open_sessions])),
+    $('h2', {}, 'Open sessions'),
+    table('sessions', ['session', 'model', 'owner', 'scope', 'writeback',
+      'state', 'age'], sessions.sessions.map((s) => [s.id, s.model, s.owner,
+      scopeOf(s.options), String(s.options.writeback),
+      s.state.replace('SESSION_STATE_', ''), ageOf(s.created_at_unix_ms)])));
+}
+
+async function model(main, name) {
+  const m = await api('/api/models/' + enc(name));
+  const params = [];
+  for (const u of m.units) {
+    for (const p of u.params) params.push([u.fqn || '(root)', p]);
+  }
+  main.replaceChildren(
+    $('h2', {}, 'Model ' + m.name + ' — ' + m.state.replace('MODEL_STATE_', '')),
+    $('h2', {}, 'Ranks'),
+    table('ranks', ['rank', 'phase', 'step', 'grads', 'last event'],
+      m.ranks.map((r) => [r.rank, r.phase.replace('TRAINING_PHASE_', ''),
+        r.step === undefined ? '—' : Number(r.step), String(r.has_grads),
+        r.last_event])),
+    $('h2', {}, 'Units'),
+    table('units', ['unit', 'generation', 'external writes', 'elements'],
+      m.units.map((u) => [u.fqn || '(root)', Number(u.generation),
+        Number(u.external_writes), Number(u.unpadded_numel)])),
+    $('h2', {}, 'Parameters'),
+    table('params', ['parameter', 'unit', 'shape', 'dtype'],
+      params.map(([unit, p]) => [
+        link('#/param/' + enc(name) + '/' + enc(p.info.fqn), p.info.fqn), unit,
+        '[' + p.info.shape.join(', ') + ']',
+        p.info.dtype.replace('DTYPE_', '').toLowerCase()])));
+}
+
+function histogram(h) {
+  const width = 640, height = 200, pad = 24;
+  const counts = h.counts.map(Number);
+  const top = Math.max(1, ...counts);
+  const w = (width - 2 * pad) / Math.max(1, counts.length);
+  const svg = $('svg', {id: 'histogram', width, height,
+    viewBox: `0 0 ${width} ${height}`});
+  counts.forEach((c, i) => {
+    const barHeight = (height - 2 * pad) * c / top;
+    const bar = $('rect', {class: 'bin', 'data-count': c, x: pad + i * w,
+      y: height - pad - barHeight, width: Math.max(1, w - 1),
+      height: barHeight});
+    bar.append($('title', {}, c + ' in bin ' + i));
+    svg.append(bar);
+  });
+  svg.append($('text', {x: pad, y: height - 6}, fmt(h.lower)),
+    $('text', {x: width - pad, y: height - 6, 'text-anchor': 'end'},
+      fmt(h.upper)));
+  return svg;
+}
+
+// One watched series over steps: a line, and a red marker (circle.nonfinite,
+// its step in data-step) at every record with a NaN or Inf.
+function plot(id, records, value, label) {
+  const width = 640, height = 160, pad = 28;
+  const steps = records.map((r) => Number(r.step));
+  const values = records.map((r) => value(r)).filter(Number.isFinite);
+  const lo = Math.min(...steps), hi = Math.max(lo + 1, ...steps);
+  const bottom = Math.min(0, ...values), top = Math.max(bottom + 1e-30, ...values);
+  const x = (s) => pad + (width - 2 * pad) * (s - lo) / (hi - lo);
+  const y = (v) => height - pad - (height - 2 * pad) * (v - bottom) / (top - bottom);
+  const svg = $('svg', {id, width, height, viewBox: `0 0 ${width} ${height}`});
+  const points = records.filter((r) => Number.isFinite(value(r)))
+    .map((r) => x(Number(r.step)) + ',' + y(value(r))).join(' ');
+  svg.append($('polyline', {class: 'series', points,
+    'data-points': records.length}));
+  for (const r of records) {
+    if (Number(r.nan_count) + Number(r.inf_count) > 0) {
+      const marker = $('circle', {class: 'nonfinite', 'data-step': r.step,
+        cx: x(Number(r.step)), cy: pad / 2, r: 5});
+      marker.append($('title', {}, 'step ' + r.step + ': ' + r.nan_count +
+        ' NaN, ' + r.inf_count + ' Inf'));
+      svg.append(marker);
+    }
+  }
+  svg.append($('text', {x: pad, y: height - 8}, 'step ' + lo),
+    $('text', {x: width - pad, y: height - 8, 'text-anchor': 'end'},
+      'step ' + Math.max(...steps)),
+    $('text', {x: pad, y: pad - 2}, label + ' ' + fmt(top)));
+  return svg;
+}
+
+async function history(name, fqn) {
+  // Asked only for a watched parameter: a 404 would be a console error.
+  const watches = (await api('/api/watches')).watches;
+  if (!watches.some((w) => w.model === name && w.watched.includes(fqn))) {
+    return [$('p', {id: 'watch'}, 'Not watched (summonctl watch add).')];
+  }
+  const watch = await api('/api/watch?model=' + enc(name) + '&param=' +
+    enc(fqn));
+  if (!watch.records.length) return [$('p', {id: 'watch'}, 'No record yet.')];
+  const first = Number(watch.first_nonfinite_step);
+  return [
+    $('h2', {}, 'Watched history (' + watch.records.length + ' records' +
+      (first >= 0 ? ', first NaN/Inf at step ' + first : '') + ')'),
+    plot('norm-plot', watch.records, (r) => r.l2_norm, 'L2 norm'),
+    plot('absmax-plot', watch.records, (r) => r.abs_max, 'abs max')];
+}
+
+async function param(main, name, fqn) {
+  const bins = new URLSearchParams(location.hash.split('?')[1] || '')
+    .get('bins') || 32;
+  const stats = await api('/api/stats?model=' + enc(name) + '&param=' +
+    enc(fqn) + '&bins=' + enc(bins));
+  const t = stats.tensors[0];
+  const watched = await history(name, fqn);
+  main.replaceChildren(
+    $('h2', {}, link('#/model/' + enc(name), name), ' / ' + t.info.fqn),
+    table('stats', ['shape', 'min', 'max', 'mean', 'L2 norm', 'NaN', 'Inf'],
+      [['[' + t.info.shape.join(', ') + ']', fmt(t.min), fmt(t.max),
+        fmt(t.mean), fmt(t.l2_norm),
+        $('span', {class: Number(t.nan_count) ? 'bad' : 'ok'}, t.nan_count),
+        $('span', {class: Number(t.inf_count) ? 'bad' : 'ok'}, t.inf_count)]]),
+    $('h2', {}, 'Histogram (' + t.histogram.counts.length + ' bins)'),
+    histogram(t.histogram), ...watched);
+}
+
+async function route() {
+  const main = document.getElementById('main');
+  const status = document.getElementById('status');
+  const parts = location.hash.replace(/^#\/?/, '').split('?')[0].split('/')
+    .map(decodeURIComponent);
+  try {
+    if (parts[0] === 'model') await model(main, parts[1]);
+    else if (parts[0] === 'param') await param(main, parts[1],
+      parts.slice(2).join('/'));
+    else await overview(main);
+    status.textContent = '';
+    document.body.dataset.loaded = location.hash || '#/';
+  } catch (error) {
+    // A trainer mid-step refuses sessions (R1): show it and try again.
+    status.textContent = error.message;
+  }
+}
+window.addEventListener('hashchange', route);
+route();
+setInterval(route, 5000);
+)js";
+
+}  // namespace summon::server::web
