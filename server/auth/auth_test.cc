@@ -61,8 +61,9 @@ TEST(RpcTableTest, CoversEveryMethodOfEveryServiceAndNothingElse) {
   }
   EXPECT_EQ(RpcTable().size(), methods);
   // Summon gained MapSession (issue 11, P3) and the four Watch calls (issue
-  // 21); Peer NodeSetGenerations (issue 20) and NodeWatchPartials (21).
-  EXPECT_EQ(methods, 20u + 7u + 20u);
+  // 21); Peer NodeSetGenerations and NodeHealth (issue 20) and
+  // NodeWatchPartials (21).
+  EXPECT_EQ(methods, 20u + 7u + 21u);
 }
 
 TEST(RpcTableTest, AWritableSessionNeedsAnEditor) {

@@ -136,6 +136,7 @@ const std::vector<RpcRule>& RpcTable() {
       {"/summon.v1.Peer/NodeChecksum", Role::kPeer},
       {"/summon.v1.Peer/NodeDeleteModel", Role::kPeer},
       {"/summon.v1.Peer/NodeSaveModel", Role::kPeer},
+      {"/summon.v1.Peer/NodeHealth", Role::kPeer},
   };
   return *kTable;
 }

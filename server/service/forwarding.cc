@@ -83,6 +83,16 @@ std::vector<absl::Status> OnFollowers(
     Membership& membership,
     const std::function<grpc::Status(v1::Peer::Stub&, grpc::ClientContext&)>&
         call) {
+  return OnFollowers(
+      membership, [&](int, v1::Peer::Stub& stub, grpc::ClientContext& context) {
+        return call(stub, context);
+      });
+}
+
+std::vector<absl::Status> OnFollowers(
+    Membership& membership,
+    const std::function<grpc::Status(int node, v1::Peer::Stub&,
+                                     grpc::ClientContext&)>& call) {
   std::vector<absl::Status> results(membership.size());
   std::vector<std::thread> threads;
   for (int node = 1; node < membership.size(); ++node) {
@@ -91,7 +101,7 @@ std::vector<absl::Status> OnFollowers(
       grpc::ClientContext context;
       context.set_deadline(
           absl::ToChronoTime(absl::Now() + kModelOperationTimeout));
-      const absl::Status status = FromGrpcStatus(call(*stub, context));
+      const absl::Status status = FromGrpcStatus(call(node, *stub, context));
       if (!status.ok()) {
         results[node] = absl::Status(
             status.code(), absl::StrCat("node ", node, ": ", status.message()));

@@ -96,6 +96,12 @@ std::vector<absl::Status> OnFollowers(
     Membership& membership,
     const std::function<grpc::Status(v1::Peer::Stub&, grpc::ClientContext&)>&
         call);
+// The same, telling `call` which follower it reaches (its answers can then
+// go to that follower's slot).
+std::vector<absl::Status> OnFollowers(
+    Membership& membership,
+    const std::function<grpc::Status(int node, v1::Peer::Stub&,
+                                     grpc::ClientContext&)>& call);
 
 }  // namespace summon::server
 

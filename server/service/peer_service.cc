@@ -421,4 +421,34 @@ grpc::Status PeerServiceImpl::NodeSaveModel(
   return grpc::Status::OK;
 }
 
+grpc::Status PeerServiceImpl::NodeHealth(grpc::ServerContext* context,
+                                         const v1::NodeHealthRequest* request,
+                                         v1::NodeHealthResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeHealth", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  for (const std::string& name : request->models()) {
+    v1::NodeModelHealth* health = response->add_models();
+    health->set_model(name);
+    absl::StatusOr<std::shared_ptr<ModelEntry>> model = registry_->Find(name);
+    if (!model.ok()) {
+      // Its records went with this node's data dir: its ranks have no
+      // shards, and only a delete and a new create bring them back.
+      health->set_state(v1::MODEL_STATE_MISSING_SHARDS);
+      health->set_detail(absl::StrCat(
+          "model '", name,
+          "' is not recorded on this node; recover with `summonctl model "
+          "delete ",
+          name, "` and create it again"));
+      continue;
+    }
+    std::string detail;
+    health->set_state(ModelStateToProto(HealthOf(**model, &detail)));
+    health->set_detail(std::move(detail));
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace summon::server

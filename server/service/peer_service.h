@@ -82,6 +82,9 @@ class PeerServiceImpl final : public KvStoreService {
   grpc::Status NodeSaveModel(grpc::ServerContext* context,
                              const v1::NodeSaveModelRequest* request,
                              v1::NodeModelResponse* response) override;
+  grpc::Status NodeHealth(grpc::ServerContext* context,
+                          const v1::NodeHealthRequest* request,
+                          v1::NodeHealthResponse* response) override;
 
  private:
   // OK for a peer (the Peer rows of server/auth/roles.cc), else the refusal.

@@ -66,6 +66,16 @@ grpc::Status SummonServiceImpl::OpenSession(
       options = known;
     }
   }
+  // A gather is a collective: a follower without the model's shards would
+  // refuse its part while the others wait in it until the collective
+  // timeout, which breaks the communicator for every model. Refused here,
+  // before any node starts.
+  if (options.ok() && cluster_ != nullptr) {
+    if (absl::Status missing = RefuseMissingOnFollowers(request->model());
+        !missing.ok()) {
+      options = missing;
+    }
+  }
   absl::StatusOr<SessionInfo> info =
       options.ok()
           ? sessions_->Open(request->model(), *options, PrincipalOf(*context))

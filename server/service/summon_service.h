@@ -2,8 +2,10 @@
 #define SUMMON_SERVER_SERVICE_SUMMON_SERVICE_H_
 
 #include <atomic>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "server/auth/authorizer.h"
 #include "server/checkpoint/checkpoint_roots.h"
@@ -134,6 +136,17 @@ class SummonServiceImpl final : public v1::Summon::Service {
   absl::Status DeleteEverywhere(const std::string& model);
   absl::StatusOr<std::vector<std::string>> SaveEverywhere(
       ModelEntry& model, const std::string& path, int64_t max_file_bytes);
+  // The models' states as the cluster sees them: `states` holds this node's
+  // (state, detail) by model name on entry; each becomes the worst of every
+  // node's (MISSING_SHARDS > DEGRADED > AWAITING_INIT > READY), a
+  // follower's detail prefixed "node N: ". A follower that does not answer
+  // within kHealthTimeout fails the call, naming it.
+  absl::Status FoldClusterHealth(
+      std::map<std::string, std::pair<v1::ModelState, std::string>>* states);
+  // FAILED_PRECONDITION ("model 'M' is MISSING_SHARDS: node N: ...") when
+  // a follower has no shards of `model`; OK when it is unknown here (the
+  // open then says so).
+  absl::Status RefuseMissingOnFollowers(const std::string& model);
 
   // Counts a tensor stream for its lifetime; RESOURCE_EXHAUSTED beyond the
   // limit.

@@ -1,6 +1,7 @@
 // The leader's model operations on every node: create, save, load and
 // delete applied here and then on each follower, all or nothing where it
-// can be (SummonServiceImpl's second source file).
+// can be, and the model's health gathered from every node
+// (SummonServiceImpl's second source file).
 
 #include <filesystem>
 
@@ -11,6 +12,28 @@
 #include "server/service/summon_service.h"
 
 namespace summon::server {
+namespace {
+
+// A health answer is a few strings per model; a follower slower than this
+// is stuck, and ListModels must not hang with it.
+constexpr absl::Duration kHealthTimeout = absl::Seconds(5);
+
+// Which of two states a model shows when nodes disagree: the one asking
+// more of the operator.
+int Severity(v1::ModelState state) {
+  switch (state) {
+    case v1::MODEL_STATE_MISSING_SHARDS:
+      return 3;
+    case v1::MODEL_STATE_DEGRADED:
+      return 2;
+    case v1::MODEL_STATE_AWAITING_INIT:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
 
 absl::Status SummonServiceImpl::CreateEverywhere(
     const v1::CreateModelRequest& request) {
@@ -111,6 +134,52 @@ absl::Status SummonServiceImpl::DeleteEverywhere(const std::string& model) {
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
+}
+
+absl::Status SummonServiceImpl::FoldClusterHealth(
+    std::map<std::string, std::pair<v1::ModelState, std::string>>* states) {
+  if (cluster_ == nullptr || states->empty()) return absl::OkStatus();
+  v1::NodeHealthRequest request;
+  for (const auto& [name, unused] : *states) request.add_models(name);
+  // Each follower writes only its own slot.
+  std::vector<v1::NodeHealthResponse> answers(cluster_->size());
+  const std::vector<absl::Status> results = OnFollowers(
+      *cluster_,
+      [&](int node, v1::Peer::Stub& stub, grpc::ClientContext& context) {
+        context.set_deadline(absl::ToChronoTime(absl::Now() + kHealthTimeout));
+        return stub.NodeHealth(&context, request, &answers[node]);
+      });
+  for (const absl::Status& status : results) {
+    if (!status.ok()) return status;
+  }
+  // Node order, and a tie keeps the lower node: the same detail whichever
+  // node answers first.
+  for (int node = 1; node < cluster_->size(); ++node) {
+    for (const v1::NodeModelHealth& health : answers[node].models()) {
+      auto it = states->find(health.model());
+      if (it == states->end() ||
+          Severity(health.state()) <= Severity(it->second.first)) {
+        continue;
+      }
+      it->second = {health.state(),
+                    absl::StrCat("node ", node, ": ", health.detail())};
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SummonServiceImpl::RefuseMissingOnFollowers(
+    const std::string& model) {
+  if (!registry_->Find(model).ok()) return absl::OkStatus();
+  std::map<std::string, std::pair<v1::ModelState, std::string>> states = {
+      {model, {v1::MODEL_STATE_READY, ""}}};
+  if (absl::Status status = FoldClusterHealth(&states); !status.ok()) {
+    return status;
+  }
+  const auto& [state, detail] = states[model];
+  if (state != v1::MODEL_STATE_MISSING_SHARDS) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("model '", model, "' is MISSING_SHARDS: ", detail));
 }
 
 }  // namespace summon::server

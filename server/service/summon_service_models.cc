@@ -3,6 +3,7 @@
 // (summon_service_fanout.cc).
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -28,6 +29,7 @@ grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
           Route(*context, &v1::Summon::Stub::ListModels, *request, response)) {
     return *routed;
   }
+  std::map<std::string, std::pair<v1::ModelState, std::string>> states;
   for (const std::shared_ptr<ModelEntry>& model : registry_->List()) {
     v1::ModelSummary* summary = response->add_models();
     summary->set_name(model->name);
@@ -45,10 +47,20 @@ grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
     summary->set_param_count(params);
     summary->set_numel(numel);
     std::string detail;
-    summary->set_state(ModelStateToProto(HealthOf(*model, &detail)));
-    summary->set_state_detail(detail);
+    states[model->name] = {ModelStateToProto(HealthOf(*model, &detail)),
+                           detail};
     absl::MutexLock lock(&model->runtime_mu);
     summary->set_open_sessions(model->open_sessions);
+  }
+  // A follower's segments are the model's too (an unlinked one, shards
+  // lost in its restart): the state is the cluster's, not this node's.
+  if (absl::Status status = FoldClusterHealth(&states); !status.ok()) {
+    return ToGrpcStatus(status);
+  }
+  for (v1::ModelSummary& summary : *response->mutable_models()) {
+    const auto& [state, detail] = states[summary.name()];
+    summary.set_state(state);
+    summary.set_state_detail(detail);
   }
   return grpc::Status::OK;
 }
@@ -69,6 +81,13 @@ grpc::Status SummonServiceImpl::DescribeModel(
       registry_->Find(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
   DescribeToProto(**model, response);
+  std::map<std::string, std::pair<v1::ModelState, std::string>> states = {
+      {response->name(), {response->state(), response->state_detail()}}};
+  if (absl::Status status = FoldClusterHealth(&states); !status.ok()) {
+    return ToGrpcStatus(status);
+  }
+  response->set_state(states[response->name()].first);
+  response->set_state_detail(states[response->name()].second);
   return grpc::Status::OK;
 }
 

@@ -25,72 +25,13 @@
 #include "tests/cluster/cluster_calls.h"
 #include "tests/cluster/cluster_values.h"
 #include "tests/cluster/local_cluster.h"
+#include "tests/cluster/node_trainer.h"
 #include "tests/cluster/shared_cluster.h"
 
 namespace summon::tests {
 namespace {
 
 namespace v1 = ::summon::v1;
-
-// A trainer process of one node: the Trainer service of that node's daemon
-// and the node's ranks.
-struct NodeTrainer {
-  int node = 0;
-  std::vector<int> ranks;
-  std::unique_ptr<v1::Trainer::Stub> stub;
-  std::string lease;
-
-  static std::unique_ptr<grpc::ClientContext> Context(
-      absl::Duration timeout = absl::Seconds(20)) {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    return context;
-  }
-  grpc::Status Attach(const std::string& model, const std::string& incarnation,
-                      uint32_t lease_seconds, v1::AttachResponse* attached) {
-    v1::AttachRequest request;
-    request.set_model(model);
-    for (int rank : ranks) request.add_ranks(rank);
-    request.set_incarnation(incarnation);
-    request.set_lease_seconds(lease_seconds);
-    grpc::Status status = stub->Attach(Context().get(), request, attached);
-    if (status.ok()) lease = attached->lease_id();
-    return status;
-  }
-  grpc::Status Report(const std::string& model, int rank,
-                      v1::TrainingPhase phase, int64_t step) const {
-    v1::ReportPhaseRequest request;
-    request.set_model(model);
-    request.set_rank(rank);
-    request.set_phase(phase);
-    request.set_step(step);
-    request.set_lease_id(lease);
-    v1::ReportPhaseResponse response;
-    return stub->ReportPhase(Context().get(), request, &response);
-  }
-  // Every phase of `phases` for every rank of this trainer.
-  void Walk(const std::string& model,
-            const std::vector<v1::TrainingPhase>& phases, int64_t step) const {
-    for (v1::TrainingPhase phase : phases) {
-      for (int rank : ranks) {
-        const grpc::Status status = Report(model, rank, phase, step);
-        ASSERT_TRUE(status.ok())
-            << "node " << node << " rank " << rank << " "
-            << v1::TrainingPhase_Name(phase) << ": " << status.error_message();
-      }
-    }
-  }
-  v1::MapShardsResponse Map(const std::string& model, int rank) const {
-    v1::MapShardsRequest request;
-    request.set_model(model);
-    request.set_rank(rank);
-    v1::MapShardsResponse response;
-    const grpc::Status status =
-        stub->MapShards(Context().get(), request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response;
-  }
-};
 
 // The shard of one rank mapped from /dev/shm as its trainer maps it.
 class MappedShard {

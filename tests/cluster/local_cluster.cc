@@ -95,7 +95,6 @@ absl::Status LocalCluster::Spawn(const std::vector<int>& ports) {
   }
   work_dir_ = pattern;
   for (int port : ports) addresses_.push_back(absl::StrCat("127.0.0.1:", port));
-  const std::string nodes = absl::StrJoin(addresses_, ",");
   pids_.assign(options_.nodes, -1);
   client::ClientOptions client_options;
   client_options.timeout = options_.call_timeout;
@@ -106,31 +105,64 @@ absl::Status LocalCluster::Spawn(const std::vector<int>& ports) {
                                                               client_options));
   }
   for (int node : options_.started) {
-    std::vector<std::string> args = {
-        RunfilePath("server/summond"),
-        "--insecure-local",
-        "--nodes=" + nodes,
-        absl::StrCat("--node-rank=", node),
-        absl::StrCat("--local-ranks=", options_.local_ranks),
-        "--data-dir=" + data_dirs_[node],
-        absl::StrCat("--collective-timeout-ms=",
-                     absl::ToInt64Milliseconds(options_.collective_timeout)),
-        "--heartbeat-ms=500",
-        "--log-level=warn",
-    };
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    if (const int error =
-            posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
-        error != 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot start ", argv[0], ": ", strerror(error)));
-    }
-    pids_[node] = pid;
+    if (absl::Status status = SpawnNode(node); !status.ok()) return status;
   }
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::SpawnNode(int node) {
+  std::vector<std::string> args = {
+      RunfilePath("server/summond"),
+      "--insecure-local",
+      "--nodes=" + absl::StrJoin(addresses_, ","),
+      absl::StrCat("--node-rank=", node),
+      absl::StrCat("--local-ranks=", options_.local_ranks),
+      "--data-dir=" + data_dirs_[node],
+      absl::StrCat("--collective-timeout-ms=",
+                   absl::ToInt64Milliseconds(options_.collective_timeout)),
+      "--heartbeat-ms=500",
+      "--log-level=warn",
+  };
+  if (!options_.checkpoint_root.empty()) {
+    args.push_back("--checkpoint-root=" + options_.checkpoint_root);
+  }
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (const int error =
+          posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+      error != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot start ", argv[0], ": ", strerror(error)));
+  }
+  pids_[node] = pid;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Kill(int node) {
+  if (pids_[node] < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node, " is not running"));
+  }
+  kill(pids_[node], SIGKILL);
+  waitpid(pids_[node], nullptr, 0);
+  pids_[node] = -1;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartNode(int node) {
+  if (pids_[node] >= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node, " is running"));
+  }
+  if (absl::Status status = SpawnNode(node); !status.ok()) return status;
+  // A fresh channel: the old one's reconnect backoff would delay the calls.
+  client::ClientOptions client_options;
+  client_options.timeout = options_.call_timeout;
+  clients_[node] =
+      std::make_unique<client::SummonClient>(addresses_[node], client_options);
+  return WaitServing(absl::Now() + kServingTimeout);
 }
 
 absl::Status LocalCluster::CheckAlive() {

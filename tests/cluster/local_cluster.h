@@ -34,6 +34,9 @@ class LocalCluster {
     // blocking it).
     absl::Duration call_timeout = absl::Seconds(20);
     absl::Duration collective_timeout = absl::Seconds(10);
+    // Set: every node's --checkpoint-root (one directory all of them see,
+    // as a cluster's shared filesystem).
+    std::string checkpoint_root;
   };
 
   // Picks free ports, starts the processes and, when every node is started,
@@ -56,6 +59,14 @@ class LocalCluster {
   // valid until Stop().
   const client::SummonClient& client(int node) const { return *clients_[node]; }
 
+  // Node `node`'s data directory (its instance names its segments).
+  const std::string& data_dir(int node) const { return data_dirs_[node]; }
+  // SIGKILL (a machine failure) and reap; its segments and data dir stay.
+  absl::Status Kill(int node);
+  // Starts a killed node again with the same data directory and a fresh
+  // client, and waits until every node serves.
+  absl::Status StartNode(int node);
+
   // The overall health status node `node` reports ("" service).
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
       int node) const;
@@ -72,6 +83,7 @@ class LocalCluster {
 
   // Starts the daemons of options_.started on `ports`.
   absl::Status Spawn(const std::vector<int>& ports);
+  absl::Status SpawnNode(int node);
   // UNAVAILABLE when a started daemon has exited.
   absl::Status CheckAlive();
   absl::Status WaitServing(absl::Time deadline);

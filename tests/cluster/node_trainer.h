@@ -1,0 +1,82 @@
+#ifndef SUMMON_TESTS_CLUSTER_NODE_TRAINER_H_
+#define SUMMON_TESTS_CLUSTER_NODE_TRAINER_H_
+
+// A trainer process of one node of a LocalCluster, as the cluster tests
+// drive it over the Trainer service (the C++ client has no trainer calls).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+#include "proto/summon/v1/trainer.grpc.pb.h"
+
+namespace summon::tests {
+
+// A trainer process of one node: the Trainer service of that node's daemon
+// and the node's ranks.
+struct NodeTrainer {
+  int node = 0;
+  std::vector<int> ranks;
+  std::unique_ptr<v1::Trainer::Stub> stub;
+  std::string lease;
+
+  static std::unique_ptr<grpc::ClientContext> Context(
+      absl::Duration timeout = absl::Seconds(20)) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return context;
+  }
+  grpc::Status Attach(const std::string& model, const std::string& incarnation,
+                      uint32_t lease_seconds, v1::AttachResponse* attached) {
+    v1::AttachRequest request;
+    request.set_model(model);
+    for (int rank : ranks) request.add_ranks(rank);
+    request.set_incarnation(incarnation);
+    request.set_lease_seconds(lease_seconds);
+    grpc::Status status = stub->Attach(Context().get(), request, attached);
+    if (status.ok()) lease = attached->lease_id();
+    return status;
+  }
+  grpc::Status Report(const std::string& model, int rank,
+                      v1::TrainingPhase phase, int64_t step) const {
+    v1::ReportPhaseRequest request;
+    request.set_model(model);
+    request.set_rank(rank);
+    request.set_phase(phase);
+    request.set_step(step);
+    request.set_lease_id(lease);
+    v1::ReportPhaseResponse response;
+    return stub->ReportPhase(Context().get(), request, &response);
+  }
+  // Every phase of `phases` for every rank of this trainer.
+  void Walk(const std::string& model,
+            const std::vector<v1::TrainingPhase>& phases, int64_t step) const {
+    for (v1::TrainingPhase phase : phases) {
+      for (int rank : ranks) {
+        const grpc::Status status = Report(model, rank, phase, step);
+        ASSERT_TRUE(status.ok())
+            << "node " << node << " rank " << rank << " "
+            << v1::TrainingPhase_Name(phase) << ": " << status.error_message();
+      }
+    }
+  }
+  v1::MapShardsResponse Map(const std::string& model, int rank) const {
+    v1::MapShardsRequest request;
+    request.set_model(model);
+    request.set_rank(rank);
+    v1::MapShardsResponse response;
+    const grpc::Status status =
+        stub->MapShards(Context().get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+};
+
+}  // namespace summon::tests
+
+#endif  // SUMMON_TESTS_CLUSTER_NODE_TRAINER_H_
