@@ -11,6 +11,7 @@ SUMMON_SCREENSHOTS=DIR saves the pages' screenshots there (docs/img/).
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import shutil
@@ -121,6 +122,17 @@ def test_over_tls_only_with_the_ca(web: dict) -> None:
         urllib.request.urlopen(base + "/metrics", timeout=30,
                                context=ssl.create_default_context())
     assert isinstance(untrusted.value.reason, ssl.SSLCertVerificationError)
+    # The login cookie is Secure over HTTPS (never sent back in the clear).
+    host, port = base[len("https://"):].split(":")
+    connection = http.client.HTTPSConnection(host, int(port), timeout=30,
+                                             context=_tls["context"])
+    connection.request("POST", "/login", body=f"token={TOKENS['viewer']}",
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})
+    response = connection.getresponse()
+    assert response.status == 303
+    assert response.getheader("Set-Cookie") == (
+        f"summon_token={TOKENS['viewer']}; Path=/; HttpOnly; SameSite=Strict; Secure")
+    connection.close()
     plain = "http://" + base[len("https://"):]
     for path in ("/", "/api/models", "/metrics"):
         request = urllib.request.Request(plain + path)
