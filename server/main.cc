@@ -87,10 +87,12 @@ ABSL_FLAG(int32_t, heartbeat_ms, 1000,
 ABSL_FLAG(int32_t, collective_timeout_ms, 30000,
           "A collective operation taking longer aborts its sessions.");
 ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT serving GET /metrics in the Prometheus text format and, "
-          "on a loopback address, the read-only web view at / and /api/ "
-          "(viewer token with --tokens); port 0 picks a free port (logged, "
-          "and written to --metrics-port-file). Empty: no metrics endpoint.");
+          "HOST:PORT serving GET /metrics in the Prometheus text format and "
+          "the read-only web view at / and /api/ (viewer token with "
+          "--tokens); HTTPS with --tls-cert/--tls-key, else plain HTTP and "
+          "the web view on a loopback address only. Port 0 picks a free port "
+          "(logged, and written to --metrics-port-file). Empty: no metrics "
+          "endpoint.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "When set, the chosen metrics port is written to this file.");
 ABSL_FLAG(std::string, health_listen, "",
@@ -325,7 +327,8 @@ int Run(int argc, char** argv) {
                  (*server)->health_port());
   }
   if ((*server)->metrics_port() != 0) {
-    spdlog::info("summond serving metrics on http://{}:{}/metrics",
+    spdlog::info("summond serving metrics on {}://{}:{}/metrics",
+                 spec.security.tls() ? "https" : "http",
                  spec.metrics_listen.substr(0, spec.metrics_listen.rfind(':')),
                  (*server)->metrics_port());
   }

@@ -357,9 +357,11 @@ void SummonServer::RegisterMetrics() {
 
 void SummonServer::StartWebView() {
   const Spec& s = spec_;
-  // Viewer tokens and cookies would cross the network in the clear: the
-  // page is served only on a loopback listener (as --insecure-local is).
-  const bool plaintext_ok = web::MayServePlaintext(s.metrics_listen);
+  // With TLS the listener speaks HTTPS (Start below). Without it, viewer
+  // tokens and cookies would cross the network in the clear: the page is
+  // served only on a loopback listener (as --insecure-local is).
+  const bool serve_page =
+      s.security.tls() || web::MayServePlaintext(s.metrics_listen);
   web_view_ = std::make_unique<web::WebView>(
       &security_->authorizer(),
       [this]() -> std::shared_ptr<grpc::Channel> {
@@ -382,9 +384,9 @@ void SummonServer::StartWebView() {
         }
         return view;
       },
-      plaintext_ok,
-      absl::StrCat("the web view is plain HTTP, so it is served only on a "
-                   "loopback --metrics-listen; ",
+      serve_page,
+      absl::StrCat("without --tls-cert the web view is plain HTTP, so it is "
+                   "served only on a loopback --metrics-listen; ",
                    s.metrics_listen, " is reachable from other hosts"));
 }
 
@@ -436,7 +438,8 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
     absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> http =
         metrics::MetricsHttpServer::Start(
             s.metrics_listen,
-            [web_view](httplib::Server& http) { web_view->Register(http); });
+            [web_view](httplib::Server& http) { web_view->Register(http); },
+            metrics::HttpTls{s.security.tls_cert, s.security.tls_key});
     if (!http.ok()) return http.status();
     server->metrics_http_ = std::move(*http);
   }

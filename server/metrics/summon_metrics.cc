@@ -90,20 +90,20 @@ double SecondsSince(absl::Time start) {
 }
 
 struct MetricsHttpServer::Impl {
-  httplib::Server http;
+  std::unique_ptr<httplib::Server> http;  // an httplib::SSLServer with TLS
   std::thread thread;
 };
 
 MetricsHttpServer::MetricsHttpServer() : impl_(std::make_unique<Impl>()) {}
 
 MetricsHttpServer::~MetricsHttpServer() {
-  impl_->http.stop();
+  if (impl_->http != nullptr) impl_->http->stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& listen_address,
-    const std::function<void(httplib::Server&)>& routes) {
+    const std::function<void(httplib::Server&)>& routes, const HttpTls& tls) {
   const size_t colon = listen_address.rfind(':');
   int port = -1;
   if (colon == std::string::npos ||
@@ -119,15 +119,31 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (host.empty()) host = "0.0.0.0";
   Summon();  // Every family is listed from the first scrape on.
   auto server = absl::WrapUnique(new MetricsHttpServer());
-  server->impl_->http.Get("/metrics", [](const httplib::Request&,
+  if (tls.enabled()) {
+    // The gRPC port's certificate (--tls-cert/--tls-key). No client
+    // certificate is asked for even with --tls-client-ca: browsers and
+    // scrapers identify with tokens (docs/api.md "The web view and /api/").
+    auto https =
+        std::make_unique<httplib::SSLServer>(tls.cert.c_str(), tls.key.c_str());
+    if (!https->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the HTTPS metrics listener cannot load --tls-cert ", tls.cert,
+          " and --tls-key ", tls.key));
+    }
+    server->impl_->http = std::move(https);
+  } else {
+    server->impl_->http = std::make_unique<httplib::Server>();
+  }
+  httplib::Server& http = *server->impl_->http;
+  http.Get("/metrics", [](const httplib::Request&,
                                          httplib::Response& response) {
     response.set_content(DefaultRegistry().Render(),
                          "text/plain; version=0.0.4; charset=utf-8");
   });
-  if (routes) routes(server->impl_->http);
+  if (routes) routes(http);
   if (port == 0) {
-    server->port_ = server->impl_->http.bind_to_any_port(host.c_str());
-  } else if (server->impl_->http.bind_to_port(host.c_str(), port)) {
+    server->port_ = http.bind_to_any_port(host.c_str());
+  } else if (http.bind_to_port(host.c_str(), port)) {
     server->port_ = port;
   } else {
     server->port_ = -1;
@@ -137,7 +153,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
         absl::StrCat("cannot listen for metrics on ", listen_address));
   }
   Impl* impl = server->impl_.get();
-  impl->thread = std::thread([impl] { impl->http.listen_after_bind(); });
+  impl->thread = std::thread([impl] { impl->http->listen_after_bind(); });
   return server;
 }
 

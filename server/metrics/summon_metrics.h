@@ -40,15 +40,25 @@ std::string CodeName(grpc::StatusCode code);
 // Seconds since `start`.
 double SecondsSince(absl::Time start);
 
-// Serves GET /metrics (DefaultRegistry) over HTTP on a thread of its own.
+// PEM files of the listener's certificate and key; both empty: plain HTTP.
+struct HttpTls {
+  std::string cert;
+  std::string key;
+  bool enabled() const { return !cert.empty() || !key.empty(); }
+};
+
+// Serves GET /metrics (DefaultRegistry) over HTTP, or HTTPS with `tls`, on a
+// thread of its own.
 class MetricsHttpServer {
  public:
-  // HOST:PORT; port 0 picks a free port. UNAVAILABLE when it cannot bind.
+  // HOST:PORT; port 0 picks a free port. UNAVAILABLE when it cannot bind;
+  // INVALID_ARGUMENT when `tls`'s files do not load.
   // `routes`, when set, adds more handlers (the web view, server/web) to the
   // same listener before it serves.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
       const std::string& listen_address,
-      const std::function<void(httplib::Server&)>& routes = nullptr);
+      const std::function<void(httplib::Server&)>& routes = nullptr,
+      const HttpTls& tls = {});
   ~MetricsHttpServer();  // Stops serving.
   int port() const { return port_; }
 

@@ -296,7 +296,8 @@ void WebView::Register(httplib::Server& http) const {
     response.set_content(kLoginHtml, "text/html; charset=utf-8");
   });
   // The login form: a valid viewer token becomes an HttpOnly,
-  // SameSite=Strict cookie so the page's script never holds it.
+  // SameSite=Strict cookie so the page's script never holds it; over HTTPS
+  // (a TLS daemon) also Secure, so the browser never sends it in the clear.
   http.Post("/login", [this, identify](const httplib::Request& request,
                                        httplib::Response& response) {
     httplib::Request with_token = request;
@@ -312,7 +313,8 @@ void WebView::Register(httplib::Server& http) const {
     response.set_header(
         "Set-Cookie",
         absl::StrCat(kCookie, "=", request.get_param_value("token"),
-                     "; Path=/; HttpOnly; SameSite=Strict"));
+                     "; Path=/; HttpOnly; SameSite=Strict",
+                     request.ssl != nullptr ? "; Secure" : ""));
     response.set_redirect("/", 303);
   });
 

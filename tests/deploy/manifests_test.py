@@ -283,6 +283,8 @@ class Invariants:
         annotations = self.daemonset()["spec"]["template"]["metadata"][
             "annotations"]
         self.assertEqual(annotations.get("prometheus.io/scrape"), "true")
+        # TLS is required (summon-tls), so the metrics listener is HTTPS.
+        self.assertEqual(annotations.get("prometheus.io/scheme"), "https")
         self.assertEqual(annotations.get("prometheus.io/port"), str(metrics))
 
     def services(self):

@@ -61,3 +61,36 @@ PY
 ctl() {
   "$summonctl_bin" --server "$server" "$@"
 }
+
+# start_prometheus CONFIG: a real Prometheus on 127.0.0.1:$pp (query and
+# expect_query below ask it).
+start_prometheus() {
+  promtool check config "$1" >/dev/null || fail "promtool check config"
+  # Prometheus writes only beneath --storage.tsdb.path; HOME for good measure.
+  HOME="$work" prometheus --config.file="$1" \
+    --storage.tsdb.path="$work/tsdb" \
+    --web.listen-address="127.0.0.1:$pp" \
+    --log.level=warn >"$work/prometheus.log" 2>&1 &
+  pids+=($!)
+}
+
+# query PROMQL: the single value of an instant query (empty if none).
+query() {
+  curl -sf "http://127.0.0.1:$pp/api/v1/query" --data-urlencode "query=$1" |
+    /usr/bin/python3 -c '
+import json, sys
+body = json.load(sys.stdin)
+result = body["data"]["result"] if body.get("status") == "success" else []
+print(result[0]["value"][1] if len(result) == 1 else "")'
+}
+
+# expect_query PROMQL VALUE: polls up to 20 s (scrapes every second).
+expect_query() {
+  local got=""
+  for _ in $(seq 80); do
+    got="$(query "$1")"
+    [ "$got" = "$2" ] && return 0
+    sleep 0.25
+  done
+  fail "PromQL '$1' = '$got', expected '$2'; targets: $(curl -s "http://127.0.0.1:$pp/api/v1/targets"); prometheus log: $(tail -20 "$work/prometheus.log")"
+}

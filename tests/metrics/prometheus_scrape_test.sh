@@ -37,14 +37,7 @@ scrape_configs:
     static_configs:
       - targets: ['127.0.0.1:$m0', '127.0.0.1:$m1']
 YML
-promtool check config "$work/prometheus.yml" >/dev/null ||
-  fail "promtool check config"
-# Prometheus writes only beneath --storage.tsdb.path; HOME for good measure.
-HOME="$work" prometheus --config.file="$work/prometheus.yml" \
-  --storage.tsdb.path="$work/tsdb" \
-  --web.listen-address="127.0.0.1:$pp" \
-  --log.level=warn >"$work/prometheus.log" 2>&1 &
-pids+=($!)
+start_prometheus "$work/prometheus.yml"
 
 # The workload: through node 1 (forwarded to the leader) and node 0.
 server="127.0.0.1:$p1"
@@ -57,27 +50,6 @@ c="$(ctl session open m --scope layers.2 --no-writeback)" || fail "open c"
 for id in "$a" "$b" "$c"; do
   ctl session close "$id" >/dev/null || fail "close $id"
 done
-
-# query PROMQL: the single value of an instant query (empty if none).
-query() {
-  curl -sf "http://127.0.0.1:$pp/api/v1/query" --data-urlencode "query=$1" |
-    /usr/bin/python3 -c '
-import json, sys
-body = json.load(sys.stdin)
-result = body["data"]["result"] if body.get("status") == "success" else []
-print(result[0]["value"][1] if len(result) == 1 else "")'
-}
-
-# expect_query PROMQL VALUE: polls up to 20 s (scrapes every second).
-expect_query() {
-  local got=""
-  for _ in $(seq 80); do
-    got="$(query "$1")"
-    [ "$got" = "$2" ] && return 0
-    sleep 0.25
-  done
-  fail "PromQL '$1' = '$got', expected '$2'; targets: $(curl -s "http://127.0.0.1:$pp/api/v1/targets"); prometheus log: $(tail -20 "$work/prometheus.log")"
-}
 
 expect_query 'count(up{job="summond"} == 1)' 2
 expect_query 'sum(summon_node_ready)' 2
