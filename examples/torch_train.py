@@ -541,11 +541,11 @@ def launch(args: argparse.Namespace) -> int:
             # Sessions work again (after a stop or restarts): the final
             # parameters are read through one.
             client = summon.Client(daemons[0].address)
-            if args.watch:
-                show_watches(args.watch, client, daemons[0].address)
             runs = [compare(args, client, strategy, [w[i] for w in per_rank], reference,
                             run_dir)
                     for i, strategy in enumerate(args.strategies)]
+            if args.watch:
+                show_watches(args.watch, client, daemons[0].address)
             client.close()
         finally:
             for daemon in daemons:  # the leader first: it deletes everywhere
