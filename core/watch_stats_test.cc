@@ -151,5 +151,46 @@ TEST(WatchStatsTest, HalfPrecisionShardsConvertExactly) {
   EXPECT_EQ(partial.sum_of_squares, 6.25);
 }
 
+// Whole blocks go through the vectorised path, a block holding a NaN or an
+// Inf through the element-by-element one; both add up to what one element
+// at a time gives (float32 sums in double are exact, so the sums too).
+TEST(WatchStatsTest, BlocksWithNonFiniteElementsMatchElementwise) {
+  const int64_t numel = 3 * 4096 + 17;
+  std::vector<float> values(static_cast<size_t>(numel));
+  ASSERT_TRUE(FillSeeded("layer.weight", 7, DType::kFloat32, 0, numel,
+                         values.data())
+                  .ok());
+  values[5000] = std::numeric_limits<float>::quiet_NaN();
+  values[9000] = -std::numeric_limits<float>::infinity();
+  values[numel - 1] = 0.25f;  // On the range's upper edge: the last bin.
+  const HistogramRange range{-0.25, 0.25};
+  WatchPartial whole = EmptyWatchPartial(8, true);
+  ASSERT_TRUE(AccumulateWatchPartial(DType::kFloat32, values.data(), numel,
+                                     range, &whole)
+                  .ok());
+  WatchPartial elementwise = EmptyWatchPartial(8, true);
+  for (int64_t i = 0; i < numel; ++i) {
+    ASSERT_TRUE(AccumulateWatchPartial(DType::kFloat32, &values[i], 1, range,
+                                       &elementwise)
+                    .ok());
+  }
+  EXPECT_EQ(whole.numel, numel);
+  EXPECT_EQ(whole.finite, numel - 2);
+  EXPECT_EQ(whole.nan_count, 1);
+  EXPECT_EQ(whole.inf_count, 1);
+  EXPECT_EQ(whole.finite, elementwise.finite);
+  EXPECT_EQ(whole.sum, elementwise.sum);
+  EXPECT_NEAR(whole.sum_of_squares, elementwise.sum_of_squares, 1e-10);
+  EXPECT_EQ(whole.min, elementwise.min);
+  EXPECT_EQ(whole.max, elementwise.max);
+  EXPECT_EQ(whole.abs_max, elementwise.abs_max);
+  EXPECT_EQ(whole.histogram, elementwise.histogram);
+  EXPECT_EQ(whole.below_range, elementwise.below_range);
+  EXPECT_EQ(whole.above_range, elementwise.above_range);
+  int64_t counted = whole.below_range + whole.above_range;
+  for (int64_t count : whole.histogram) counted += count;
+  EXPECT_EQ(counted, numel - 2);
+}
+
 }  // namespace
 }  // namespace summon::core

@@ -228,6 +228,9 @@ def train_worker(args: argparse.Namespace) -> None:
         if rank == 0:
             layout = st.layout_from_module(module, module.blocks, strategy)
             client.create_model(name, layout, init="external", grad_ranks="all")
+            if args.watch:  # from outside, as an operator would: every step
+                subprocess.run([args.watch, "--server", args.server, "watch", "add",
+                                name, "--every", "1"], check=True)
         dist.barrier()
         edits: list[dict] = []
         step_now = [0]
@@ -426,7 +429,8 @@ def run_workers(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir: P
                    "--seed", str(args.seed), "--edit-at", str(args.edit_at),
                    "--restart-at", str(args.restart_at),
                    "--restart-nodes-at", str(args.restart_nodes_at),
-                   "--stop-leader-at", str(args.stop_leader_at)]
+                   "--stop-leader-at", str(args.stop_leader_at),
+                   *(["--watch", args.watch] if args.watch else [])]
         log = open(run_dir / f"worker{rank}.log", "wb")
         procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + args.timeout
@@ -510,6 +514,15 @@ def compare(args: argparse.Namespace, client: summon.Client, strategy: str,
             "outages": outages, "reestablished": reestablished, "ok": ok}
 
 
+def show_watches(summonctl: str, client: summon.Client, address: str) -> None:
+    """`summonctl watch show` of each watched model's first parameter."""
+    for watch in client.list_watches():
+        print(f"\n[watch of {watch.model}: {len(watch.watched)} parameters, "
+              f"last step {watch.last_step}]", flush=True)
+        subprocess.run([summonctl, "--server", address, "watch", "show", watch.model,
+                        watch.watched[0]], check=True)
+
+
 def launch(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="torch-train-") as tmp:
         run_dir = Path(tmp)
@@ -531,6 +544,8 @@ def launch(args: argparse.Namespace) -> int:
             runs = [compare(args, client, strategy, [w[i] for w in per_rank], reference,
                             run_dir)
                     for i, strategy in enumerate(args.strategies)]
+            if args.watch:
+                show_watches(args.watch, client, daemons[0].address)
             client.close()
         finally:
             for daemon in daemons:  # the leader first: it deletes everywhere
@@ -567,6 +582,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--rtol", type=float, default=1e-5)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--watch", metavar="SUMMONCTL",
+                        help="add a watch of every parameter (every step) with this "
+                             "summonctl before training, and show one after")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", help=argparse.SUPPRESS)
