@@ -33,40 +33,11 @@ VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 16384, 384, 6, 8, 64, 4
 
 
 def build_model():
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
+    """examples/fsdp2_train.py's GPT at the bench's size (about 27 M parameters)."""
+    sys.path.insert(0, str(REPO / "examples"))
+    from fsdp2_train import GPT
 
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.norm1, self.norm2 = nn.LayerNorm(DIM), nn.LayerNorm(DIM)
-            self.qkv, self.proj = nn.Linear(DIM, 3 * DIM), nn.Linear(DIM, DIM)
-            self.mlp = nn.Sequential(nn.Linear(DIM, 4 * DIM), nn.GELU(),
-                                     nn.Linear(4 * DIM, DIM))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, HEADS, -1).transpose(1, 3).unbind(2)
-            att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(att.transpose(1, 2).reshape(b, t, DIM))
-            return x + self.mlp(self.norm2(x))
-
-    class GPT(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.embed = nn.Embedding(VOCAB, DIM)
-            self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
-            self.norm = nn.LayerNorm(DIM)
-            self.head = nn.Linear(DIM, VOCAB, bias=False)
-
-        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-            x = self.embed(tokens)
-            for block in self.blocks:
-                x = block(x)
-            return self.head(self.norm(x))
-
-    return GPT()
+    return GPT(vocab=VOCAB, dim=DIM, heads=HEADS, layers=LAYERS)
 
 
 def rank_main(args: argparse.Namespace) -> None:

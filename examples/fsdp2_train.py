@@ -31,27 +31,31 @@ VOCAB, DIM, HEADS, LAYERS, SEQ = 256, 64, 4, 4, 32
 
 
 class Block(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, dim: int = DIM, heads: int = HEADS) -> None:
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(DIM), nn.LayerNorm(DIM)
-        self.qkv, self.proj = nn.Linear(DIM, 3 * DIM), nn.Linear(DIM, DIM)
-        self.mlp = nn.Sequential(nn.Linear(DIM, 4 * DIM), nn.GELU(), nn.Linear(4 * DIM, DIM))
+        self.dim, self.heads = dim, heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, HEADS, -1).transpose(1, 3).unbind(2)
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, -1).transpose(1, 3).unbind(2)
         x = x + self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                          .transpose(1, 2).reshape(b, t, DIM))
+                          .transpose(1, 2).reshape(b, t, self.dim))
         return x + self.mlp(self.norm2(x))
 
 
 class GPT(nn.Module):
-    def __init__(self) -> None:
+    """A small GPT; bench/fsdp_overhead.py builds a larger one of the same shape."""
+
+    def __init__(self, vocab: int = VOCAB, dim: int = DIM, heads: int = HEADS,
+                 layers: int = LAYERS) -> None:
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, DIM)
-        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
-        self.norm = nn.LayerNorm(DIM)
-        self.head = nn.Linear(DIM, VOCAB, bias=False)
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
