@@ -22,17 +22,6 @@ class DevicePlacementTest : public SummondTest {
     }
   }
 
-  pb::MapShardsResponse MapShards(const std::string& model, int rank) {
-    pb::MapShardsRequest request;
-    request.set_model(model);
-    request.set_rank(rank);
-    pb::MapShardsResponse response;
-    grpc::ClientContext context;
-    const grpc::Status status =
-        trainer_->MapShards(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response;
-  }
 };
 
 TEST_F(DevicePlacementTest, MapShardsHandsOutTheDeviceAllocation) {

@@ -126,18 +126,6 @@ std::vector<float> SegmentFloats(const std::string& name, uint64_t offset,
 
 class Fsdp2LayoutTest : public SummondTest {
  protected:
-  pb::MapShardsResponse MapShards(const std::string& model, int rank) {
-    pb::MapShardsRequest request;
-    request.set_model(model);
-    request.set_rank(rank);
-    pb::MapShardsResponse response;
-    grpc::ClientContext context;
-    const grpc::Status status =
-        trainer_->MapShards(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response;
-  }
-
   // Every rank's raw shard of every unit equals torch's padded chunks of
   // `values` (padding zero), and ModelChecksum agrees.
   void ExpectShardsHold(const std::string& model, const TensorValues& values,

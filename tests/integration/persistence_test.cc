@@ -56,18 +56,6 @@ class MappedSegment {
 
 class PersistenceTest : public SummondTest {
  protected:
-  pb::MapShardsResponse MapShards(const std::string& model, int rank) {
-    pb::MapShardsRequest request;
-    request.set_model(model);
-    request.set_rank(rank);
-    pb::MapShardsResponse response;
-    grpc::ClientContext context;
-    const grpc::Status status =
-        trainer_->MapShards(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response;
-  }
-
   grpc::Status Save(const std::string& model, const std::string& path,
                     uint64_t max_file_bytes, pb::SaveModelResponse* response) {
     pb::SaveModelRequest request;

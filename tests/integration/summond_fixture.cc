@@ -414,4 +414,16 @@ const std::vector<pb::TrainingPhase>& SummondTest::FullStep() {
   return *kStep;
 }
 
+pb::MapShardsResponse SummondTest::MapShards(const std::string& model,
+                                             int rank) {
+  pb::MapShardsRequest request;
+  request.set_model(model);
+  request.set_rank(rank);
+  pb::MapShardsResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = trainer_->MapShards(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response;
+}
+
 }  // namespace summon::tests

@@ -117,6 +117,8 @@ class SummondTest : public ::testing::Test {
       std::optional<std::vector<int>> grad_ranks = std::nullopt);
   pb::Model Describe(const std::string& model);
   pb::ModelChecksumResponse Checksum(const std::string& model);
+  // MapShards for a local rank; a failed call fails the test.
+  pb::MapShardsResponse MapShards(const std::string& model, int rank);
 
   grpc::Status TryOpen(const std::string& model,
                        const pb::SessionOptions& options, pb::Session* session);
