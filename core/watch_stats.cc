@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/watch_bins.h"
 
 namespace summon::core {
 namespace {
@@ -32,9 +33,9 @@ void AccumulateCarefully(const T* values, int64_t count,
   const bool binning = range.has_value() && bins > 0;
   const double lower = binning ? range->lower : 0;
   const double upper = binning ? range->upper : 0;
-  const double width = binning ? (upper - lower) / bins : 0;
-  // A multiply per element instead of a divide.
-  const double per_width = width > 0 ? 1 / width : 0;
+  // A multiply per element instead of a divide; core/watch_bins.h's scale,
+  // as the CUDA kernel's (watch_bins_test holds the bins to its slots).
+  const double per_width = binning ? WatchBinScale(lower, upper, bins) : 0;
   double min = partial->min;
   double max = partial->max;
   double abs_max = partial->abs_max;
@@ -79,9 +80,9 @@ struct Binner {
       : bins(bins),
         lower(range.lower),
         upper(range.upper),
-        // As the reference loop computes it, so every element lands in
-        // the same bin on either path.
-        per_width(Width(range, bins) > 0 ? 1 / Width(range, bins) : 0) {}
+        // As the reference loop (and the CUDA kernel) computes it, so
+        // every element lands in the same bin on every path.
+        per_width(WatchBinScale(range.lower, range.upper, bins)) {}
   static double Width(const HistogramRange& range, int bins) {
     return (range.upper - range.lower) / bins;
   }
