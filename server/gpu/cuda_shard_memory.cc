@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "absl/memory/memory.h"
@@ -11,7 +12,9 @@
 #include "server/gpu/cuda_status.h"
 #include "server/gpu/device_buffer.h"
 #include "server/gpu/device_stats.h"
+#include "server/gpu/device_watch.h"
 #include "server/gpu/pinned_streamer.h"
+#include "spdlog/spdlog.h"
 
 namespace summon::server::gpu {
 namespace {
@@ -64,6 +67,30 @@ class CudaShardMemory final : public ShardMemory {
     }
     return ComputeDeviceTensorStatistics(
         dtype, static_cast<const uint8_t*>(data()) + offset, numel, bins);
+  }
+  // The watch kernels on the GPU that holds the bytes (device_watch.h).
+  absl::Status AccumulateWatch(
+      int64_t offset, core::DType dtype, int64_t numel,
+      const std::optional<core::HistogramRange>& range,
+      core::WatchPartial* partial) const override {
+    if (absl::Status status = CheckTensorRange(offset, dtype, numel, size());
+        !status.ok()) {
+      return status;
+    }
+    static std::once_flag logged;
+    std::call_once(logged, [] {
+      spdlog::info(
+          "watch statistics of device-placed shards: CUDA kernels on the "
+          "shards' GPU");
+    });
+    if (absl::Status set =
+            FromCudaError(cudaSetDevice(device()), "cudaSetDevice");
+        !set.ok()) {
+      return set;
+    }
+    return AccumulateDeviceWatchPartial(
+        dtype, static_cast<const uint8_t*>(data()) + offset, numel, range,
+        partial);
   }
   // Device to host through two pinned chunks (PinnedStreamer): the next
   // chunk copies while the sink (a gRPC stream) takes this one. The

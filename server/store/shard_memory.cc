@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace summon::server {
 
@@ -89,6 +91,47 @@ absl::StatusOr<core::TensorStatistics> ShardMemory::Statistics(
     return status;
   }
   return core::ComputeTensorStatistics(dtype, bytes.data(), numel, bins);
+}
+
+absl::Status ShardMemory::AccumulateWatch(
+    int64_t offset, core::DType dtype, int64_t numel,
+    const std::optional<core::HistogramRange>& range,
+    core::WatchPartial* partial) const {
+  if (absl::Status status = CheckTensorRange(offset, dtype, numel, size());
+      !status.ok()) {
+    return status;
+  }
+  if (host() != nullptr) {
+    return core::AccumulateWatchPartial(dtype, host() + offset, numel, range,
+                                        partial);
+  }
+  static std::once_flag logged;
+  std::call_once(logged, [] {
+    spdlog::info(
+        "watch statistics of device-placed shards: copied to the host in "
+        "8 MiB pieces (no watch kernels for this device memory)");
+  });
+  // Whole elements per piece, so no element straddles two.
+  constexpr int64_t kPiece = int64_t{8} << 20;
+  const int64_t element = static_cast<int64_t>(core::ElementSize(dtype));
+  const int64_t piece_elements = std::max<int64_t>(1, kPiece / element);
+  std::vector<uint8_t> piece;
+  for (int64_t done = 0; done < numel;) {
+    const int64_t count = std::min(piece_elements, numel - done);
+    piece.resize(static_cast<size_t>(count * element));
+    if (absl::Status read =
+            Read(offset + done * element, piece.data(), count * element);
+        !read.ok()) {
+      return read;
+    }
+    if (absl::Status added = core::AccumulateWatchPartial(
+            dtype, piece.data(), count, range, partial);
+        !added.ok()) {
+      return added;
+    }
+    done += count;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status HostShardMemory::Read(int64_t offset, void* to,

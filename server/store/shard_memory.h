@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
 #include "core/tensor_stats.h"
+#include "core/watch_stats.h"
 
 namespace summon::server {
 
@@ -74,6 +76,17 @@ class ShardMemory {
                                                             core::DType dtype,
                                                             int64_t numel,
                                                             int bins) const;
+  // core::AccumulateWatchPartial of `numel` elements of `dtype` at `offset`
+  // into `partial` (a watch's share of this memory), computed where the
+  // bytes are: this default reads host memory in place and copies other
+  // memory to the host in 8 MiB pieces; CUDA memory runs the watch kernels
+  // on its GPU (server/gpu/device_watch.h), only the numbers coming back.
+  // Each logs once which it does for device memory. OUT_OF_RANGE beyond
+  // the memory; the kernel's errors otherwise.
+  virtual absl::Status AccumulateWatch(
+      int64_t offset, core::DType dtype, int64_t numel,
+      const std::optional<core::HistogramRange>& range,
+      core::WatchPartial* partial) const;
   // The handle another process maps the bytes with (cudaIpcMemHandle_t for
   // device memory); UNIMPLEMENTED for host memory, which is shared by name.
   virtual absl::StatusOr<std::string> IpcHandle() const = 0;

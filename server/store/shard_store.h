@@ -180,6 +180,14 @@ class ShardStore {
                          void* to, int64_t bytes) const;
   absl::Status WriteShard(int rank, int unit, bool grads, int64_t offset,
                           const void* from, int64_t bytes);
+  // ShardMemory::AccumulateWatch over `numel` elements of `dtype` at byte
+  // `offset` of `rank`'s params (or grads) shard of `unit`: a watch's share
+  // computed where the bytes are (CUDA kernels for shards on a GPU). Errors
+  // as ReadShard's, then the memory's.
+  absl::Status AccumulateWatchShard(
+      int rank, int unit, bool grads, int64_t offset, core::DType dtype,
+      int64_t numel, const std::optional<core::HistogramRange>& range,
+      core::WatchPartial* partial) const;
   // ReadShard into other shard memory (a session copy on a GPU of this
   // node), at `to_offset`: device to device, no host bounce.
   absl::Status CopyShardTo(int rank, int unit, bool grads, int64_t offset,

@@ -1,6 +1,8 @@
 // How the shard store reaches shard bytes whatever their placement: the
 // segment's own mapping on the host, a ShardMemoryProvider's allocation on a
 // device (see ShardMemory).
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -72,6 +74,24 @@ absl::Status ShardStore::ReadShard(int rank, int unit, bool grads,
       ShardBytes(rank, unit, grads, offset, bytes);
   if (!memory.ok()) return memory.status();
   return (*memory)->Read(unit_offsets_[unit] + offset, to, bytes);
+}
+
+absl::Status ShardStore::AccumulateWatchShard(
+    int rank, int unit, bool grads, int64_t offset, core::DType dtype,
+    int64_t numel, const std::optional<core::HistogramRange>& range,
+    core::WatchPartial* partial) const {
+  const int64_t element =
+      std::max<int64_t>(1, static_cast<int64_t>(core::ElementSize(dtype)));
+  if (numel < 0 || numel > std::numeric_limits<int64_t>::max() / element) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        numel, " elements are no range of unit ", unit, "'s shard"));
+  }
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ShardMemory*> memory =
+      ShardBytes(rank, unit, grads, offset, numel * element);
+  if (!memory.ok()) return memory.status();
+  return (*memory)->AccumulateWatch(unit_offsets_[unit] + offset, dtype, numel,
+                                    range, partial);
 }
 
 absl::Status ShardStore::CopyShardTo(int rank, int unit, bool grads,
