@@ -11,9 +11,6 @@
 namespace summon::server {
 namespace {
 
-// Device shards come to the host in pieces of this size.
-constexpr int64_t kDevicePiece = int64_t{8} << 20;
-
 // Adds the slices rank `rank` holds (one of this node's) into `partials`.
 absl::Status AccumulateRank(ModelEntry& model,
                             const WatchPartialsRequest& request,
@@ -21,7 +18,6 @@ absl::Status AccumulateRank(ModelEntry& model,
                             const core::SessionBufferLayout& buffer,
                             const std::vector<int>& slot_of_tensor, int rank,
                             std::vector<core::WatchPartial>* partials) {
-  std::vector<uint8_t> piece;
   for (const core::Transfer& transfer : plan.transfers) {
     if (transfer.rank != rank) continue;
     // The tensor this range of the buffer belongs to: the last one starting
@@ -59,23 +55,13 @@ absl::Status AccumulateRank(ModelEntry& model,
       }
       continue;
     }
-    // Device placement: the bytes come over in pieces.
-    for (int64_t done = 0; done < transfer.bytes;) {
-      const int64_t bytes =
-          std::min(transfer.bytes - done, kDevicePiece / element * element);
-      piece.resize(static_cast<size_t>(bytes));
-      if (absl::Status read = model.store->ReadShard(
-              transfer.rank, transfer.unit, request.grad,
-              transfer.shard_offset + done, piece.data(), bytes);
-          !read.ok()) {
-        return read;
-      }
-      if (absl::Status added = core::AccumulateWatchPartial(
-              dtype, piece.data(), bytes / element, range, &partial);
-          !added.ok()) {
-        return added;
-      }
-      done += bytes;
+    // Device placement: computed where the bytes are (CUDA kernels on the
+    // shards' GPU; other device memory copies to the host in pieces).
+    if (absl::Status added = model.store->AccumulateWatchShard(
+            transfer.rank, transfer.unit, request.grad, transfer.shard_offset,
+            dtype, transfer.bytes / element, range, &partial);
+        !added.ok()) {
+      return added;
     }
   }
   return absl::OkStatus();

@@ -27,9 +27,10 @@ struct WatchPartialsRequest {
   std::vector<std::optional<core::HistogramRange>> ranges;
 };
 
-// Reads this node's shard bytes of the parameters once (host shards in
-// place; device shards copied to the host in pieces). FAILED_PRECONDITION
-// for grads a local rank does not have; NOT_FOUND for an unknown FQN.
+// Reads this node's shard bytes of the parameters once: host shards in
+// place, device shards where they are (ShardStore::AccumulateWatchShard:
+// CUDA kernels on a GPU). FAILED_PRECONDITION for grads a local rank does
+// not have; NOT_FOUND for an unknown FQN.
 absl::StatusOr<std::vector<core::WatchPartial>> ComputeNodeWatchPartials(
     ModelEntry& model, const WatchPartialsRequest& request);
 
