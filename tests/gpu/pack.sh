@@ -10,12 +10,13 @@ cd "$(dirname "$0")/../.."
 targets=(
   //server:summond //client:summonctl //bench:summon_bench
   //bench/anchors:nccl_anchor //bench/anchors:anchor
-  //server/gpu:device_stats_test //server/gpu:device_buffer_test
+  //server/gpu:device_stats_test //server/gpu:device_watch_test
+  //server/gpu:device_buffer_test
   //server/gpu:ipc_child //server/gpu:pinned_streamer_test
   //server/comm:nccl_communicator_test
   //tests:writeback_matrix_test_on_device //tests:grads_test_on_device
   //tests:scope_test_on_device //tests:tensor_io_test_on_device
-  //tests:device_placement_test_on_device
+  //tests:device_placement_test_on_device //tests:watch_test_on_device
   //tests/cluster:device_copies_test
 )
 bazel build "${targets[@]}"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 13's checks on a machine with a GPU, from what tests/gpu/pack.sh put
-# in .gpu/: the CUDA tests (device statistics, device buffers and CUDA IPC
-# between processes, pinned streaming, the NCCL communicator), the
-# end-to-end tests with every shard in device memory
-# (SUMMON_TEST_DEVICE=cuda), the PyTorch IPC proof (tests/gpu/
+# in .gpu/: the CUDA tests (device statistics, watch statistics against the
+# CPU kernel (issue 21), device buffers and CUDA IPC between processes,
+# pinned streaming, the NCCL communicator), the end-to-end tests with every
+# shard in device memory (SUMMON_TEST_DEVICE=cuda; watch_test: records
+# reduced by the CUDA watch kernels), the PyTorch IPC proof (tests/gpu/
 # torch_ipc_check.py) and bench/gpu_bench.sh. Output: one block per check;
 # the last line counts the failures.
 set -uo pipefail
@@ -22,10 +23,10 @@ run() {  # NAME COMMAND...
   shift
   "$@" || { echo "FAILED: $*"; failed=$((failed + 1)); }
 }
-for t in device_stats_test device_buffer_test pinned_streamer_test nccl_communicator_test; do
+for t in device_stats_test device_watch_test device_buffer_test pinned_streamer_test nccl_communicator_test; do
   run "$t" "$G/bin/$t" --gtest_brief=1
 done
-for t in device_placement_test writeback_matrix_test grads_test scope_test tensor_io_test; do
+for t in device_placement_test writeback_matrix_test grads_test scope_test tensor_io_test watch_test; do
   run "$t (SUMMON_TEST_DEVICE=cuda)" env SUMMON_TEST_DEVICE=cuda "$G/bin/${t}_on_device" --gtest_brief=1
 done
 run "device_copies_test (SUMMON_TEST_DEVICE=cuda, 2 nodes x 2 ranks)" env SUMMON_TEST_DEVICE=cuda "$G/bin/device_copies_test" --gtest_brief=1
