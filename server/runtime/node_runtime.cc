@@ -265,6 +265,9 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
       return replicated;
     }
   }
+  // A writable session will likely write back: its staging is made and
+  // faulted now, in the background, instead of in its writeback's PREPARE.
+  if (!op.read_only) (*model)->store->PrefaultStaging();
   absl::MutexLock lock(&mu_);
   copies_[op.gather_id] = copy;
   return absl::OkStatus();
