@@ -88,6 +88,10 @@ ABSL_FLAG(int32_t, gather_parts, 8,
           "summond --gather-parts of the daemons: parts a gather between "
           "nodes overlaps its local copy with; 1: none (copy, then "
           "exchange).");
+ABSL_FLAG(bool, staging_prefault, true,
+          "summond --staging-prefault of the daemons: a writable open makes "
+          "and faults the spare staging its writeback adopts; false: the "
+          "writeback faults it (the cold writeback before this).");
 ABSL_FLAG(absl::Duration, pool_idle, absl::Minutes(10),
           "How long the in-process summond keeps closed sessions' copies and "
           "spare staging (summond --copy-pool-idle, --staging-pool-idle); "
@@ -448,6 +452,7 @@ absl::Status Run() {
   cluster_options.nodes = absl::GetFlag(FLAGS_nodes);
   cluster_options.pool_idle = absl::GetFlag(FLAGS_pool_idle);
   cluster_options.gather_parts = absl::GetFlag(FLAGS_gather_parts);
+  cluster_options.staging_prefault = absl::GetFlag(FLAGS_staging_prefault);
   if (const std::string device = absl::GetFlag(FLAGS_device);
       device == "cuda") {
     absl::StatusOr<std::unique_ptr<server::gpu::CudaShardMemoryProvider>>
