@@ -84,6 +84,10 @@ ABSL_FLAG(int64_t, idle_ms, 0,
           "session-copy pool's and spare staging's --*_pool_idle), so each "
           "operation meets memory as a user's first one after a pause does. "
           "Under --compare it adds the first-touch anchors' columns.");
+ABSL_FLAG(int64_t, hold_ms, 0,
+          "The writeback table: keep each session open this many "
+          "milliseconds after its WriteTensor, before the timed close (a "
+          "user looking before closing; the staging pre-fault runs then).");
 ABSL_FLAG(int32_t, gather_parts, 8,
           "summond --gather-parts of the daemons: parts a gather between "
           "nodes overlaps its local copy with; 1: none (copy, then "
@@ -187,6 +191,10 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
     return absl::InvalidArgumentError("--idle_ms must be at least 0");
   }
   config.idle = absl::Milliseconds(absl::GetFlag(FLAGS_idle_ms));
+  if (absl::GetFlag(FLAGS_hold_ms) < 0) {
+    return absl::InvalidArgumentError("--hold_ms must be at least 0");
+  }
+  config.hold = absl::Milliseconds(absl::GetFlag(FLAGS_hold_ms));
   if (absl::GetFlag(FLAGS_compare)) {
     config.iters = std::max(config.iters, kCompareIters);
     config.large_iters = std::max(config.large_iters, kCompareIters);
