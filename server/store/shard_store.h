@@ -299,6 +299,10 @@ class ShardStore {
   // placement and when the pool's `prefault` is off. A writeback or clear
   // that reaches a rank mid-fault waits for the fault to finish.
   void PrefaultStaging();
+  // Pairs with PrefaultStaging (one call per writable session, pre-faulted
+  // or not): while any writable session is open no spare of the store is
+  // reaped; the last close starts their idle time.
+  void WritableClosed();
   // Whether a pre-fault is running (tests wait on it).
   bool prefault_running() const;
   // Drops `rank`'s staged data (abort, or after a commit elsewhere).
@@ -425,6 +429,7 @@ class ShardStore {
   bool spare_reaper_running_ ABSL_GUARDED_BY(mu_) = false;
   std::thread spare_reaper_;  // Started and joined with mu_ held.
   bool prefault_running_ ABSL_GUARDED_BY(mu_) = false;
+  int writable_sessions_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread prefault_;  // Started and joined with mu_ held.
   // Set by the destructor: a running pre-fault stops between chunks.
   std::atomic<bool> prefault_cancel_{false};

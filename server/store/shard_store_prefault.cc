@@ -21,6 +21,7 @@ namespace summon::server {
 
 void ShardStore::PrefaultStaging() {
   absl::MutexLock lock(&mu_);
+  ++writable_sessions_;
   if (on_device() || stopping_ || prefault_running_ ||
       !staging_pool_->options().prefault) {
     return;
@@ -28,6 +29,17 @@ void ShardStore::PrefaultStaging() {
   if (prefault_.joinable()) prefault_.join();  // It has ended.
   prefault_running_ = true;
   prefault_ = std::thread([this] { PrefaultSpares(); });
+}
+
+void ShardStore::WritableClosed() {
+  absl::MutexLock lock(&mu_);
+  if (writable_sessions_ > 0) --writable_sessions_;
+  if (writable_sessions_ > 0 || stopping_) return;
+  const absl::Time now = absl::Now();
+  for (RankSegments& rank : ranks_) {
+    if (OnlySpares(rank) && !rank.prefaulting) rank.spare_since = now;
+  }
+  StartSpareReaper();
 }
 
 bool ShardStore::prefault_running() const {

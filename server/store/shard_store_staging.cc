@@ -390,7 +390,11 @@ void ShardStore::ReapSpareStaging() {
     for (RankSegments& rank : ranks_) {
       // A rank mid pre-fault is reaped once it is done (its idle clock
       // starts then).
-      if (!OnlySpares(rank) || rank.prefaulting) continue;
+      // Nor is any while a writable session is open: its writeback is what
+      // they are kept for (WritableClosed starts their clock).
+      if (!OnlySpares(rank) || rank.prefaulting || writable_sessions_ > 0) {
+        continue;
+      }
       const absl::Time due =
           rank.spare_since + staging_pool_->options().max_idle;
       if (due <= now) {

@@ -288,6 +288,10 @@ TEST_F(StagingTest, APrefaultIsSkippedWhenThePoolOrTheBudgetHasNoRoom) {
 TEST_F(StagingTest, APrefaultedSpareIsReapedWhenIdleAndUnlinkedAtAStop) {
   Prefault(*store_);  // The fixture's pool: 300 ms idle.
   ASSERT_TRUE(StagedSegmentExists());
+  // Kept while the writable session is open, however long.
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE(StagedSegmentExists());
+  store_->WritableClosed();
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (StagedSegmentExists() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
