@@ -43,8 +43,8 @@ TEST(ParallelCopyTest, CopiesEveryByteOfSizesAroundThePieceBoundaries) {
     EXPECT_EQ(FirstMismatch(target.data() + 3, source.data() + 7, bytes), -1)
         << bytes << " bytes";
     // Nothing written outside [3, 3 + bytes).
-    for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{2}, bytes + 3,
-                      bytes + 15}) {
+    for (int64_t i :
+         {int64_t{0}, int64_t{1}, int64_t{2}, bytes + 3, bytes + 15}) {
       EXPECT_EQ(target[i], 0xEE) << "byte " << i << " of " << bytes;
     }
   }
