@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(
     spec.copy_pool_idle = options.pool_idle;
     spec.staging_pool_idle = options.pool_idle;
     spec.gather_parts = options.gather_parts;
+    spec.staging_prefault = options.staging_prefault;
     absl::StatusOr<std::unique_ptr<server::SummonServer>> server =
         server::SummonServer::Start(std::move(spec));
     if (!server.ok()) return server.status();

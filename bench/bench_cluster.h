@@ -36,6 +36,9 @@ class BenchCluster {
     // SummonServer::Spec::gather_parts (1: the gather copies, then
     // exchanges).
     int gather_parts = server::SummonServer::Spec().gather_parts;
+    // SummonServer::Spec::staging_prefault (false: the writeback of a
+    // session faults its staging itself, as before the pre-fault).
+    bool staging_prefault = server::SummonServer::Spec().staging_prefault;
   };
 
   // INVALID_ARGUMENT for local_ranks < 1; UNAVAILABLE when a data directory

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "core/dtype.h"
 #include "core/seeded_init.h"
 
@@ -300,6 +301,7 @@ absl::StatusOr<Measured> Bench::Writeback(const BenchTensor& tensor) const {
           client_.CloseSession(session->id(), /*abort=*/true).IgnoreError();
           return written;
         }
+        absl::SleepFor(config_.hold);
         const auto start = std::chrono::steady_clock::now();
         absl::StatusOr<v1::CloseSessionResponse> closed =
             client_.CloseSession(session->id());

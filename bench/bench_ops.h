@@ -66,6 +66,9 @@ struct BenchConfig {
   // that every retention (the session-copy pool, spare staging) has lapsed
   // and the operation meets memory as a user's first one after a pause does.
   absl::Duration idle = absl::ZeroDuration();
+  // The writeback table (--hold_ms): how long the session stays open after
+  // its WriteTensor before the timed close, as a user's does while looking.
+  absl::Duration hold = absl::ZeroDuration();
 
   int ItersFor(int64_t bytes) const {
     return bytes > large_bytes ? large_iters : iters;

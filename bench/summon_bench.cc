@@ -84,10 +84,18 @@ ABSL_FLAG(int64_t, idle_ms, 0,
           "session-copy pool's and spare staging's --*_pool_idle), so each "
           "operation meets memory as a user's first one after a pause does. "
           "Under --compare it adds the first-touch anchors' columns.");
+ABSL_FLAG(int64_t, hold_ms, 0,
+          "The writeback table: keep each session open this many "
+          "milliseconds after its WriteTensor, before the timed close (a "
+          "user looking before closing; the staging pre-fault runs then).");
 ABSL_FLAG(int32_t, gather_parts, 8,
           "summond --gather-parts of the daemons: parts a gather between "
           "nodes overlaps its local copy with; 1: none (copy, then "
           "exchange).");
+ABSL_FLAG(bool, staging_prefault, true,
+          "summond --staging-prefault of the daemons: a writable open makes "
+          "and faults the spare staging its writeback adopts; false: the "
+          "writeback faults it (the cold writeback before this).");
 ABSL_FLAG(absl::Duration, pool_idle, absl::Minutes(10),
           "How long the in-process summond keeps closed sessions' copies and "
           "spare staging (summond --copy-pool-idle, --staging-pool-idle); "
@@ -183,6 +191,10 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
     return absl::InvalidArgumentError("--idle_ms must be at least 0");
   }
   config.idle = absl::Milliseconds(absl::GetFlag(FLAGS_idle_ms));
+  if (absl::GetFlag(FLAGS_hold_ms) < 0) {
+    return absl::InvalidArgumentError("--hold_ms must be at least 0");
+  }
+  config.hold = absl::Milliseconds(absl::GetFlag(FLAGS_hold_ms));
   if (absl::GetFlag(FLAGS_compare)) {
     config.iters = std::max(config.iters, kCompareIters);
     config.large_iters = std::max(config.large_iters, kCompareIters);
@@ -448,6 +460,7 @@ absl::Status Run() {
   cluster_options.nodes = absl::GetFlag(FLAGS_nodes);
   cluster_options.pool_idle = absl::GetFlag(FLAGS_pool_idle);
   cluster_options.gather_parts = absl::GetFlag(FLAGS_gather_parts);
+  cluster_options.staging_prefault = absl::GetFlag(FLAGS_staging_prefault);
   if (const std::string device = absl::GetFlag(FLAGS_device);
       device == "cuda") {
     absl::StatusOr<std::unique_ptr<server::gpu::CudaShardMemoryProvider>>

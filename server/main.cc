@@ -78,6 +78,13 @@ ABSL_FLAG(int64_t, staging_pool_bytes, int64_t{1} << 30,
 ABSL_FLAG(absl::Duration, staging_pool_idle, absl::Minutes(10),
           "How long a spare staged segment waits for the next writeback "
           "before it is unlinked, e.g. 10m, 30s.");
+ABSL_FLAG(bool, staging_prefault, true,
+          "When a writable session opens, make and page-fault each local "
+          "rank's staged segment in the background (within "
+          "--staging-pool-bytes and --memory-budget), so that its writeback "
+          "does not fault shared memory; costs the rank's shard bytes in "
+          "/dev/shm while the session is open and up to --staging-pool-idle "
+          "after.");
 ABSL_FLAG(int32_t, gather_parts, 8,
           "Parts a large gather between nodes runs in (8 MiB or more each), "
           "each part's local copy overlapped with the previous part's "
@@ -203,6 +210,7 @@ SummonServer::Spec SpecFromFlags() {
   spec.copy_pool_idle = absl::GetFlag(FLAGS_copy_pool_idle);
   spec.staging_pool_bytes = absl::GetFlag(FLAGS_staging_pool_bytes);
   spec.staging_pool_idle = absl::GetFlag(FLAGS_staging_pool_idle);
+  spec.staging_prefault = absl::GetFlag(FLAGS_staging_prefault);
   spec.gather_parts = absl::GetFlag(FLAGS_gather_parts);
   spec.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));

@@ -121,7 +121,8 @@ SummonServer::SummonServer(Spec spec,
   copy_pool.max_idle = spec_.copy_pool_idle;
   copy_pool_ = BufferPool::Create(copy_pool);
   staging_pool_ = std::make_shared<StagingPool>(
-      StagingPool::Options{spec_.staging_pool_bytes, spec_.staging_pool_idle});
+      StagingPool::Options{spec_.staging_pool_bytes, spec_.staging_pool_idle,
+                           spec_.staging_prefault, spec_.memory_budget_bytes});
   registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
       spec_.data_dir, InstanceForDataDir(spec_.data_dir), topology,
       spec_.node_rank, spec_.device.get(),
@@ -295,6 +296,16 @@ void SummonServer::RegisterMetrics() {
       "since start.",
       {}, [this] {
         return Samples{{{}, static_cast<double>(staging_pool_->reuses())}};
+      });
+  add("summon_staging_prefaults",
+      "Spare staged segments made and page-faulted when a writable session "
+      "opened (done), or skipped for want of room in the staging pool or "
+      "the memory budget (refused), since start.",
+      {"result"}, [this] {
+        return Samples{
+            {{"done"}, static_cast<double>(staging_pool_->prefaults())},
+            {{"refused"},
+             static_cast<double>(staging_pool_->prefault_refusals())}};
       });
   add("summon_shard_shm_bytes",
       "Bytes of this node's shard segments in shared memory.", {}, [this] {

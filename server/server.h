@@ -80,6 +80,10 @@ class SummonServer {
     // each for staging_pool_idle unused. 0 bytes: keep none.
     int64_t staging_pool_bytes = int64_t{1} << 30;
     absl::Duration staging_pool_idle = absl::Minutes(10);
+    // Pre-fault each local rank's spare staging when a writable session
+    // opens (ShardStore::PrefaultStaging): within staging_pool_bytes and
+    // memory_budget_bytes, else skipped.
+    bool staging_prefault = true;
     // Parts a large gather between nodes runs in, each part's local copy
     // overlapped with the previous part's exchange (NodeRuntime's pipelined
     // gather, docs/architecture.md#placement): at most this many, each 8 MiB

@@ -265,14 +265,26 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
       return replicated;
     }
   }
+  // A writable session will likely write back: its staging is made and
+  // faulted now, in the background, instead of in its writeback's PREPARE.
+  if (!op.read_only) (*model)->store->PrefaultStaging();
   absl::MutexLock lock(&mu_);
   copies_[op.gather_id] = copy;
   return absl::OkStatus();
 }
 
 void NodeRuntime::Release(const std::string& gather_id) {
-  absl::MutexLock lock(&mu_);
-  copies_.erase(gather_id);
+  std::shared_ptr<GatherCopy> copy;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = copies_.find(gather_id);
+    if (it == copies_.end()) return;
+    copy = std::move(it->second);
+    copies_.erase(it);
+  }
+  // Pairs with Gather's PrefaultStaging: the spare staging's idle clock
+  // starts when the model's last writable session here is gone.
+  if (!copy->read_only) copy->model->store->WritableClosed();
 }
 
 void NodeRuntime::ReleaseSession(const std::string& session_id) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "memory/parallel_copy.h"
 #include "spdlog/spdlog.h"
 
 namespace summon::server {
@@ -140,7 +141,7 @@ absl::Status HostShardMemory::Read(int64_t offset, void* to,
       !status.ok()) {
     return status;
   }
-  if (bytes > 0) std::memcpy(to, data_ + offset, bytes);
+  memory::ParallelCopy(to, data_ + offset, bytes);
   return absl::OkStatus();
 }
 
@@ -150,7 +151,7 @@ absl::Status HostShardMemory::Write(int64_t offset, const void* from,
       !status.ok()) {
     return status;
   }
-  if (bytes > 0) std::memcpy(data_ + offset, from, bytes);
+  memory::ParallelCopy(data_ + offset, from, bytes);
   return absl::OkStatus();
 }
 

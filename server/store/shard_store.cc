@@ -139,8 +139,17 @@ int64_t ShardStore::TotalBytes() const {
 absl::Status ShardStore::Destroy() {
   absl::MutexLock lock(&mu_);
   ++changes_;  // Wakes watchers, who find the model gone.
+  // A pre-fault walks ranks_ and writes a staged segment without mu_: it
+  // stops at its next chunk, and ranks_ is cleared only after.
+  prefault_cancel_ = true;
+  mu_.Await(absl::Condition(
+      +[](bool* running) { return !*running; }, &prefault_running_));
   absl::Status first_failure;
   for (RankSegments& rank : ranks_) {
+    if (rank.spare_bytes > 0) {
+      staging_pool_->Drop(rank.spare_bytes, /*reused=*/false);
+      rank.spare_bytes = 0;
+    }
     for (std::unique_ptr<ShardMemory>* bytes :
          {&rank.params_bytes, &rank.grads_bytes, &rank.staged_bytes,
           &rank.staged_grads_bytes}) {

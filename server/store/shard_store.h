@@ -1,6 +1,7 @@
 #ifndef SUMMON_SERVER_STORE_SHARD_STORE_H_
 #define SUMMON_SERVER_STORE_SHARD_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -296,6 +297,22 @@ class ShardStore {
   // /dev/shm returns to its shards alone. The store's destructor unlinks
   // spares at once; a restart drops any a killed daemon left.
   const StagingPool& staging_pool() const { return *staging_pool_; }
+  // Starts (at most one at a time, on a thread of the store's) making a
+  // spare params staged segment for each local rank that has none, and
+  // faulting its pages in (MADV_POPULATE_WRITE, else a write per page):
+  // called when a writable session opens, so that its writeback adopts
+  // faulted staging even the first time. A spare holds no session and no
+  // staged unit (R8 holds; a restart unlinks it). Skipped, rank by rank,
+  // when the pool refuses it (StagingPool::KeepPrefault), for device
+  // placement and when the pool's `prefault` is off. A writeback or clear
+  // that reaches a rank mid-fault waits for the fault to finish.
+  void PrefaultStaging();
+  // Pairs with PrefaultStaging (one call per writable session, pre-faulted
+  // or not): while any writable session is open no spare of the store is
+  // reaped; the last close starts their idle time.
+  void WritableClosed();
+  // Whether a pre-fault is running (tests wait on it).
+  bool prefault_running() const;
   // Drops `rank`'s staged data (abort, or after a commit elsewhere).
   absl::Status ClearStaging(int rank);
 
@@ -318,6 +335,9 @@ class ShardStore {
     absl::Time spare_since = absl::InfinitePast();
     // What the staging pool counts for this rank's spares (0: none).
     int64_t spare_bytes = 0;
+    // The pre-fault is writing this rank's staged segment, outside mu_:
+    // nothing else touches it (or unlinks it) until this is false.
+    bool prefaulting = false;
   };
 
   ShardStore(std::string instance, std::string model_name,
@@ -380,6 +400,14 @@ class ShardStore {
   // Unlinks spare staged segments idle past the pool's max_idle; returns when
   // none is left or the store is being destroyed.
   void ReapSpareStaging();
+  // Starts the reaper unless it runs.
+  void StartSpareReaper() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until no pre-fault writes `rank`'s staged segment.
+  void AwaitPrefault(RankSegments& rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pre-fault thread's body (see PrefaultStaging) and its page faulting
+  // of one segment, run without mu_.
+  void PrefaultSpares();
+  absl::Status FaultIn(shm::Segment& segment) const;
   absl::Status NotHosted(int rank) const;
   const RankSegments* FindRank(int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -408,6 +436,11 @@ class ShardStore {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool spare_reaper_running_ ABSL_GUARDED_BY(mu_) = false;
   std::thread spare_reaper_;  // Started and joined with mu_ held.
+  bool prefault_running_ ABSL_GUARDED_BY(mu_) = false;
+  int writable_sessions_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread prefault_;  // Started and joined with mu_ held.
+  // Set by the destructor: a running pre-fault stops between chunks.
+  std::atomic<bool> prefault_cancel_{false};
 };
 
 }  // namespace summon::server

@@ -150,6 +150,8 @@ absl::StatusOr<ShardMemory*> ShardStore::Staging(
         "a staging session id has 1 to ", kMaxSessionIdBytes, " bytes"));
   }
   const bool grads = kind == SegmentKind::kStagedGrads;
+  // A pre-fault running on this rank finishes first; its spare is adopted.
+  AwaitPrefault(segments);
   std::unique_ptr<shm::Segment>& slot =
       grads ? segments.staged_grads : segments.staged;
   std::unique_ptr<ShardMemory>& slot_bytes =
@@ -346,6 +348,10 @@ void ShardStore::MakeStagingSpare(RankSegments& rank) {
   }
   rank.spare_bytes = bytes;
   rank.spare_since = absl::Now();
+  StartSpareReaper();
+}
+
+void ShardStore::StartSpareReaper() {
   if (spare_reaper_running_) return;
   if (spare_reaper_.joinable()) spare_reaper_.join();  // It has ended.
   spare_reaper_running_ = true;
@@ -357,6 +363,12 @@ void ShardStore::MakeStagingSpare(RankSegments& rank) {
 ShardStore::~ShardStore() {
   absl::MutexLock lock(&mu_);
   stopping_ = true;
+  prefault_cancel_ = true;
+  if (prefault_.joinable()) {
+    mu_.Await(absl::Condition(
+        +[](bool* running) { return !*running; }, &prefault_running_));
+    prefault_.join();
+  }
   // The reaper clears spare_reaper_running_ and lets go of mu_ as it ends.
   if (spare_reaper_.joinable()) {
     mu_.Await(absl::Condition(
@@ -376,7 +388,13 @@ void ShardStore::ReapSpareStaging() {
     const absl::Time now = absl::Now();
     absl::Time next = absl::InfiniteFuture();
     for (RankSegments& rank : ranks_) {
-      if (!OnlySpares(rank)) continue;
+      // A rank mid pre-fault is reaped once it is done (its idle clock
+      // starts then).
+      // Nor is any while a writable session is open: its writeback is what
+      // they are kept for (WritableClosed starts their clock).
+      if (!OnlySpares(rank) || rank.prefaulting || writable_sessions_ > 0) {
+        continue;
+      }
       const absl::Time due =
           rank.spare_since + staging_pool_->options().max_idle;
       if (due <= now) {
@@ -401,6 +419,7 @@ absl::Status ShardStore::ClearStaging(int rank) {
 }
 
 absl::Status ShardStore::RemoveStaging(RankSegments& rank) {
+  AwaitPrefault(rank);
   if (rank.spare_bytes > 0) {
     staging_pool_->Drop(rank.spare_bytes, /*reused=*/false);
     rank.spare_bytes = 0;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -214,6 +215,129 @@ TEST_F(StagingTest, ACrashWhileMakingASpareNeverLooksLikeAStagedWriteback) {
   for (int64_t i = 0; i < kShardBytes; ++i) {
     ASSERT_EQ(store_->ParamShard(0, 0)[i], static_cast<uint8_t>(i)) << i;
   }
+}
+
+// Runs a pre-fault to its end.
+void Prefault(ShardStore& store) {
+  store.PrefaultStaging();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (store.prefault_running() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_FALSE(store.prefault_running());
+}
+
+TEST_F(StagingTest, APrefaultMakesASpareThatTheWritebackAdoptsBitExact) {
+  pool_ = std::make_shared<StagingPool>();  // 10 minutes: nothing expires.
+  Open(AttachMode::kAttach);
+  ASSERT_FALSE(StagedSegmentExists());
+  Prefault(*store_);
+  // A spare: it exists, the pool counts it, nothing is staged.
+  EXPECT_TRUE(StagedSegmentExists());
+  const int64_t spare = pool_->retained_bytes();
+  EXPECT_GT(spare, kShardBytes);
+  EXPECT_EQ(pool_->prefaults(), 1);
+  EXPECT_FALSE(store_->Staged(0).has_value());
+  // A second pre-fault finds staging there and makes nothing.
+  Prefault(*store_);
+  EXPECT_EQ(pool_->prefaults(), 1);
+  EXPECT_EQ(pool_->retained_bytes(), spare);
+
+  // The writeback adopts it (a reuse) and stages the shard as it is now.
+  absl::StatusOr<uint8_t*> staged =
+      store_->StagingShard(0, 0, "s", 1, {{0, 64}});
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  EXPECT_EQ(pool_->reuses(), 1);
+  EXPECT_EQ(pool_->retained_bytes(), 0);
+  std::memset(*staged, 0xBB, 64);
+  ASSERT_TRUE(store_->CommitStaging("s").ok());
+  for (int64_t i = 0; i < kShardBytes; ++i) {
+    ASSERT_EQ(store_->ParamShard(0, 0)[i],
+              i < 64 ? 0xBB : static_cast<uint8_t>(i))
+        << i;
+  }
+  EXPECT_EQ(store_->Generation(0), 1u);
+  EXPECT_EQ(pool_->retained_bytes(), spare);
+}
+
+TEST_F(StagingTest, APrefaultIsSkippedWhenThePoolOrTheBudgetHasNoRoom) {
+  for (const StagingPool::Options& options :
+       {StagingPool::Options{/*max_bytes=*/kShardBytes, absl::Minutes(10)},
+        StagingPool::Options{int64_t{1} << 30, absl::Minutes(10),
+                             /*prefault=*/true,
+                             /*prefault_limit_bytes=*/kShardBytes}}) {
+    pool_ = std::make_shared<StagingPool>(options);
+    Open(AttachMode::kAttach);
+    Prefault(*store_);
+    EXPECT_FALSE(StagedSegmentExists());
+    EXPECT_EQ(pool_->retained_bytes(), 0);
+    EXPECT_EQ(pool_->prefaults(), 0);
+    EXPECT_EQ(pool_->prefault_refusals(), 1);
+    // The writeback makes its staging as before.
+    WriteBack("s", 1, 0xAA);
+    EXPECT_EQ(store_->ParamShard(0, 0)[kShardBytes - 1], 0xAA);
+  }
+  // Switched off: not even tried.
+  pool_ = std::make_shared<StagingPool>(StagingPool::Options{
+      int64_t{1} << 30, absl::Minutes(10), /*prefault=*/false});
+  Open(AttachMode::kAttach);
+  Prefault(*store_);
+  EXPECT_FALSE(StagedSegmentExists());
+  EXPECT_EQ(pool_->prefault_refusals(), 0);
+}
+
+TEST_F(StagingTest, APrefaultedSpareIsReapedWhenIdleAndUnlinkedAtAStop) {
+  Prefault(*store_);  // The fixture's pool: 300 ms idle.
+  ASSERT_TRUE(StagedSegmentExists());
+  // Kept while the writable session is open, however long.
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE(StagedSegmentExists());
+  store_->WritableClosed();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (StagedSegmentExists() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(StagedSegmentExists());
+  EXPECT_EQ(pool_->retained_bytes(), 0);
+  Prefault(*store_);
+  ASSERT_TRUE(StagedSegmentExists());
+  store_.reset();
+  EXPECT_FALSE(StagedSegmentExists());
+  EXPECT_EQ(pool_->retained_bytes(), 0);
+  Open(AttachMode::kAttach);
+}
+
+TEST_F(StagingTest, ACrashMidPrefaultLeavesNothingARestartActsOn) {
+  // What a daemon killed mid pre-fault leaves: the staged segment created
+  // (no session, no unit staged) with its pages partly faulted (here, the
+  // first bytes written 0xEE). A restart unlinks it and commits nothing.
+  pool_ = std::make_shared<StagingPool>();  // No reaper wakes in the test.
+  Open(AttachMode::kAttach);
+  Prefault(*store_);
+  {
+    absl::StatusOr<std::unique_ptr<shm::Segment>> segment =
+        shm::Segment::Open(StagedName());
+    ASSERT_TRUE(segment.ok()) << segment.status();
+    ASSERT_EQ(shm::LoadShared(&(*segment)->header()->session_id_bytes), 0u);
+    ASSERT_EQ(shm::LoadShared(&(*segment)->units()[0].flags), 0u);
+    std::memset((*segment)->data() + (*segment)->units()[0].offset, 0xEE,
+                kShardBytes);
+  }
+  // Killed: the store is neither stopped nor destroyed, so the segment
+  // stays. Its memory is kept reachable from a static (as a killed daemon's
+  // is simply gone) so that the leak checker of the ASan run does not count
+  // it.
+  static auto* const killed = new std::vector<std::unique_ptr<ShardStore>>;
+  killed->push_back(std::move(store_));
+  ASSERT_TRUE(StagedSegmentExists());
+  Open(AttachMode::kAttach);
+  EXPECT_FALSE(StagedSegmentExists());
+  EXPECT_FALSE(store_->Staged(0).has_value());
+  EXPECT_TRUE(absl::IsNotFound(store_->CommitStaging("")));
+  for (int64_t i = 0; i < kShardBytes; ++i) {
+    ASSERT_EQ(store_->ParamShard(0, 0)[i], static_cast<uint8_t>(i)) << i;
+  }
+  EXPECT_EQ(store_->Generation(0), 0u);
 }
 
 }  // namespace

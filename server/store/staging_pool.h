@@ -33,6 +33,13 @@ class StagingPool {
     // 0: keep none (every commit unlinks its staged segments).
     int64_t max_bytes = int64_t{1} << 30;
     absl::Duration max_idle = absl::Minutes(10);
+    // Pre-fault a spare for each local rank when a writable session opens
+    // (ShardStore::PrefaultStaging), so that even the first writeback of a
+    // model, or one after max_idle, finds faulted staging.
+    bool prefault = true;
+    // A pre-faulted spare is refused when it would take the pool past this
+    // too (summond passes --memory-budget, R9); 0: max_bytes alone.
+    int64_t prefault_limit_bytes = 0;
   };
 
   StagingPool() : StagingPool(Options()) {}
@@ -45,6 +52,9 @@ class StagingPool {
   // Takes `bytes` of spare staging into the pool; false (and nothing
   // counted) when they would take it past max_bytes.
   bool Keep(int64_t bytes);
+  // Keep for a pre-faulted spare: also within prefault_limit_bytes. Counts
+  // a refusal when there is no room.
+  bool KeepPrefault(int64_t bytes);
   // Gives back what Keep took: the spare was unlinked, or adopted by a
   // writeback (`reused`).
   void Drop(int64_t bytes, bool reused);
@@ -53,11 +63,16 @@ class StagingPool {
   int64_t retained_bytes() const { return retained_.load(); }
   // Writebacks that adopted a spare instead of creating staging.
   int64_t reuses() const { return reuses_.load(); }
+  // Spares pre-faulted, and pre-faults refused for want of room.
+  int64_t prefaults() const { return prefaults_.load(); }
+  int64_t prefault_refusals() const { return prefault_refusals_.load(); }
 
  private:
   const Options options_;
   std::atomic<int64_t> retained_{0};
   std::atomic<int64_t> reuses_{0};
+  std::atomic<int64_t> prefaults_{0};
+  std::atomic<int64_t> prefault_refusals_{0};
 };
 
 }  // namespace summon::server

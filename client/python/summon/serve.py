@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.utils._pytree import tree_flatten
 
 from summon import fsdp
+from summon import trainer as st
 from summon.client import Client
 from summon.errors import SummonError
 from summon.messages import Model, UnitGeneration
@@ -56,7 +57,6 @@ class Served:
                  optimizer: Optional[torch.optim.Optimizer], grads: bool,
                  wait: Optional[float], on_external_write: Optional[ExternalWriteCallback],
                  rank: int, lease_seconds: int):
-        from summon import torch as st  # summon.torch imports this module
 
         self.module = module
         self.name = name
@@ -131,7 +131,6 @@ class Served:
     def _attach(self, lease_seconds: int) -> Any:
         """Attaches this rank; a restarted job waits (up to `wait` seconds) for
         the lease of the trainer it replaces to lapse."""
-        from summon import torch as st
         deadline = time.monotonic() + (self._wait or 0.0)
         while True:
             try:
@@ -191,7 +190,6 @@ class Served:
             return  # a nested call of the root module within one forward
         self._finish_step()  # a step without an optimizer (or accumulation)
         self._check_bound()
-        from summon import torch as st
         step = st.Step(self.trainer, self.steps + 1, self._wait)
         step.__enter__()
         self._step = step
