@@ -14,5 +14,7 @@ gpus=$(nvidia-smi -L | wc -l)
 echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $gpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
 "$anchor" --bytes=1048576,16777216,268435456 --iters=5
 anchor_bin=$bin/anchor; [ -x "$anchor_bin" ] || anchor_bin=$bin/anchors/anchor
+# A watch's CUDA statistics pass beside a device memcpy (issue 21).
+[ -x "$bin/watch_gpu_bench" ] && "$bin/watch_gpu_bench" --iters=5
 "$bin/summon_bench" --device=cuda --local_ranks="$gpus" --min_bytes=1048576 \
   --max_bytes=268435456 --iters=5 --compare --anchor_binary="$anchor_bin"

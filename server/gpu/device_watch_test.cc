@@ -264,58 +264,6 @@ TEST_P(DeviceWatchOnGpuTest, CudaShardMemoryAccumulatesWithTheKernels) {
             absl::StatusCode::kOutOfRange);
 }
 
-// The cost goal on a GPU: a watch's pass over a slice within one
-// shard read, i.e. at least half the speed of a device-to-device
-// cudaMemcpy of the same bytes. 256 MiB of float32, 32 bins (a record
-// after the first); printed beside the copy, best of 5 each.
-TEST(DeviceWatchSpeedTest, PassIsWithinOneShardReadOfMemcpy) {
-  if (const absl::Status available = CudaDeviceAvailable(); !available.ok()) {
-    GTEST_SKIP() << "needs a CUDA device: " << available.message();
-  }
-  constexpr int64_t kBytes = int64_t{256} << 20;
-  constexpr int64_t kCount = kBytes / 4;
-  void* source = nullptr;
-  void* copy = nullptr;
-  ASSERT_EQ(cudaMalloc(&source, kBytes), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&copy, kBytes), cudaSuccess);
-  // Bytes 0x3c: every float 0.0117..., inside the range below.
-  ASSERT_EQ(cudaMemset(source, 0x3c, kBytes), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  auto best_of_5 = [](const std::function<void()>& run) {
-    double best = 1e30;
-    for (int i = 0; i < 5; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      run();
-      best = std::min(best, std::chrono::duration<double>(
-                                std::chrono::steady_clock::now() - start)
-                                .count());
-    }
-    return best;
-  };
-  const double memcpy_s = best_of_5([&] {
-    ASSERT_EQ(cudaMemcpy(copy, source, kBytes, cudaMemcpyDeviceToDevice),
-              cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  });
-  int64_t counted = 0;
-  const double watch_s = best_of_5([&] {
-    WatchPartial partial = core::EmptyWatchPartial(32, true);
-    ASSERT_TRUE(AccumulateDeviceWatchPartial(DType::kFloat32, source, kCount,
-                                             HistogramRange{-1, 1}, &partial)
-                    .ok());
-    counted = partial.finite;
-  });
-  EXPECT_EQ(counted, kCount);
-  std::printf(
-      "watch pass over 256 MiB float32, 32 bins: %.3f ms (%.0f GB/s); "
-      "device memcpy of the same bytes %.3f ms (%.0f GB/s)\n",
-      watch_s * 1e3, kBytes / watch_s / 1e9, memcpy_s * 1e3,
-      kBytes / memcpy_s / 1e9);
-  EXPECT_LE(watch_s, 2 * memcpy_s);
-  cudaFree(copy);
-  cudaFree(source);
-}
-
 INSTANTIATE_TEST_SUITE_P(Floating, DeviceWatchOnGpuTest,
                          testing::Values(DType::kFloat32, DType::kFloat64,
                                          DType::kFloat16, DType::kBFloat16),

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 targets=(
   //server:summond //client:summonctl //bench:summon_bench
-  //bench/anchors:nccl_anchor //bench/anchors:anchor
+  //bench/anchors:nccl_anchor //bench/anchors:anchor //bench:watch_gpu_bench
   //server/gpu:device_stats_test //server/gpu:device_watch_test
   //server/gpu:device_buffer_test
   //server/gpu:ipc_child //server/gpu:pinned_streamer_test
