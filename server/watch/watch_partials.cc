@@ -11,19 +11,33 @@
 namespace summon::server {
 namespace {
 
-// Device shards come to the host in pieces of this size.
-constexpr int64_t kDevicePiece = int64_t{8} << 20;
+// The node's work is cut into chunks of at most this many bytes (a device
+// shard's piece copied to the host at a time): enough of them to keep every
+// core busy even where the node has fewer ranks than cores, few enough that
+// each is a long vectorised run.
+constexpr int64_t kChunk = int64_t{8} << 20;
 
-// Adds the slices rank `rank` holds (one of this node's) into `partials`.
-absl::Status AccumulateRank(ModelEntry& model,
-                            const WatchPartialsRequest& request,
-                            const core::GatherPlan& plan,
-                            const core::SessionBufferLayout& buffer,
-                            const std::vector<int>& slot_of_tensor, int rank,
-                            std::vector<core::WatchPartial>* partials) {
-  std::vector<uint8_t> piece;
+// A range of one transfer: bytes [offset, offset + bytes) of a slice that
+// one of this node's ranks holds of a watched tensor.
+struct WatchChunk {
+  const core::Transfer* transfer = nullptr;
+  size_t slot = 0;
+  core::DType dtype = core::DType::kFloat32;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+};
+
+// The chunks of this node's slices of the watched tensors, in plan order.
+absl::StatusOr<std::vector<WatchChunk>> ChunkNodeSlices(
+    const ModelEntry& model, const WatchPartialsRequest& request,
+    const core::GatherPlan& plan, const core::SessionBufferLayout& buffer,
+    const std::vector<int>& slot_of_tensor) {
+  std::vector<WatchChunk> chunks;
   for (const core::Transfer& transfer : plan.transfers) {
-    if (transfer.rank != rank) continue;
+    if (std::find(model.local_ranks.begin(), model.local_ranks.end(),
+                  transfer.rank) == model.local_ranks.end()) {
+      continue;
+    }
     // The tensor this range of the buffer belongs to: the last one starting
     // at or before it (tensors lie back to back in buffer order).
     auto after = std::upper_bound(
@@ -35,50 +49,55 @@ absl::Status AccumulateRank(ModelEntry& model,
         static_cast<size_t>(std::distance(buffer.tensors.begin(), after) - 1);
     const int slot = slot_of_tensor[tensor];
     if (slot < 0) continue;
+    if (request.grad && !model.store->HasGrads(transfer.rank)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", transfer.rank, " of model '", model.name,
+                       "' has no grads segment"));
+    }
     const core::DType dtype = buffer.tensors[tensor].dtype;
     const int64_t element = static_cast<int64_t>(core::ElementSize(dtype));
-    const std::optional<core::HistogramRange>& range =
-        request.ranges.size() > static_cast<size_t>(slot)
-            ? request.ranges[static_cast<size_t>(slot)]
-            : std::nullopt;
-    core::WatchPartial& partial = (*partials)[static_cast<size_t>(slot)];
-    if (request.grad && !model.store->HasGrads(transfer.rank)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", transfer.rank, " of model '", model.name,
-          "' has no grads segment"));
-    }
-    const uint8_t* shard =
-        request.grad ? model.store->GradShard(transfer.rank, transfer.unit)
-                     : model.store->ParamShard(transfer.rank, transfer.unit);
-    if (shard != nullptr) {
-      if (absl::Status added = core::AccumulateWatchPartial(
-              dtype, shard + transfer.shard_offset, transfer.bytes / element,
-              range, &partial);
-          !added.ok()) {
-        return added;
-      }
-      continue;
-    }
-    // Device placement: the bytes come over in pieces.
-    for (int64_t done = 0; done < transfer.bytes;) {
-      const int64_t bytes =
-          std::min(transfer.bytes - done, kDevicePiece / element * element);
-      piece.resize(static_cast<size_t>(bytes));
-      if (absl::Status read = model.store->ReadShard(
-              transfer.rank, transfer.unit, request.grad,
-              transfer.shard_offset + done, piece.data(), bytes);
-          !read.ok()) {
-        return read;
-      }
-      if (absl::Status added = core::AccumulateWatchPartial(
-              dtype, piece.data(), bytes / element, range, &partial);
-          !added.ok()) {
-        return added;
-      }
-      done += bytes;
+    const int64_t most = kChunk / element * element;
+    for (int64_t offset = 0; offset < transfer.bytes; offset += most) {
+      chunks.push_back(WatchChunk{&transfer, static_cast<size_t>(slot), dtype,
+                                  offset,
+                                  std::min(most, transfer.bytes - offset)});
     }
   }
-  return absl::OkStatus();
+  return chunks;
+}
+
+// Adds one chunk into `partials`: host shards in place, device shards
+// through `piece`.
+absl::Status AccumulateChunk(ModelEntry& model,
+                             const WatchPartialsRequest& request,
+                             const WatchChunk& chunk,
+                             std::vector<uint8_t>& piece,
+                             std::vector<core::WatchPartial>& partials) {
+  const core::Transfer& transfer = *chunk.transfer;
+  const std::optional<core::HistogramRange>& range =
+      chunk.slot < request.ranges.size() ? request.ranges[chunk.slot]
+                                         : std::nullopt;
+  const int64_t numel =
+      chunk.bytes / static_cast<int64_t>(core::ElementSize(chunk.dtype));
+  const uint8_t* shard =
+      request.grad ? model.store->GradShard(transfer.rank, transfer.unit)
+                   : model.store->ParamShard(transfer.rank, transfer.unit);
+  const uint8_t* bytes = nullptr;
+  if (shard != nullptr) {
+    bytes = shard + transfer.shard_offset + chunk.offset;
+  } else {
+    // Device placement: the bytes come over to the host first.
+    piece.resize(static_cast<size_t>(chunk.bytes));
+    if (absl::Status read = model.store->ReadShard(
+            transfer.rank, transfer.unit, request.grad,
+            transfer.shard_offset + chunk.offset, piece.data(), chunk.bytes);
+        !read.ok()) {
+      return read;
+    }
+    bytes = piece.data();
+  }
+  return core::AccumulateWatchPartial(chunk.dtype, bytes, numel, range,
+                                      &partials[chunk.slot]);
 }
 
 }  // namespace
@@ -106,9 +125,9 @@ absl::StatusOr<std::vector<core::WatchPartial>> ComputeNodeWatchPartials(
   for (size_t i = 0; i < request.params.size(); ++i) {
     const int tensor = buffer.Find(request.params[i]);
     if (tensor < 0) {
-      return absl::NotFoundError(absl::StrCat(
-          "model '", model.name, "' has no parameter '", request.params[i],
-          "'"));
+      return absl::NotFoundError(absl::StrCat("model '", model.name,
+                                              "' has no parameter '",
+                                              request.params[i], "'"));
     }
     slot_of_tensor[static_cast<size_t>(tensor)] = static_cast<int>(i);
   }
@@ -118,35 +137,38 @@ absl::StatusOr<std::vector<core::WatchPartial>> ComputeNodeWatchPartials(
                         request.ranges[i].has_value() && request.bins > 0;
     partials.push_back(core::EmptyWatchPartial(request.bins, binned));
   }
-  const std::vector<int>& local = model.local_ranks;
   absl::ReaderMutexLock shards_lock(&model.shards_mu);
-  // The local ranks' slices are independent partials: one task per rank,
-  // each over its own copy of the empty partials, combined in rank order
-  // afterwards (so the result does not depend on which task ends first).
+  absl::StatusOr<std::vector<WatchChunk>> chunks =
+      ChunkNodeSlices(model, request, *plan, buffer, slot_of_tensor);
+  if (!chunks.ok()) return chunks.status();
+  // The chunks are independent partials: one task per core, task t taking
+  // chunks t, t + T, ... (a fixed split, so the result does not depend on
+  // timing), each over its own copy of the empty partials, combined in task
+  // order afterwards. Shard bytes are read in place without a lock.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const size_t tasks = std::min<size_t>(local.size(), cores);
-  std::vector<std::vector<core::WatchPartial>> rank_partials(
-      std::max<size_t>(tasks, 1), partials);
-  std::vector<absl::Status> statuses(rank_partials.size());
+  const size_t tasks =
+      std::max<size_t>(1, std::min<size_t>(chunks->size(), cores));
+  std::vector<std::vector<core::WatchPartial>> task_partials(tasks, partials);
+  std::vector<absl::Status> statuses(tasks);
   auto run_task = [&](size_t task) {
-    for (size_t r = task; r < local.size(); r += rank_partials.size()) {
-      statuses[task] = AccumulateRank(model, request, *plan, buffer,
-                                      slot_of_tensor, local[r],
-                                      &rank_partials[task]);
+    std::vector<uint8_t> piece;
+    for (size_t c = task; c < chunks->size(); c += tasks) {
+      statuses[task] = AccumulateChunk(model, request, (*chunks)[c], piece,
+                                       task_partials[task]);
       if (!statuses[task].ok()) return;
     }
   };
   std::vector<std::thread> threads;
-  for (size_t task = 1; task < rank_partials.size(); ++task) {
+  for (size_t task = 1; task < tasks; ++task) {
     threads.emplace_back(run_task, task);
   }
   run_task(0);
   for (std::thread& thread : threads) thread.join();
-  for (size_t task = 0; task < rank_partials.size(); ++task) {
+  for (size_t task = 0; task < tasks; ++task) {
     if (!statuses[task].ok()) return statuses[task];
     for (size_t i = 0; i < partials.size(); ++i) {
       if (absl::Status combined =
-              core::CombineWatchPartials(rank_partials[task][i], &partials[i]);
+              core::CombineWatchPartials(task_partials[task][i], &partials[i]);
           !combined.ok()) {
         return combined;
       }
