@@ -170,7 +170,6 @@ def main() -> None:
                 step += args.steps
                 watched_steps += args.steps
                 latencies = [r.latency_us / 1e3 for r in records]
-                print("DEBUG", [(r.step, round(r.latency_us / 1e3)) for r in records], flush=True)
                 first_records += latencies[:1]
                 steady_records += latencies[1:]
                 client.remove_watch("w256")

@@ -23,6 +23,12 @@ constexpr int64_t kBlock = 4096;
 constexpr int kLanes = 8;
 static_assert(kBlock % kLanes == 0);
 
+// The stream from memory: each loop asks for the line this far ahead (the
+// hardware prefetcher alone left the loops waiting on loads; with it the
+// statistics run at memcpy's speed). Integer arithmetic: past the end of
+// the buffer it is no pointer.
+constexpr uintptr_t kPrefetchAhead = 4096;  // Bytes.
+
 // The reference loop, element by element: non-finite elements are counted
 // and skipped. Used for any block the fast path finds a NaN or Inf in
 // (rare: the fast path then redoes the block here, so its results never mix
@@ -227,6 +233,8 @@ template <typename T>
   }
   const int64_t whole = count / kLanes * kLanes;
   for (int64_t i = 0; i < whole; i += kLanes) {
+    __builtin_prefetch(reinterpret_cast<const void*>(
+        reinterpret_cast<uintptr_t>(values + i) + kPrefetchAhead));
     for (int lane = 0; lane < kLanes; ++lane) {
       const T value = values[i + lane];
       const double wide = static_cast<double>(value);
@@ -274,8 +282,6 @@ using HalfFloats = float __attribute__((vector_size(16)));
 using Words = int32_t __attribute__((vector_size(32)));
 using Doubles = double __attribute__((vector_size(32)));
 static_assert(kLanes == 8 && kBlock % 16 == 0);
-constexpr uintptr_t kPrefetchAhead = 4096;  // Bytes (integer arithmetic:
-                                            // past the end, no pointer).
 
 [[gnu::always_inline]] inline bool AccumulateFiniteBlock(
     const float* values, int64_t count, float* lane_min, float* lane_max,
@@ -290,8 +296,6 @@ constexpr uintptr_t kPrefetchAhead = 4096;  // Bytes (integer arithmetic:
   Doubles squares[4] = {};
   const int64_t whole = count / 16 * 16;
   for (int64_t i = 0; i < whole; i += 16) {
-    // The stream from memory: a line 4 KiB ahead is asked for early (the
-    // hardware prefetcher alone left this loop waiting on loads).
     __builtin_prefetch(reinterpret_cast<const void*>(
         reinterpret_cast<uintptr_t>(values + i) + kPrefetchAhead));
     for (int half = 0; half < 2; ++half) {
