@@ -51,17 +51,27 @@ LAYOUT = {"strategy": "FULL_SHARD", "units": [
 LAST_PARAM = f"l{UNITS - 1}.w"
 
 
-def memcpy_ms(nbytes: int, repeats: int = 5) -> list[float]:
-    """memcpy of `nbytes` (numpy's copy, one thread), `repeats` times."""
+def memcpy_ms(nbytes: int, repeats: int = 5) -> tuple[list[float], float]:
+    """memcpy of `nbytes` (numpy's copy, one thread), `repeats` times: the
+    wall times and the least CPU time, in ms."""
     source = np.ones(nbytes // 4, np.float32)
     target = np.empty_like(source)
     np.copyto(target, source)  # fault the pages in
     times = []
+    cpu = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
+        start_cpu = time.process_time()
         np.copyto(target, source)
+        cpu = min(cpu, (time.process_time() - start_cpu) * 1e3)
         times.append((time.perf_counter() - start) * 1e3)
-    return times
+    return times, cpu
+
+
+def cpu_ms(pid: int) -> float:
+    """CPU time (user + system) process `pid` has used so far, in ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
 
 
 class Work:
@@ -147,12 +157,13 @@ def main() -> None:
     torch.set_num_threads(1)  # the trainer's compute is on its own core
     work = Work(args.mlp_width, args.mlp_depth, args.batch)
     load_before = os.getloadavg()
-    anchor = memcpy_ms(WATCHED_BYTES)
+    anchor, anchor_cpu = memcpy_ms(WATCHED_BYTES)
     plain_blocks: list[list[float]] = []
     watched_blocks: list[list[float]] = []
     first_records: list[float] = []
     steady_records: list[float] = []
     watched_steps = 0
+    daemon_cpu = {"plain": 0.0, "watched": 0.0}  # summond's CPU ms per kind
     with tempfile.TemporaryDirectory() as data_dir:
         daemon = LocalDaemon(local_ranks=2, data_dir=data_dir).start()
         try:
@@ -161,12 +172,17 @@ def main() -> None:
             trainer = st.attach(client, "w256", [0, 1], lease_seconds=60)
             run_steps(trainer, work, 1, 2)  # warm the mappings and torch
             step = 3
+            pid = daemon.process.pid
             for _ in range(args.blocks):
+                used = cpu_ms(pid)
                 plain_blocks.append(run_steps(trainer, work, step, args.steps))
+                daemon_cpu["plain"] += cpu_ms(pid) - used
                 step += args.steps
                 client.add_watch("w256", histogram_bins=args.bins)
+                used = cpu_ms(pid)
                 watched_blocks.append(run_steps(trainer, work, step, args.steps))
                 records = wait_for_record(client, step + args.steps - 1)
+                daemon_cpu["watched"] += cpu_ms(pid) - used
                 step += args.steps
                 watched_steps += args.steps
                 latencies = [r.latency_us / 1e3 for r in records]
@@ -205,6 +221,14 @@ def main() -> None:
           f"(the noise floor: {(max(medians) / min(medians) - 1) * 100:.1f} %)")
     print(f"# watched steps recorded: {recorded} of {watched_steps} (the rest were "
           "skipped: the next OPTIMIZER began before the shards were read)")
+    # The watch's CPU, whatever the machine's load: summond's CPU time in
+    # watched blocks over that in plain ones, per recorded step.
+    extra = daemon_cpu["watched"] - daemon_cpu["plain"]
+    if recorded:
+        print(f"# summond CPU: {daemon_cpu['plain']:.0f} ms in plain blocks, "
+              f"{daemon_cpu['watched']:.0f} ms in watched ones: "
+              f"{extra / recorded:.1f} ms per record (skipped steps' partial work "
+              f"included) vs {anchor_cpu:.1f} ms CPU for the memcpy anchor")
 
 
 if __name__ == "__main__":

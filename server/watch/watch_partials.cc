@@ -1,5 +1,9 @@
 #include "server/watch/watch_partials.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 #include <vector>
@@ -10,6 +14,17 @@
 
 namespace summon::server {
 namespace {
+
+// The nice value of the threads that read a watch's shards (Linux nice is
+// per thread): about a tenth of a core's share against a trainer thread at
+// 0 when both want the same core, all of an idle core otherwise.
+constexpr int kWatchNice = 10;
+
+void LowerThisThreadsPriority() {
+  // Best effort: a failure leaves the thread at the daemon's priority.
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)),
+                    kWatchNice);
+}
 
 // The node's work is cut into chunks of at most this many bytes (a device
 // shard's piece copied to the host at a time): enough of them to keep every
@@ -144,13 +159,18 @@ absl::StatusOr<std::vector<core::WatchPartial>> ComputeNodeWatchPartials(
   // The chunks are independent partials: one task per core, task t taking
   // chunks t, t + T, ... (a fixed split, so the result does not depend on
   // timing), each over its own copy of the empty partials, combined in task
-  // order afterwards. Shard bytes are read in place without a lock.
+  // order afterwards. Shard bytes are read in place without a lock. Each
+  // task is a thread of its own at a lower priority (kWatchNice): where the
+  // node's cores are all busy, the trainer's threads go first and the watch
+  // takes what is left (a record late past the next OPTIMIZER is skipped,
+  // never the trainer slowed).
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const size_t tasks =
       std::max<size_t>(1, std::min<size_t>(chunks->size(), cores));
   std::vector<std::vector<core::WatchPartial>> task_partials(tasks, partials);
   std::vector<absl::Status> statuses(tasks);
   auto run_task = [&](size_t task) {
+    LowerThisThreadsPriority();
     std::vector<uint8_t> piece;
     for (size_t c = task; c < chunks->size(); c += tasks) {
       statuses[task] = AccumulateChunk(model, request, (*chunks)[c], piece,
@@ -159,10 +179,9 @@ absl::StatusOr<std::vector<core::WatchPartial>> ComputeNodeWatchPartials(
     }
   };
   std::vector<std::thread> threads;
-  for (size_t task = 1; task < tasks; ++task) {
+  for (size_t task = 0; task < tasks; ++task) {
     threads.emplace_back(run_task, task);
   }
-  run_task(0);
   for (std::thread& thread : threads) thread.join();
   for (size_t task = 0; task < tasks; ++task) {
     if (!statuses[task].ok()) return statuses[task];
