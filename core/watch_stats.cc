@@ -156,13 +156,15 @@ struct FloatBinner {
 // Each element's slot, computed branch-free for a whole block (vectorised).
 // The helpers below are always inlined: into each target clone of
 // AccumulateFloats/AccumulateDoubles, so compiled for that clone's target.
-[[gnu::always_inline]] inline void FloatSlots(const float* __restrict values,
+// Returns whether any element was marked unsure.
+[[gnu::always_inline]] inline bool FloatSlots(const float* __restrict values,
                                               int64_t count,
                                               const FloatBinner& binner,
                                               int32_t* __restrict index) {
   // Unsure: the fraction within `margin` of 0 or 1, as one compare (its
   // rounding, at most 2^-25, is far inside the margin's slack).
   const float sure_within = 0.5f - binner.margin;
+  int32_t unsure = 0;
   for (int64_t i = 0; i < count; ++i) {
     const float value = values[i];
     float position = (value - binner.lower) * binner.per_width;
@@ -170,11 +172,14 @@ struct FloatBinner {
     position = position < binner.top ? position : binner.top;
     const int32_t bin = static_cast<int32_t>(position);
     const float fraction = position - static_cast<float>(bin);
-    int32_t slot =
-        std::abs(fraction - 0.5f) > sure_within ? binner.bins + 2 : bin + 1;
+    const bool near_edge = std::abs(fraction - 0.5f) > sure_within;
+    int32_t slot = near_edge ? binner.bins + 2 : bin + 1;
     slot = value > binner.upper ? binner.bins + 1 : slot;
-    index[i] = value < binner.lower ? 0 : slot;
+    slot = value < binner.lower ? 0 : slot;
+    index[i] = slot;
+    unsure |= slot == binner.bins + 2;
   }
+  return unsure != 0;
 }
 
 // The reference slots in double (float64 shards, and float32 over a range
@@ -413,8 +418,9 @@ template <typename T>
     if (!binning) continue;
     if constexpr (std::is_same_v<T, float>) {
       if (float_binner.has_value()) {
-        FloatSlots(block, size, *float_binner, index.data());
-        SettleUnsure(block, size, *binner, slots->unsure(), index.data());
+        if (FloatSlots(block, size, *float_binner, index.data())) {
+          SettleUnsure(block, size, *binner, slots->unsure(), index.data());
+        }
       } else {
         DoubleSlots(block, size, *binner, index.data());
       }
