@@ -17,7 +17,8 @@ constexpr int64_t kBlock = 4096;
 // The fast path works on blocks of kBlock elements (16 KiB of float32, in
 // L1 while the histogram loop reads them again) with kLanes independent
 // accumulators per statistic: no loop-carried dependency between lanes and
-// no branch, so the compiler vectorises it (the lanes' sums are added in a
+// no branch, so the compiler can vectorise it (float64; float32 spells its
+// vectors out, see below; the lanes' sums are added in a
 // different order than one running sum: float32 sums in double are exact,
 // sums of squares differ in the last bits only).
 constexpr int kLanes = 8;
