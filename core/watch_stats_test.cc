@@ -1,9 +1,12 @@
 #include "core/watch_stats.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/seeded_init.h"
 #include "gtest/gtest.h"
 
@@ -42,11 +45,10 @@ TEST(WatchStatsTest, SlicesCombineToNumpysNumbers) {
   const int64_t cuts[] = {0, 333, 334, 1000};
   for (int node = 0; node < 3; ++node) {
     WatchPartial partial = EmptyWatchPartial(8, true);
-    ASSERT_TRUE(AccumulateWatchPartial(DType::kFloat32,
-                                       values.data() + cuts[node],
-                                       cuts[node + 1] - cuts[node], range,
-                                       &partial)
-                    .ok());
+    ASSERT_TRUE(
+        AccumulateWatchPartial(DType::kFloat32, values.data() + cuts[node],
+                               cuts[node + 1] - cuts[node], range, &partial)
+            .ok());
     ASSERT_TRUE(CombineWatchPartials(partial, &combined).ok());
   }
   const WatchStatistics stats = FinishWatchStatistics(combined, range);
@@ -132,10 +134,10 @@ TEST(WatchStatsTest, NoFiniteElementGivesNaNAndNoNextRange) {
 TEST(WatchStatsTest, RefusesIntegersAndMismatchedBins) {
   const int32_t values[] = {1, 2};
   WatchPartial partial = EmptyWatchPartial(4, true);
-  EXPECT_EQ(AccumulateWatchPartial(DType::kInt32, values, 2, std::nullopt,
-                                   &partial)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      AccumulateWatchPartial(DType::kInt32, values, 2, std::nullopt, &partial)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CombineWatchPartials(EmptyWatchPartial(3, true), &partial).code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -151,15 +153,103 @@ TEST(WatchStatsTest, HalfPrecisionShardsConvertExactly) {
   EXPECT_EQ(partial.sum_of_squares, 6.25);
 }
 
+// The histogram as the reference formula bins it: floor((v - lower) *
+// per_width) in double, the last bin closed, written out here so that it
+// checks the float32 binning rather than repeating it.
+struct ReferenceHistogram {
+  std::vector<int64_t> bins;
+  int64_t below = 0;
+  int64_t above = 0;
+};
+ReferenceHistogram BinInDouble(const std::vector<float>& values,
+                               const HistogramRange& range, int bins) {
+  ReferenceHistogram reference;
+  reference.bins.assign(static_cast<size_t>(bins), 0);
+  const double per_width = 1 / ((range.upper - range.lower) / bins);
+  for (const float value : values) {
+    if (value < range.lower) {
+      ++reference.below;
+    } else if (value > range.upper) {
+      ++reference.above;
+    } else {
+      ++reference.bins[static_cast<size_t>(std::min(
+          static_cast<int>((value - range.lower) * per_width), bins - 1))];
+    }
+  }
+  return reference;
+}
+
+// float32 is binned in float: elements on and next to every bin edge (the
+// ones a float position could put in the neighbouring bin) land where the
+// double formula puts them, over a range of float edges (float binning)
+// and one whose edges are not floats (double binning).
+TEST(WatchStatsTest, FloatBinningMatchesTheDoubleFormulaAtBinEdges) {
+  std::vector<float> values = Seeded();
+  for (const HistogramRange& range :
+       {HistogramRange{kMin, kMax}, HistogramRange{-0.3, 0.4},
+        HistogramRange{1000.0f, 1000.5f}}) {
+    for (const int bins : {7, 32, 1000}) {
+      const double width = (range.upper - range.lower) / bins;
+      std::vector<float> edges = values;
+      for (int k = 0; k <= bins; ++k) {
+        const float edge = static_cast<float>(range.lower + k * width);
+        float below = edge;
+        float above = edge;
+        for (int step = 0; step < 3; ++step) {
+          edges.push_back(below);
+          edges.push_back(above);
+          below = std::nextafter(below, -1e30f);
+          above = std::nextafter(above, 1e30f);
+        }
+      }
+      WatchPartial partial = EmptyWatchPartial(bins, true);
+      ASSERT_TRUE(AccumulateWatchPartial(DType::kFloat32, edges.data(),
+                                         static_cast<int64_t>(edges.size()),
+                                         range, &partial)
+                      .ok());
+      const ReferenceHistogram reference = BinInDouble(edges, range, bins);
+      EXPECT_EQ(partial.histogram, reference.bins)
+          << "range [" << range.lower << ", " << range.upper << "], " << bins
+          << " bins";
+      EXPECT_EQ(partial.below_range, reference.below);
+      EXPECT_EQ(partial.above_range, reference.above);
+    }
+  }
+}
+
+// bfloat16 goes the float32 way: the same bins as its float32 values.
+TEST(WatchStatsTest, HalfPrecisionBinsAsItsFloatValues) {
+  const std::vector<float> values = Seeded();
+  std::vector<uint16_t> bf16(values.size());
+  ASSERT_TRUE(ConvertElements(DType::kFloat32, values.data(), DType::kBFloat16,
+                              bf16.data(), static_cast<int64_t>(values.size()))
+                  .ok());
+  std::vector<float> rounded(values.size());
+  ASSERT_TRUE(ConvertElements(DType::kBFloat16, bf16.data(), DType::kFloat32,
+                              rounded.data(),
+                              static_cast<int64_t>(values.size()))
+                  .ok());
+  const HistogramRange range{-0.25, 0.25};
+  WatchPartial partial = EmptyWatchPartial(8, true);
+  ASSERT_TRUE(AccumulateWatchPartial(DType::kBFloat16, bf16.data(),
+                                     static_cast<int64_t>(bf16.size()), range,
+                                     &partial)
+                  .ok());
+  const ReferenceHistogram reference = BinInDouble(rounded, range, 8);
+  EXPECT_EQ(partial.histogram, reference.bins);
+  EXPECT_EQ(partial.below_range, reference.below);
+  EXPECT_EQ(partial.above_range, reference.above);
+}
+
 // Whole blocks go through the vectorised path, a block holding a NaN or an
 // Inf through the element-by-element one; both add up to what one element
 // at a time gives (float32 sums in double are exact, so the sums too).
 TEST(WatchStatsTest, BlocksWithNonFiniteElementsMatchElementwise) {
   const int64_t numel = 3 * 4096 + 17;
   std::vector<float> values(static_cast<size_t>(numel));
-  ASSERT_TRUE(FillSeeded("layer.weight", 7, DType::kFloat32, 0, numel,
-                         values.data())
-                  .ok());
+  ASSERT_TRUE(
+      FillSeeded("layer.weight", 7, DType::kFloat32, 0, numel, values.data())
+          .ok());
   values[5000] = std::numeric_limits<float>::quiet_NaN();
   values[9000] = -std::numeric_limits<float>::infinity();
   values[numel - 1] = 0.25f;  // On the range's upper edge: the last bin.

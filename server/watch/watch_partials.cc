@@ -1,5 +1,9 @@
 #include "server/watch/watch_partials.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 #include <vector>
@@ -11,15 +15,43 @@
 namespace summon::server {
 namespace {
 
-// Adds the slices rank `rank` holds (one of this node's) into `partials`.
-absl::Status AccumulateRank(ModelEntry& model,
-                            const WatchPartialsRequest& request,
-                            const core::GatherPlan& plan,
-                            const core::SessionBufferLayout& buffer,
-                            const std::vector<int>& slot_of_tensor, int rank,
-                            std::vector<core::WatchPartial>* partials) {
+// The nice value of the threads that read a watch's shards (Linux nice is
+// per thread): about a tenth of a core's share against a trainer thread at
+// 0 when both want the same core, all of an idle core otherwise.
+constexpr int kWatchNice = 10;
+
+void LowerThisThreadsPriority() {
+  // Best effort: a failure leaves the thread at the daemon's priority.
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)),
+                    kWatchNice);
+}
+
+// The node's work is cut into chunks of at most this many bytes: enough of them
+// to keep every core busy even where the node has fewer ranks than cores, few
+// enough that each is a long vectorised run.
+constexpr int64_t kChunk = int64_t{8} << 20;
+
+// A range of one transfer: bytes [offset, offset + bytes) of a slice that
+// one of this node's ranks holds of a watched tensor.
+struct WatchChunk {
+  const core::Transfer* transfer = nullptr;
+  size_t slot = 0;
+  core::DType dtype = core::DType::kFloat32;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+};
+
+// The chunks of this node's slices of the watched tensors, in plan order.
+absl::StatusOr<std::vector<WatchChunk>> ChunkNodeSlices(
+    const ModelEntry& model, const WatchPartialsRequest& request,
+    const core::GatherPlan& plan, const core::SessionBufferLayout& buffer,
+    const std::vector<int>& slot_of_tensor) {
+  std::vector<WatchChunk> chunks;
   for (const core::Transfer& transfer : plan.transfers) {
-    if (transfer.rank != rank) continue;
+    if (std::find(model.local_ranks.begin(), model.local_ranks.end(),
+                  transfer.rank) == model.local_ranks.end()) {
+      continue;
+    }
     // The tensor this range of the buffer belongs to: the last one starting
     // at or before it (tensors lie back to back in buffer order).
     auto after = std::upper_bound(
@@ -31,40 +63,49 @@ absl::Status AccumulateRank(ModelEntry& model,
         static_cast<size_t>(std::distance(buffer.tensors.begin(), after) - 1);
     const int slot = slot_of_tensor[tensor];
     if (slot < 0) continue;
+    if (request.grad && !model.store->HasGrads(transfer.rank)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", transfer.rank, " of model '", model.name,
+                       "' has no grads segment"));
+    }
     const core::DType dtype = buffer.tensors[tensor].dtype;
     const int64_t element = static_cast<int64_t>(core::ElementSize(dtype));
-    const std::optional<core::HistogramRange>& range =
-        request.ranges.size() > static_cast<size_t>(slot)
-            ? request.ranges[static_cast<size_t>(slot)]
-            : std::nullopt;
-    core::WatchPartial& partial = (*partials)[static_cast<size_t>(slot)];
-    if (request.grad && !model.store->HasGrads(transfer.rank)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", transfer.rank, " of model '", model.name,
-          "' has no grads segment"));
-    }
-    const uint8_t* shard =
-        request.grad ? model.store->GradShard(transfer.rank, transfer.unit)
-                     : model.store->ParamShard(transfer.rank, transfer.unit);
-    if (shard != nullptr) {
-      if (absl::Status added = core::AccumulateWatchPartial(
-              dtype, shard + transfer.shard_offset, transfer.bytes / element,
-              range, &partial);
-          !added.ok()) {
-        return added;
-      }
-      continue;
-    }
-    // Device placement: computed where the bytes are (CUDA kernels on the
-    // shards' GPU; other device memory copies to the host in pieces).
-    if (absl::Status added = model.store->AccumulateWatchShard(
-            transfer.rank, transfer.unit, request.grad, transfer.shard_offset,
-            dtype, transfer.bytes / element, range, &partial);
-        !added.ok()) {
-      return added;
+    const int64_t most = kChunk / element * element;
+    for (int64_t offset = 0; offset < transfer.bytes; offset += most) {
+      chunks.push_back(WatchChunk{&transfer, static_cast<size_t>(slot), dtype,
+                                  offset,
+                                  std::min(most, transfer.bytes - offset)});
     }
   }
-  return absl::OkStatus();
+  return chunks;
+}
+
+// Adds one chunk into `partials`: host shards in place, device shards
+// through the store (on their GPU).
+absl::Status AccumulateChunk(ModelEntry& model,
+                             const WatchPartialsRequest& request,
+                             const WatchChunk& chunk,
+                             std::vector<core::WatchPartial>& partials) {
+  const core::Transfer& transfer = *chunk.transfer;
+  const std::optional<core::HistogramRange>& range =
+      chunk.slot < request.ranges.size() ? request.ranges[chunk.slot]
+                                         : std::nullopt;
+  const int64_t numel =
+      chunk.bytes / static_cast<int64_t>(core::ElementSize(chunk.dtype));
+  const uint8_t* shard =
+      request.grad ? model.store->GradShard(transfer.rank, transfer.unit)
+                   : model.store->ParamShard(transfer.rank, transfer.unit);
+  if (shard == nullptr) {
+    // Device placement: computed where the bytes are (CUDA kernels on the
+    // shards' GPU; other device memory copies to the host in pieces).
+    return model.store->AccumulateWatchShard(
+        transfer.rank, transfer.unit, request.grad,
+        transfer.shard_offset + chunk.offset, chunk.dtype, numel, range,
+        &partials[chunk.slot]);
+  }
+  return core::AccumulateWatchPartial(
+      chunk.dtype, shard + transfer.shard_offset + chunk.offset, numel, range,
+      &partials[chunk.slot]);
 }
 
 }  // namespace
@@ -92,9 +133,9 @@ absl::StatusOr<std::vector<core::WatchPartial>> ComputeNodeWatchPartials(
   for (size_t i = 0; i < request.params.size(); ++i) {
     const int tensor = buffer.Find(request.params[i]);
     if (tensor < 0) {
-      return absl::NotFoundError(absl::StrCat(
-          "model '", model.name, "' has no parameter '", request.params[i],
-          "'"));
+      return absl::NotFoundError(absl::StrCat("model '", model.name,
+                                              "' has no parameter '",
+                                              request.params[i], "'"));
     }
     slot_of_tensor[static_cast<size_t>(tensor)] = static_cast<int>(i);
   }
@@ -104,35 +145,41 @@ absl::StatusOr<std::vector<core::WatchPartial>> ComputeNodeWatchPartials(
                         request.ranges[i].has_value() && request.bins > 0;
     partials.push_back(core::EmptyWatchPartial(request.bins, binned));
   }
-  const std::vector<int>& local = model.local_ranks;
   absl::ReaderMutexLock shards_lock(&model.shards_mu);
-  // The local ranks' slices are independent partials: one task per rank,
-  // each over its own copy of the empty partials, combined in rank order
-  // afterwards (so the result does not depend on which task ends first).
+  absl::StatusOr<std::vector<WatchChunk>> chunks =
+      ChunkNodeSlices(model, request, *plan, buffer, slot_of_tensor);
+  if (!chunks.ok()) return chunks.status();
+  // The chunks are independent partials: one task per core, task t taking
+  // chunks t, t + T, ... (a fixed split, so the result does not depend on
+  // timing), each over its own copy of the empty partials, combined in task
+  // order afterwards. Shard bytes are read in place without a lock. Each
+  // task is a thread of its own at a lower priority (kWatchNice): where the
+  // node's cores are all busy, the trainer's threads go first and the watch
+  // takes what is left (a record late past the next OPTIMIZER is skipped,
+  // never the trainer slowed).
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const size_t tasks = std::min<size_t>(local.size(), cores);
-  std::vector<std::vector<core::WatchPartial>> rank_partials(
-      std::max<size_t>(tasks, 1), partials);
-  std::vector<absl::Status> statuses(rank_partials.size());
+  const size_t tasks =
+      std::max<size_t>(1, std::min<size_t>(chunks->size(), cores));
+  std::vector<std::vector<core::WatchPartial>> task_partials(tasks, partials);
+  std::vector<absl::Status> statuses(tasks);
   auto run_task = [&](size_t task) {
-    for (size_t r = task; r < local.size(); r += rank_partials.size()) {
-      statuses[task] = AccumulateRank(model, request, *plan, buffer,
-                                      slot_of_tensor, local[r],
-                                      &rank_partials[task]);
+    LowerThisThreadsPriority();
+    for (size_t c = task; c < chunks->size(); c += tasks) {
+      statuses[task] =
+          AccumulateChunk(model, request, (*chunks)[c], task_partials[task]);
       if (!statuses[task].ok()) return;
     }
   };
   std::vector<std::thread> threads;
-  for (size_t task = 1; task < rank_partials.size(); ++task) {
+  for (size_t task = 0; task < tasks; ++task) {
     threads.emplace_back(run_task, task);
   }
-  run_task(0);
   for (std::thread& thread : threads) thread.join();
-  for (size_t task = 0; task < rank_partials.size(); ++task) {
+  for (size_t task = 0; task < tasks; ++task) {
     if (!statuses[task].ok()) return statuses[task];
     for (size_t i = 0; i < partials.size(); ++i) {
       if (absl::Status combined =
-              core::CombineWatchPartials(rank_partials[task][i], &partials[i]);
+              core::CombineWatchPartials(task_partials[task][i], &partials[i]);
           !combined.ok()) {
         return combined;
       }
