@@ -92,6 +92,10 @@ ABSL_FLAG(int32_t, gather_parts, 8,
           "summond --gather-parts of the daemons: parts a gather between "
           "nodes overlaps its local copy with; 1: none (copy, then "
           "exchange).");
+ABSL_FLAG(std::string, log_level, "warn",
+          "Log level of the in-process summond (spdlog's names); debug "
+          "prints each pipelined gather's profile: its time, and how long "
+          "its exchange waited for the local copy.");
 ABSL_FLAG(bool, staging_prefault, true,
           "summond --staging-prefault of the daemons: a writable open makes "
           "and faults the spare staging its writeback adopts; false: the "
@@ -556,7 +560,7 @@ int main(int argc, char** argv) {
       "268435456");
   absl::ParseCommandLine(argc, argv);
   // The daemon's per-session info logs would interleave with the tables.
-  spdlog::set_level(spdlog::level::warn);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
   if (absl::GetFlag(FLAGS_tune_allocator)) {
     summon::client::TuneAllocatorForTensorStreams();
   }

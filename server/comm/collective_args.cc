@@ -162,6 +162,26 @@ absl::Status CheckAllGatherAt(const Communicator& comm, const void* buffer,
   return CheckBuffer("all-gather", buffer, slots.empty() ? 0 : 1);
 }
 
+absl::Status CheckAllGatherAtParts(
+    const Communicator& comm, const void* buffer,
+    const std::vector<Communicator::GatherPart>& parts,
+    const CollectiveOptions& options) {
+  if (parts.size() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an all-gather at offsets has at most 256 parts, not ", parts.size()));
+  }
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (absl::Status checked =
+            CheckAllGatherAt(comm, buffer, parts[k].offsets, parts[k].bytes,
+                             static_cast<int>(k), options);
+        !checked.ok()) {
+      return absl::Status(checked.code(),
+                          absl::StrCat("part ", k, ": ", checked.message()));
+    }
+  }
+  return CheckOptions(options);
+}
+
 absl::Status CheckBroadcast(const Communicator& comm, const void* buffer,
                             int64_t bytes, int root,
                             const CollectiveOptions& options) {
@@ -208,6 +228,27 @@ absl::Status Communicator::AllGatherAt(void* buffer,
   for (size_t r = 0; r < bytes.size(); ++r) {
     if (static_cast<int>(r) == me) continue;
     CopyHostBytes(base + offsets[r], packed.data() + packed_at[r], bytes[r]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::AllGatherAtParts(
+    void* buffer, const std::vector<GatherPart>& parts,
+    const std::function<absl::Status(int part)>& ready,
+    const CollectiveOptions& options) {
+  if (absl::Status checked =
+          CheckAllGatherAtParts(*this, buffer, parts, options);
+      !checked.ok()) {
+    return checked;
+  }
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const int part = static_cast<int>(k);
+    if (absl::Status filled = ready(part); !filled.ok()) return filled;
+    if (absl::Status gathered = AllGatherAt(buffer, parts[k].offsets,
+                                            parts[k].bytes, part, options);
+        !gathered.ok()) {
+      return gathered;
+    }
   }
   return absl::OkStatus();
 }

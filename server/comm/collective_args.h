@@ -46,6 +46,12 @@ absl::Status CheckAllGatherAt(const Communicator& comm, const void* buffer,
                               const std::vector<int64_t>& bytes, int part,
                               const CollectiveOptions& options);
 
+// At most 256 parts, each as CheckAllGatherAt (the message names the part).
+absl::Status CheckAllGatherAtParts(
+    const Communicator& comm, const void* buffer,
+    const std::vector<Communicator::GatherPart>& parts,
+    const CollectiveOptions& options);
+
 absl::Status CheckBroadcast(const Communicator& comm, const void* buffer,
                             int64_t bytes, int root,
                             const CollectiveOptions& options);

@@ -68,6 +68,28 @@ class Communicator {
                                    const std::vector<int64_t>& bytes, int part,
                                    const CollectiveOptions& options);
 
+  // Where each rank's bytes of one part of AllGatherAtParts sit (as
+  // AllGatherAt's offsets and bytes).
+  struct GatherPart {
+    std::vector<int64_t> offsets;
+    std::vector<int64_t> bytes;
+  };
+  // AllGatherAt's parts (at most 256) as one operation that streams: this
+  // rank's bytes of part k are sent as soon as `ready(k)` returns OK (the
+  // caller fills them meanwhile, e.g. on another thread), while the other
+  // ranks' parts arrive. `ready` is called on the calling thread in part
+  // order. Gloo posts every part's receives first, so part k+1 follows
+  // part k on the wire with no round trip between them; the default runs
+  // ready(k) then AllGatherAt(part k), part by part. An error from
+  // `ready(k)` is returned as it is and nothing more is sent; Gloo, whose
+  // receives are posted, closes its connections (peers fail at once) and
+  // must be re-created (UNAVAILABLE afterwards), as after any failed
+  // collective.
+  virtual absl::Status AllGatherAtParts(
+      void* buffer, const std::vector<GatherPart>& parts,
+      const std::function<absl::Status(int part)>& ready,
+      const CollectiveOptions& options);
+
   // Like AllGatherV, but only `root` receives; `recv` is used on the root
   // only (other ranks may pass nullptr).
   virtual absl::Status Gather(const void* send, int64_t send_bytes, void* recv,

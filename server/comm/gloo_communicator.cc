@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <functional>
 #include <utility>
 
 #include "absl/base/call_once.h"
@@ -233,32 +234,80 @@ absl::Status GlooCommunicator::AllGatherAt(void* buffer,
       !checked.ok()) {
     return checked;
   }
-  int64_t span = 0;
-  for (size_t r = 0; r < bytes.size(); ++r) {
-    if (bytes[r] > 0) span = std::max(span, offsets[r] + bytes[r]);
+  return StreamParts("allgather_at", buffer, {GatherPart{offsets, bytes}}, part,
+                     nullptr, options);
+}
+
+absl::Status GlooCommunicator::AllGatherAtParts(
+    void* buffer, const std::vector<GatherPart>& parts,
+    const std::function<absl::Status(int part)>& ready,
+    const CollectiveOptions& options) {
+  if (absl::Status checked =
+          CheckAllGatherAtParts(*this, buffer, parts, options);
+      !checked.ok()) {
+    return checked;
   }
-  if (span == 0) return absl::OkStatus();
-  return Run("allgather_at", options, [&] {
+  return StreamParts("allgather_at_parts", buffer, parts, 0, ready, options);
+}
+
+absl::Status GlooCommunicator::StreamParts(
+    absl::string_view name, void* buffer, const std::vector<GatherPart>& parts,
+    int first_part, const std::function<absl::Status(int part)>& ready,
+    const CollectiveOptions& options) {
+  int64_t span = 0;
+  for (const GatherPart& part : parts) {
+    for (size_t r = 0; r < part.bytes.size(); ++r) {
+      if (part.bytes[r] > 0) {
+        span = std::max(span, part.offsets[r] + part.bytes[r]);
+      }
+    }
+  }
+  const int count = static_cast<int>(parts.size());
+  if (span == 0) {
+    for (int k = 0; k < count && ready != nullptr; ++k) {
+      if (absl::Status filled = ready(k); !filled.ok()) return filled;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status not_ready;
+  absl::Status run = Run(name, options, [&] {
     // A slot of its own per part: the parts of one operation never meet
     // another's messages.
     const uint64_t slot =
         gloo::Slot::build(kAllGatherAtSlotPrefix, GlooTag(options)) +
-        static_cast<uint8_t>(part);
+        static_cast<uint8_t>(first_part);
     const Clock::time_point deadline =
         Clock::now() + ToGlooTimeout(options.timeout);
     std::unique_ptr<UnboundBuffer> whole =
         context_->createUnboundBuffer(buffer, static_cast<size_t>(span));
     WatchedBuffer watched(*this, whole.get());
+    // Every part's receives first: a peer's part k+1 can follow its part k
+    // at once, whatever this rank is doing.
     int receives = 0;
-    int sends = 0;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      if (bytes[r] > 0) {
-        whole->recv(r, slot, offsets[r], bytes[r]);
+    for (int k = 0; k < count; ++k) {
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_ || parts[k].bytes[r] == 0) continue;
+        whole->recv(r, slot + k, parts[k].offsets[r], parts[k].bytes[r]);
         ++receives;
       }
-      if (bytes[rank_] > 0) {
-        whole->send(r, slot, offsets[rank_], bytes[rank_]);
+    }
+    int sends = 0;
+    for (int k = 0; k < count; ++k) {
+      if (ready != nullptr) {
+        not_ready = ready(k);
+        // Receives are posted that will never be waited for, and peers
+        // wait for parts that will never come: closed connections end both
+        // at once (peers fail now, not at their deadline).
+        if (!not_ready.ok()) {
+          context_->closeConnections();
+          return false;
+        }
+      }
+      if (parts[k].bytes[rank_] == 0) continue;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        whole->send(r, slot + k, parts[k].offsets[rank_],
+                    parts[k].bytes[rank_]);
         ++sends;
       }
     }
@@ -270,6 +319,8 @@ absl::Status GlooCommunicator::AllGatherAt(void* buffer,
     }
     return true;
   });
+  // The caller's failure is the news, not the wait it cut short.
+  return not_ready.ok() ? run : not_ready;
 }
 
 absl::Status GlooCommunicator::Gather(

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,12 @@ class GlooCommunicator final : public Communicator {
   absl::Status AllGatherAt(void* buffer, const std::vector<int64_t>& offsets,
                            const std::vector<int64_t>& bytes, int part,
                            const CollectiveOptions& options) override;
+  // Every part's receives are posted before the first send; each part's
+  // sends follow its ready() at once.
+  absl::Status AllGatherAtParts(
+      void* buffer, const std::vector<GatherPart>& parts,
+      const std::function<absl::Status(int part)>& ready,
+      const CollectiveOptions& options) override;
   absl::Status Gather(const void* send, int64_t send_bytes, void* recv,
                       const std::vector<int64_t>& recv_bytes_per_rank, int root,
                       const CollectiveOptions& options) override;
@@ -106,6 +113,13 @@ class GlooCommunicator final : public Communicator {
   absl::Status Run(absl::string_view name, const CollectiveOptions& options,
                    absl::FunctionRef<bool()> body);
   absl::Status Usable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AllGatherAt and AllGatherAtParts (checked): `parts` on the slots
+  // first_part, first_part + 1, ... of the tag; ready(k) (when given)
+  // before part k's sends.
+  absl::Status StreamParts(absl::string_view name, void* buffer,
+                           const std::vector<GatherPart>& parts, int first_part,
+                           const std::function<absl::Status(int part)>& ready,
+                           const CollectiveOptions& options);
 
   const std::shared_ptr<gloo::Context> context_;
   const int rank_;

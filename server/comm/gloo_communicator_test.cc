@@ -208,6 +208,104 @@ TEST_P(GlooCollectivesTest, AllGatherAtInPartsBetweenGaps) {
   }
 }
 
+// The same slots as one streaming operation: each rank writes its bytes of
+// part k only in ready(k), so whatever a peer received was sent after it
+// was ready; ready is called once per part, in order.
+TEST_P(GlooCollectivesTest, AllGatherAtPartsSendsEachPartOnceReady) {
+  const std::vector<int64_t> bytes = UnevenBytes(size());
+  std::vector<int64_t> offsets(size());
+  int64_t span = 0;
+  for (int r = size() - 1; r >= 0; --r) {
+    offsets[r] = span + 3;
+    span = offsets[r] + bytes[r];
+  }
+  constexpr int kParts = 3;
+  std::vector<Communicator::GatherPart> parts(kParts);
+  for (int k = 0; k < kParts; ++k) {
+    for (int r = 0; r < size(); ++r) {
+      const int64_t at = offsets[r] + bytes[r] * k / kParts;
+      parts[k].offsets.push_back(at);
+      parts[k].bytes.push_back(offsets[r] + bytes[r] * (k + 1) / kParts - at);
+    }
+  }
+  std::vector<std::vector<uint8_t>> buffers(size(),
+                                            std::vector<uint8_t>(span, 0xEE));
+  std::vector<std::vector<int>> called(size());
+  std::vector<absl::Status> status(size());
+  RunOnRanks(size(), [&](int rank) {
+    const std::vector<uint8_t> own = Pattern(rank, bytes[rank]);
+    status[rank] = comms_[rank]->AllGatherAtParts(
+        buffers[rank].data(), parts,
+        [&, rank](int k) {
+          called[rank].push_back(k);
+          const int64_t from = parts[k].offsets[rank] - offsets[rank];
+          std::copy(own.begin() + from,
+                    own.begin() + from + parts[k].bytes[rank],
+                    buffers[rank].begin() + parts[k].offsets[rank]);
+          return absl::OkStatus();
+        },
+        Options(9));
+  });
+  for (int rank = 0; rank < size(); ++rank) {
+    ASSERT_TRUE(status[rank].ok()) << "rank " << rank << ": " << status[rank];
+    EXPECT_EQ(called[rank], std::vector<int>({0, 1, 2})) << "rank " << rank;
+    std::vector<uint8_t> expected(span, 0xEE);
+    for (int from = 0; from < size(); ++from) {
+      const std::vector<uint8_t> own = Pattern(from, bytes[from]);
+      std::copy(own.begin(), own.end(), expected.begin() + offsets[from]);
+    }
+    ASSERT_EQ(buffers[rank], expected) << "rank " << rank;
+  }
+}
+
+// A part that could not be filled ends the operation with the caller's
+// error (no rank waits out its deadline for the parts that never come), and
+// the communicator, its receives left posted and its connections closed,
+// asks to be re-created.
+TEST_P(GlooCollectivesTest, AllGatherAtPartsReturnsTheFillersError) {
+  const std::vector<int64_t> bytes(size(), 64);
+  std::vector<Communicator::GatherPart> parts(2);
+  for (Communicator::GatherPart& part : parts) {
+    for (int r = 0; r < size(); ++r) {
+      part.offsets.push_back(128 * r + (&part == &parts[0] ? 0 : 64));
+      part.bytes.push_back(64);
+    }
+  }
+  std::vector<std::vector<uint8_t>> buffers(size(),
+                                            std::vector<uint8_t>(128 * size()));
+  std::vector<absl::Status> status(size());
+  // Every rank fails its first part once all have posted their receives
+  // (no rank's closing races another's start).
+  std::atomic<int> arrived{0};
+  RunOnRanks(size(), [&](int rank) {
+    status[rank] = comms_[rank]->AllGatherAtParts(
+        buffers[rank].data(), parts,
+        [&](int) {
+          arrived.fetch_add(1);
+          while (arrived.load() < size()) absl::SleepFor(absl::Milliseconds(1));
+          return absl::DataLossError("shard unreadable");
+        },
+        Options(11));
+  });
+  for (int rank = 0; rank < size(); ++rank) {
+    EXPECT_EQ(status[rank], absl::DataLossError("shard unreadable"))
+        << "rank " << rank;
+    if (size() > 1) {
+      EXPECT_EQ(comms_[rank]->Barrier(Options(12)).code(),
+                absl::StatusCode::kUnavailable)
+          << "rank " << rank;
+    }
+  }
+  // Too many parts are refused before anything is sent.
+  EXPECT_EQ(comms_[0]
+                ->AllGatherAtParts(
+                    buffers[0].data(),
+                    std::vector<Communicator::GatherPart>(257, parts[0]),
+                    [](int) { return absl::OkStatus(); }, Options(13))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(GlooCollectivesTest, AllGatherAtRefusesOverlapsAndBadParts) {
   std::vector<uint8_t> buffer(64);
   std::vector<int64_t> offsets(size());

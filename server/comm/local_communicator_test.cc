@@ -53,6 +53,39 @@ TEST(LocalCommunicatorTest, AllGatherAtKeepsTheOnlySlot) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The base class's AllGatherAtParts: ready(k), then part k, in order; the
+// first error from ready ends it.
+TEST(LocalCommunicatorTest, AllGatherAtPartsCallsReadyInOrder) {
+  LocalCommunicator comm;
+  std::vector<uint8_t> buffer(100);
+  const std::vector<Communicator::GatherPart> parts = {
+      {{10}, {20}}, {{30}, {30}}, {{60}, {0}}};
+  std::vector<int> called;
+  EXPECT_TRUE(comm.AllGatherAtParts(
+                      buffer.data(), parts,
+                      [&](int k) {
+                        called.push_back(k);
+                        buffer[parts[k].offsets[0]] =
+                            static_cast<uint8_t>(k + 1);
+                        return absl::OkStatus();
+                      },
+                      kOptions)
+                  .ok());
+  EXPECT_EQ(called, std::vector<int>({0, 1, 2}));
+  EXPECT_EQ(buffer[10], 1);
+  EXPECT_EQ(buffer[30], 2);
+  called.clear();
+  EXPECT_EQ(comm.AllGatherAtParts(
+                buffer.data(), parts,
+                [&](int k) {
+                  called.push_back(k);
+                  return k == 1 ? absl::DataLossError("no") : absl::OkStatus();
+                },
+                kOptions),
+            absl::DataLossError("no"));
+  EXPECT_EQ(called, std::vector<int>({0, 1}));
+}
+
 TEST(LocalCommunicatorTest, AllGatherVOfZeroBytesAcceptsNullBuffers) {
   LocalCommunicator comm;
   EXPECT_TRUE(comm.AllGatherV(nullptr, 0, nullptr, {0}, kOptions).ok());

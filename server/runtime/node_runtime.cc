@@ -267,7 +267,7 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
   }
   // A writable session will likely write back: its staging is made and
   // faulted now, in the background, instead of in its writeback's PREPARE.
-  if (!op.read_only) (*model)->store->PrefaultStaging();
+  if (!op.read_only) (*model)->store->PrefaultStaging(op.grads);
   absl::MutexLock lock(&mu_);
   copies_[op.gather_id] = copy;
   return absl::OkStatus();

@@ -298,15 +298,19 @@ class ShardStore {
   // spares at once; a restart drops any a killed daemon left.
   const StagingPool& staging_pool() const { return *staging_pool_; }
   // Starts (at most one at a time, on a thread of the store's) making a
-  // spare params staged segment for each local rank that has none, and
-  // faulting its pages in (MADV_POPULATE_WRITE, else a write per page):
-  // called when a writable session opens, so that its writeback adopts
-  // faulted staging even the first time. A spare holds no session and no
-  // staged unit (R8 holds; a restart unlinks it). Skipped, rank by rank,
-  // when the pool refuses it (StagingPool::KeepPrefault), for device
-  // placement and when the pool's `prefault` is off. A writeback or clear
-  // that reaches a rank mid-fault waits for the fault to finish.
-  void PrefaultStaging();
+  // spare params staged segment for each local rank that has none, and,
+  // with `grads` (the session has gradients), a spare grads staged segment
+  // for each local rank that holds gradients and has none; then faulting
+  // their pages in (MADV_POPULATE_WRITE, else a write per page): called
+  // when a writable session opens, so that its writeback adopts faulted
+  // staging even the first time. A call while one runs makes it pass over
+  // the ranks once more. A spare holds no session and no staged unit (R8
+  // holds; a restart unlinks it). Skipped, segment by segment, when the
+  // pool refuses it (StagingPool::KeepPrefault), for ranks a writeback is
+  // staging, for device placement and when the pool's `prefault` is off. A
+  // writeback or clear that reaches a rank mid-fault waits for the fault to
+  // finish.
+  void PrefaultStaging(bool grads);
   // Pairs with PrefaultStaging (one call per writable session, pre-faulted
   // or not): while any writable session is open no spare of the store is
   // reaped; the last close starts their idle time.
@@ -407,6 +411,15 @@ class ShardStore {
   // The pre-fault thread's body (see PrefaultStaging) and its page faulting
   // of one segment, run without mu_.
   void PrefaultSpares();
+  // One rank's pass: makes the spares it lacks (MakeSpare), then faults
+  // them with mu_ released and the rank marked prefaulting.
+  void PrefaultRank(RankSegments& rank, bool grads)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Creates, maps and counts (pool and rank.spare_bytes) a spare staged
+  // segment of `kind` for `rank`; null, logged, when the pool has no room
+  // or the segment cannot be made.
+  shm::Segment* MakeSpare(RankSegments& rank, SegmentKind kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FaultIn(shm::Segment& segment) const;
   absl::Status NotHosted(int rank) const;
   const RankSegments* FindRank(int rank) const
@@ -437,6 +450,10 @@ class ShardStore {
   bool spare_reaper_running_ ABSL_GUARDED_BY(mu_) = false;
   std::thread spare_reaper_;  // Started and joined with mu_ held.
   bool prefault_running_ ABSL_GUARDED_BY(mu_) = false;
+  // Asked of the running or next pre-fault: gradients' staging too; one
+  // more pass over the ranks (a session opened while it ran).
+  bool prefault_grads_ ABSL_GUARDED_BY(mu_) = false;
+  bool prefault_again_ ABSL_GUARDED_BY(mu_) = false;
   int writable_sessions_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread prefault_;  // Started and joined with mu_ held.
   // Set by the destructor: a running pre-fault stops between chunks.

@@ -1,17 +1,20 @@
 // Pre-faulted spare staging (ShardStore::PrefaultStaging): a writable
-// session's open makes each local rank's params `-staged` segment ahead of
-// its writeback and faults its pages in, so that the first writeback of a
-// model (or one after the staging pool's idle time) does not fault shared
-// memory 4 KiB at a time (~1 s per 256 MiB on this project's machine;
-// shared memory gets no transparent huge pages). The segment is a spare
-// exactly like one a commit leaves (no session id, no unit flagged staged),
-// so R8 holds and a restart after a crash mid pre-fault unlinks it.
+// session's open makes each local rank's params staged segment (and, when
+// the session has gradients and the rank holds some, its grads staged
+// segment) ahead of its writeback and faults its pages in, so that the
+// first writeback of a model (or one after the staging pool's idle time)
+// does not fault shared memory 4 KiB at a time (~1 s per 256 MiB on this
+// project's machine; shared memory gets no transparent huge pages). Each
+// segment is a spare exactly like one a commit leaves (no session id, no
+// unit flagged staged), so R8 holds and a restart after a crash mid
+// pre-fault unlinks it.
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "server/store/shard_store.h"
 #include "server/store/shm_segment.h"
@@ -19,11 +22,15 @@
 
 namespace summon::server {
 
-void ShardStore::PrefaultStaging() {
+void ShardStore::PrefaultStaging(bool grads) {
   absl::MutexLock lock(&mu_);
   ++writable_sessions_;
-  if (on_device() || stopping_ || prefault_running_ ||
-      !staging_pool_->options().prefault) {
+  if (on_device() || stopping_ || !staging_pool_->options().prefault) return;
+  prefault_grads_ = prefault_grads_ || grads;
+  if (prefault_running_) {
+    // The running pass may have passed the ranks already, or be faulting
+    // params only: it makes one more pass for this session.
+    prefault_again_ = true;
     return;
   }
   if (prefault_.joinable()) prefault_.join();  // It has ended.
@@ -54,54 +61,88 @@ void ShardStore::AwaitPrefault(RankSegments& rank) {
 
 void ShardStore::PrefaultSpares() {
   absl::MutexLock lock(&mu_);
-  for (RankSegments& rank : ranks_) {
-    if (stopping_) break;
-    // Staging there already: spare (adopted as it is) or a writeback's.
-    if (rank.staged != nullptr) continue;
-    if (!staging_pool_->KeepPrefault(segment_bytes_)) {
-      spdlog::debug(
-          "staging pre-fault of model '{}' rank {} skipped: the staging pool "
-          "({} bytes held) has no room for {} bytes",
-          model_name_, rank.rank, staging_pool_->retained_bytes(),
-          segment_bytes_);
-      continue;
+  do {
+    prefault_again_ = false;
+    const bool grads = prefault_grads_;
+    prefault_grads_ = false;
+    for (RankSegments& rank : ranks_) {
+      if (stopping_) break;
+      PrefaultRank(rank, grads);
     }
-    absl::StatusOr<std::unique_ptr<shm::Segment>> created =
-        CreateSegment(rank.rank, SegmentKind::kStaged, rank.fingerprint,
-                      /*session_id=*/"");
-    absl::StatusOr<std::unique_ptr<ShardMemory>> bytes =
-        created.ok() ? BytesOf(rank, **created)
-                     : absl::StatusOr<std::unique_ptr<ShardMemory>>(
-                           created.status());
-    if (!bytes.ok()) {
-      staging_pool_->Drop(segment_bytes_, /*reused=*/false);
-      if (created.ok()) {
-        const std::string name = (*created)->name();
-        created->reset();
-        shm::Unlink(name).IgnoreError();  // The failure below is the news.
-      }
-      spdlog::debug("staging pre-fault of model '{}' rank {} failed: {}",
-                    model_name_, rank.rank, bytes.status().ToString());
-      continue;
-    }
-    rank.staged = *std::move(created);
-    rank.staged_bytes = *std::move(bytes);
-    rank.spare_bytes = segment_bytes_;
-    rank.prefaulting = true;
-    shm::Segment& segment = *rank.staged;
-    mu_.Unlock();
-    const absl::Status faulted = FaultIn(segment);
-    mu_.Lock();
-    rank.prefaulting = false;
-    rank.spare_since = absl::Now();
-    if (!faulted.ok()) {
-      spdlog::debug("staging pre-fault of model '{}' rank {} stopped: {}",
-                    model_name_, rank.rank, faulted.ToString());
-    }
-    // Whatever was faulted stays a spare; the reaper unlinks it when idle.
-    if (!stopping_) StartSpareReaper();
-  }
+  } while (prefault_again_ && !stopping_);
   prefault_running_ = false;
+}
+
+void ShardStore::PrefaultRank(RankSegments& rank, bool grads) {
+  // A writeback is staging this rank: it makes what it needs itself.
+  if ((rank.staged != nullptr || rank.staged_grads != nullptr) &&
+      !OnlySpares(rank)) {
+    return;
+  }
+  // Staging there already (a spare, adopted as it is) is not made again;
+  // gradients only for a session that has them, on a rank that has them.
+  std::vector<SegmentKind> kinds;
+  if (rank.staged == nullptr) kinds.push_back(SegmentKind::kStaged);
+  if (grads && rank.grads != nullptr && rank.staged_grads == nullptr) {
+    kinds.push_back(SegmentKind::kStagedGrads);
+  }
+  std::vector<shm::Segment*> made;
+  for (SegmentKind kind : kinds) {
+    // Null: logged; the writeback makes that staging itself.
+    if (shm::Segment* segment = MakeSpare(rank, kind)) made.push_back(segment);
+  }
+  if (made.empty()) return;
+  rank.prefaulting = true;
+  mu_.Unlock();
+  absl::Status faulted;
+  for (shm::Segment* segment : made) {
+    if (faulted.ok()) faulted = FaultIn(*segment);
+  }
+  mu_.Lock();
+  rank.prefaulting = false;
+  rank.spare_since = absl::Now();
+  if (!faulted.ok()) {
+    spdlog::debug("staging pre-fault of model '{}' rank {} stopped: {}",
+                  model_name_, rank.rank, faulted.ToString());
+  }
+  // Whatever was faulted stays a spare; the reaper unlinks it when idle.
+  if (!stopping_) StartSpareReaper();
+}
+
+shm::Segment* ShardStore::MakeSpare(RankSegments& rank, SegmentKind kind) {
+  const bool params = kind == SegmentKind::kStaged;
+  const char* what = params ? "params" : "grads";
+  if (!staging_pool_->KeepPrefault(segment_bytes_)) {
+    spdlog::debug(
+        "staging pre-fault of model '{}' rank {} {} skipped: the staging "
+        "pool ({} bytes held) has no room for {} bytes",
+        model_name_, rank.rank, what, staging_pool_->retained_bytes(),
+        segment_bytes_);
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<shm::Segment>> created =
+      CreateSegment(rank.rank, kind, rank.fingerprint, /*session_id=*/"");
+  absl::StatusOr<std::unique_ptr<ShardMemory>> bytes =
+      created.ok()
+          ? BytesOf(rank, **created)
+          : absl::StatusOr<std::unique_ptr<ShardMemory>>(created.status());
+  if (!bytes.ok()) {
+    staging_pool_->Drop(segment_bytes_, /*reused=*/false);
+    if (created.ok()) {
+      const std::string name = (*created)->name();
+      created->reset();
+      shm::Unlink(name).IgnoreError();  // The failure below is the news.
+    }
+    spdlog::debug("staging pre-fault of model '{}' rank {} {} failed: {}",
+                  model_name_, rank.rank, what, bytes.status().ToString());
+    return nullptr;
+  }
+  (params ? rank.staged_bytes : rank.staged_grads_bytes) = *std::move(bytes);
+  std::unique_ptr<shm::Segment>& slot =
+      params ? rank.staged : rank.staged_grads;
+  slot = *std::move(created);
+  rank.spare_bytes += segment_bytes_;
+  return slot.get();
 }
 
 absl::Status ShardStore::FaultIn(shm::Segment& segment) const {

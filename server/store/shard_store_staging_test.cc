@@ -48,8 +48,19 @@ class StagingTest : public ::testing::Test {
     store_ = *std::move(store);
   }
   bool StagedSegmentExists() const {
+    return SegmentExists(SegmentKind::kStaged);
+  }
+  bool SegmentExists(SegmentKind kind) const {
     const std::vector<std::string> names = ShardStore::ListSegments(instance_);
-    return std::count(names.begin(), names.end(), StagedName()) == 1;
+    return std::count(names.begin(), names.end(),
+                      ShardStore::SegmentName(instance_, "m", 0, kind)) == 1;
+  }
+  // Gives rank 0 gradients: byte i of its shard is 255 - i.
+  void AddGrads() {
+    ASSERT_TRUE(store_->EnsureGrads(0).ok());
+    for (int64_t i = 0; i < kShardBytes; ++i) {
+      store_->GradShard(0, 0)[i] = static_cast<uint8_t>(255 - i);
+    }
   }
   std::string StagedName() const {
     return ShardStore::SegmentName(instance_, "m", 0, SegmentKind::kStaged);
@@ -217,9 +228,9 @@ TEST_F(StagingTest, ACrashWhileMakingASpareNeverLooksLikeAStagedWriteback) {
   }
 }
 
-// Runs a pre-fault to its end.
-void Prefault(ShardStore& store) {
-  store.PrefaultStaging();
+// Runs a pre-fault (for a session with gradients: `grads`) to its end.
+void Prefault(ShardStore& store, bool grads = false) {
+  store.PrefaultStaging(grads);
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (store.prefault_running() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(5));
@@ -338,6 +349,104 @@ TEST_F(StagingTest, ACrashMidPrefaultLeavesNothingARestartActsOn) {
     ASSERT_EQ(store_->ParamShard(0, 0)[i], static_cast<uint8_t>(i)) << i;
   }
   EXPECT_EQ(store_->Generation(0), 0u);
+}
+
+TEST_F(StagingTest,
+       AGradsPrefaultMakesBothSparesThatTheWritebackAdoptsBitExact) {
+  pool_ = std::make_shared<StagingPool>();  // 10 minutes: nothing expires.
+  Open(AttachMode::kAttach);
+  AddGrads();
+  Prefault(*store_, /*grads=*/true);
+  // Two spares, counted alike; nothing staged.
+  EXPECT_TRUE(SegmentExists(SegmentKind::kStaged));
+  EXPECT_TRUE(SegmentExists(SegmentKind::kStagedGrads));
+  EXPECT_EQ(pool_->prefaults(), 2);
+  const int64_t spares = pool_->retained_bytes();
+  EXPECT_GT(spares, 2 * kShardBytes);
+  EXPECT_FALSE(store_->Staged(0).has_value());
+
+  // The writeback of params and grads adopts both (one reuse: the rank's
+  // staging) and stages the shards as they are now.
+  absl::StatusOr<uint8_t*> params =
+      store_->StagingShard(0, 0, "s", 1, {{0, 64}});
+  ASSERT_TRUE(params.ok()) << params.status();
+  absl::StatusOr<uint8_t*> grads =
+      store_->StagingGradShard(0, 0, "s", 1, {{64, 128}});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ(pool_->reuses(), 1);
+  EXPECT_EQ(pool_->retained_bytes(), 0);
+  EXPECT_EQ(pool_->prefaults(), 2);
+  std::memset(*params, 0xBB, 64);
+  std::memset(*grads + 64, 0xCC, 64);
+  ASSERT_TRUE(store_->CommitStaging("s").ok());
+  for (int64_t i = 0; i < kShardBytes; ++i) {
+    ASSERT_EQ(store_->ParamShard(0, 0)[i],
+              i < 64 ? 0xBB : static_cast<uint8_t>(i))
+        << i;
+    ASSERT_EQ(store_->GradShard(0, 0)[i],
+              i >= 64 && i < 128 ? 0xCC : static_cast<uint8_t>(255 - i))
+        << i;
+  }
+  EXPECT_EQ(store_->Generation(0), 1u);
+  // Both spare again after the commit.
+  EXPECT_EQ(pool_->retained_bytes(), spares);
+  store_.reset();
+  EXPECT_FALSE(SegmentExists(SegmentKind::kStaged));
+  EXPECT_FALSE(SegmentExists(SegmentKind::kStagedGrads));
+  EXPECT_EQ(pool_->retained_bytes(), 0);
+  Open(AttachMode::kAttach);
+}
+
+TEST_F(StagingTest, GradsStagingIsPrefaultedOnlyForASessionAndARankWithGrads) {
+  pool_ = std::make_shared<StagingPool>();
+  Open(AttachMode::kAttach);
+  // The rank holds no gradients: a session with them pre-faults params.
+  Prefault(*store_, /*grads=*/true);
+  EXPECT_TRUE(SegmentExists(SegmentKind::kStaged));
+  EXPECT_FALSE(SegmentExists(SegmentKind::kStagedGrads));
+  EXPECT_EQ(pool_->prefaults(), 1);
+  const int64_t one = pool_->retained_bytes();
+  // It holds some, but the session has none: nothing more.
+  AddGrads();
+  Prefault(*store_, /*grads=*/false);
+  EXPECT_FALSE(SegmentExists(SegmentKind::kStagedGrads));
+  EXPECT_EQ(pool_->prefaults(), 1);
+  // A session with gradients adds their spare beside the params' one, also
+  // when it opens while a pre-fault without them runs (one more pass).
+  store_->PrefaultStaging(/*grads=*/false);
+  Prefault(*store_, /*grads=*/true);
+  EXPECT_TRUE(SegmentExists(SegmentKind::kStagedGrads));
+  EXPECT_EQ(pool_->prefaults(), 2);
+  EXPECT_EQ(pool_->retained_bytes(), 2 * one);
+}
+
+TEST_F(StagingTest, AGradsPrefaultIsSkippedWhenThePoolHasNoRoomForIt) {
+  // Room for one segment: the params' spare is made, the grads' refused.
+  pool_ = std::make_shared<StagingPool>();
+  Open(AttachMode::kAttach);
+  Prefault(*store_);
+  const int64_t one = pool_->retained_bytes();
+  pool_ = std::make_shared<StagingPool>(
+      StagingPool::Options{/*max_bytes=*/one, absl::Minutes(10)});
+  Open(AttachMode::kAttach);  // The stop unlinked the first spare.
+  AddGrads();
+  Prefault(*store_, /*grads=*/true);
+  EXPECT_TRUE(SegmentExists(SegmentKind::kStaged));
+  EXPECT_FALSE(SegmentExists(SegmentKind::kStagedGrads));
+  EXPECT_EQ(pool_->prefaults(), 1);
+  EXPECT_EQ(pool_->prefault_refusals(), 1);
+  EXPECT_EQ(pool_->retained_bytes(), one);
+  // The writeback makes its grads staging itself and commits bit-exact.
+  absl::StatusOr<uint8_t*> grads = store_->StagingGradShard(0, 0, "s", 1);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  absl::StatusOr<uint8_t*> params = store_->StagingShard(0, 0, "s", 1);
+  ASSERT_TRUE(params.ok()) << params.status();
+  std::memset(*grads, 0xDD, kShardBytes);
+  ASSERT_TRUE(store_->CommitStaging("s").ok());
+  for (int64_t i = 0; i < kShardBytes; ++i) {
+    ASSERT_EQ(store_->GradShard(0, 0)[i], 0xDD) << i;
+    ASSERT_EQ(store_->ParamShard(0, 0)[i], static_cast<uint8_t>(i)) << i;
+  }
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // Gathers large enough to run pipelined (NodeRuntime::PipelinedGather: the
-// local copy of each part overlapped with the exchange of the one before,
-// Communicator::AllGatherAt in place) across real summond processes, 2
-// nodes x 2 ranks and 3 nodes x 1 rank: every element of a seeded 41 MiB
-// parameter, whose node slots split into 5 parts cut mid-element, reads
-// back exactly through every node, before and after a writeback.
+// local copy of each part overlapped with the exchange, each part sent as
+// soon as it is copied, Communicator::AllGatherAtParts in place) across
+// real summond processes, 2 nodes x 2 ranks and 3 nodes x 1 rank: every
+// element of a seeded 41 MiB parameter, whose node slots split into 5
+// parts cut mid-element, reads back exactly through every node, before and
+// after a writeback.
 
 #include <cstdint>
 #include <string>
