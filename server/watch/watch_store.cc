@@ -506,7 +506,8 @@ absl::Status WatchStore::ApplyLocked(const WatchChunk& chunk) {
     return not_following("records appended to a complete watch");
   }
   if (chunk.kind == Kind::kRecord &&
-      (!entry->complete || entry->last_step.value_or(-1) != chunk.previous_step)) {
+      (!entry->complete ||
+       entry->last_step.value_or(-1) != chunk.previous_step)) {
     return not_following(absl::StrCat(
         "it records on top of step ", chunk.previous_step, ", this node has ",
         entry->last_step.value_or(-1)));

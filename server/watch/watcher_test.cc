@@ -60,7 +60,8 @@ WatchSpec SpecOf(const std::string& model) {
   return spec;
 }
 
-std::vector<int64_t> StepsOf(const WatchStore& store, const std::string& model) {
+std::vector<int64_t> StepsOf(const WatchStore& store,
+                             const std::string& model) {
   std::vector<int64_t> steps;
   absl::StatusOr<WatchHistory> history = store.Show(model, "w", false, 0);
   EXPECT_TRUE(history.ok()) << history.status();

@@ -99,8 +99,8 @@ class ClusterWatchFailoverTest : public testing::Test {
   // one record).
   void WaitFollowersHold(const std::string& model, int64_t step) const {
     for (int follower = 1; follower < cluster_->nodes(); ++follower) {
-      const fs::path file =
-          fs::path(cluster_->data_dir(follower)) / "watches" / (model + ".json");
+      const fs::path file = fs::path(cluster_->data_dir(follower)) /
+                            "watches" / (model + ".json");
       const std::string wanted = absl::StrCat("\"last_step\":", step, ",");
       const absl::Time deadline = absl::Now() + absl::Seconds(20);
       std::string text;
