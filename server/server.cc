@@ -28,6 +28,7 @@
 #include "server/runtime/node_runtime.h"
 #include "server/service/cluster_node_ops.h"
 #include "server/service/cluster_watch_nodes.h"
+#include "server/service/cluster_watch_replicas.h"
 #include "server/service/local_fd_broker.h"
 #include "server/service/peer_service.h"
 #include "server/service/summon_service.h"
@@ -36,9 +37,11 @@
 #include "server/store/staging_pool.h"
 #include "server/trainer/trainer_leases.h"
 #include "server/watch/watch_partials.h"
+#include "server/watch/watch_replication.h"
 #include "server/watch/watch_store.h"
 #include "server/watch/watcher.h"
 #include "server/web/web_view.h"
+#include "spdlog/spdlog.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
@@ -163,13 +166,19 @@ SummonServer::SummonServer(Spec spec,
         *kv_store_, membership_.get(), registry_.get(), runtime_.get(),
         authorizer);
   }
-  // Watches live on the leader (followers forward their calls); every node
-  // answers NodeWatchPartials for its own ranks.
+  // Watches are recorded by the leader (followers forward their calls) and
+  // copied into every follower's store; every node answers
+  // NodeWatchPartials for its own ranks.
   watch_store_ =
       std::make_unique<WatchStore>(spec_.data_dir, spec_.watch_history);
   if (membership_ != nullptr) {
     watch_nodes_ = std::make_unique<ClusterWatchNodes>(
         membership_.get(), registry_.get(), spec_.collective_timeout);
+    watch_replicas_ = std::make_unique<ClusterWatchReplicas>(
+        membership_.get(), spec_.collective_timeout);
+    watch_replication_ = std::make_unique<WatchReplication>(
+        watch_store_.get(), watch_replicas_.get());
+    peer_service_->SetWatches(watch_store_.get());
   } else {
     watch_nodes_ = std::make_unique<LocalWatchNodes>(registry_.get());
   }
@@ -185,7 +194,8 @@ SummonServer::SummonServer(Spec spec,
           state.in_optimizer |= phase == core::TrainingPhase::kOptimizer;
         }
         return state;
-      });
+      },
+      watch_replication_.get());
   session_options.on_step_done = [watcher = watcher_.get()](
                                      const std::string& model, int64_t step,
                                      absl::Time ended) {
@@ -211,7 +221,7 @@ SummonServer::SummonServer(Spec spec,
   summon_service_ = std::make_unique<SummonServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), checkpoint_roots,
       authorizer, membership_.get(), spec_.max_open_streams, fd_broker_.get());
-  summon_service_->SetWatches(watch_store_.get());
+  summon_service_->SetWatches(watch_store_.get(), watch_replication_.get());
   trainer_service_ = std::make_unique<TrainerServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), authorizer,
       membership_.get());
@@ -533,6 +543,12 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
             if (absl::Status formed = raw->sessions_->OnClusterFormed();
                 !formed.ok()) {
               return formed;
+            }
+            // Before serving: a leader restarted without its watch files
+            // answers `watch list` with the followers' copies.
+            if (absl::Status synced = raw->watch_replication_->Sync();
+                !synced.ok()) {
+              spdlog::warn("cluster: {}", synced.ToString());
             }
           }
           raw->SetServing(true);

@@ -36,6 +36,8 @@ class SummonServiceImpl;
 class TrainerLeases;
 class TrainerServiceImpl;
 class WatchNodes;
+class WatchReplicas;
+class WatchReplication;
 class WatchStore;
 class Watcher;
 class LocalFdBroker;
@@ -189,6 +191,9 @@ class SummonServer {
   // manager is gone.
   std::unique_ptr<WatchStore> watch_store_;
   std::unique_ptr<WatchNodes> watch_nodes_;
+  // A cluster only: the followers' copies of the watches.
+  std::unique_ptr<WatchReplicas> watch_replicas_;
+  std::unique_ptr<WatchReplication> watch_replication_;
   std::unique_ptr<Watcher> watcher_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TrainerLeases> trainers_;

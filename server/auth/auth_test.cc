@@ -62,8 +62,9 @@ TEST(RpcTableTest, CoversEveryMethodOfEveryServiceAndNothingElse) {
   EXPECT_EQ(RpcTable().size(), methods);
   // Summon gained MapSession (issue 11, P3) and the four Watch calls (issue
   // 21); Peer NodeSetGenerations and NodeHealth (issue 20) and
-  // NodeWatchPartials (21).
-  EXPECT_EQ(methods, 20u + 7u + 21u);
+  // NodeWatchPartials, NodeWatchVersions, NodeWatchFetch and NodeWatchApply
+  // (21).
+  EXPECT_EQ(methods, 20u + 7u + 24u);
 }
 
 TEST(RpcTableTest, AWritableSessionNeedsAnEditor) {

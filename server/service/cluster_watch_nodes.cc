@@ -1,9 +1,12 @@
 #include "server/service/cluster_watch_nodes.h"
 
+#include <cmath>
 #include <future>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor_stats.h"
 #include "server/rpc/status_conversion.h"
 #include "summon/v1/peer.grpc.pb.h"
 
@@ -41,6 +44,30 @@ WatchPartialsRequest WatchPartialsRequestFromProto(
     }
   }
   return out;
+}
+
+absl::Status CheckWatchPartialsRequest(const WatchPartialsRequest& request) {
+  if (absl::Status bins =
+          core::CheckStatisticsArguments(core::DType::kFloat32, request.bins);
+      !bins.ok()) {
+    return bins;
+  }
+  if (request.ranges.size() > request.params.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(request.ranges.size(), " histogram ranges for ",
+                     request.params.size(), " parameters"));
+  }
+  for (size_t i = 0; i < request.ranges.size(); ++i) {
+    const std::optional<core::HistogramRange>& range = request.ranges[i];
+    if (range.has_value() &&
+        !(std::isfinite(range->lower) && std::isfinite(range->upper) &&
+          range->lower <= range->upper)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "histogram range of '", request.params[i], "' is [", range->lower,
+          ", ", range->upper, "]: it must be finite with lower <= upper"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void WatchPartialToProto(const core::WatchPartial& partial,

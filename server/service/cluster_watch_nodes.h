@@ -18,6 +18,11 @@ v1::NodeWatchPartialsRequest WatchPartialsRequestToProto(
     const WatchPartialsRequest& request);
 WatchPartialsRequest WatchPartialsRequestFromProto(
     const v1::NodeWatchPartialsRequest& request);
+// What a node checks before reading its shards for a peer's request:
+// INVALID_ARGUMENT for bins outside TensorStats' [0, 4096], more ranges
+// than parameters, or a range that is not finite with lower <= upper (the
+// binning would index outside the histogram).
+absl::Status CheckWatchPartialsRequest(const WatchPartialsRequest& request);
 void WatchPartialToProto(const core::WatchPartial& partial,
                          v1::WatchPartial* out);
 core::WatchPartial WatchPartialFromProto(const v1::WatchPartial& partial);

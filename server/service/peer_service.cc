@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "server/rpc/status_conversion.h"
 #include "server/service/cluster_watch_nodes.h"
+#include "server/service/cluster_watch_replicas.h"
+#include "server/watch/watch_replication.h"
 #include "server/service/proto_conversion.h"
 
 namespace summon::server {
@@ -242,14 +244,86 @@ grpc::Status PeerServiceImpl::NodeWatchPartials(
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
+  const WatchPartialsRequest watch_request =
+      WatchPartialsRequestFromProto(*request);
+  if (absl::Status valid = CheckWatchPartialsRequest(watch_request);
+      !valid.ok()) {
+    return ToGrpcStatus(valid);
+  }
   absl::StatusOr<std::vector<core::WatchPartial>> partials =
-      ComputeNodeWatchPartials(**model,
-                               WatchPartialsRequestFromProto(*request));
+      ComputeNodeWatchPartials(**model, watch_request);
   if (!partials.ok()) return ToGrpcStatus(partials.status());
   for (const core::WatchPartial& partial : *partials) {
     WatchPartialToProto(partial, response->add_partials());
   }
   return grpc::Status::OK;
+}
+
+namespace {
+
+grpc::Status NoWatches() {
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      "this daemon keeps no watches");
+}
+
+}  // namespace
+
+grpc::Status PeerServiceImpl::NodeWatchVersions(
+    grpc::ServerContext* context, const v1::NodeWatchVersionsRequest* request,
+    v1::NodeWatchVersionsResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeWatchVersions", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (watches_ == nullptr) return NoWatches();
+  for (const WatchVersion& version : watches_->Versions()) {
+    WatchVersionToProto(version, response->add_watches());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeWatchFetch(
+    grpc::ServerContext* context, const v1::NodeWatchFetchRequest* request,
+    grpc::ServerWriter<v1::WatchChunk>* writer) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeWatchFetch", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (watches_ == nullptr) return NoWatches();
+  const std::vector<WatchChunk> chunks =
+      watches_->Export(request->model(), WatchReplication::kChunkBytes);
+  if (chunks.empty()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("this node holds no watch of model '",
+                                     request->model(), "'"));
+  }
+  for (const WatchChunk& chunk : chunks) {
+    v1::WatchChunk out;
+    WatchChunkToProto(chunk, &out);
+    if (!writer->Write(out)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the leader went away");
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeWatchApply(
+    grpc::ServerContext* context, const v1::NodeWatchApplyRequest* request,
+    v1::NodeWatchApplyResponse*) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeWatchApply", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
+  if (watches_ == nullptr) return NoWatches();
+  absl::StatusOr<WatchChunk> chunk = WatchChunkFromProto(request->chunk());
+  if (!chunk.ok()) return ToGrpcStatus(chunk.status());
+  return ToGrpcStatus(watches_->Apply(*chunk));
 }
 
 grpc::Status PeerServiceImpl::NodePrepare(grpc::ServerContext* context,

@@ -6,6 +6,7 @@
 #include "server/cluster/membership.h"
 #include "server/model/model_registry.h"
 #include "server/runtime/node_runtime.h"
+#include "server/watch/watch_store.h"
 
 namespace summon::server {
 
@@ -51,6 +52,20 @@ class PeerServiceImpl final : public KvStoreService {
       grpc::ServerContext* context,
       const v1::NodeWatchPartialsRequest* request,
       v1::NodeWatchPartialsResponse* response) override;
+  // This node's copy of the leader's watches (a follower's replica; the
+  // leader's own store answers when a restarted leader asks nothing).
+  grpc::Status NodeWatchVersions(
+      grpc::ServerContext* context, const v1::NodeWatchVersionsRequest* request,
+      v1::NodeWatchVersionsResponse* response) override;
+  grpc::Status NodeWatchFetch(
+      grpc::ServerContext* context, const v1::NodeWatchFetchRequest* request,
+      grpc::ServerWriter<v1::WatchChunk>* writer) override;
+  grpc::Status NodeWatchApply(grpc::ServerContext* context,
+                              const v1::NodeWatchApplyRequest* request,
+                              v1::NodeWatchApplyResponse* response) override;
+  // The node's watch store; null: the NodeWatch{Versions,Fetch,Apply} calls
+  // answer FAILED_PRECONDITION.
+  void SetWatches(WatchStore* watches) { watches_ = watches; }
   grpc::Status NodePrepare(grpc::ServerContext* context,
                            const v1::NodePrepareRequest* request,
                            v1::NodePrepareResponse* response) override;
@@ -99,6 +114,7 @@ class PeerServiceImpl final : public KvStoreService {
   Membership* const membership_;
   ModelRegistry* const registry_;
   NodeRuntime* const runtime_;
+  WatchStore* watches_ = nullptr;
 };
 
 // Creates a model on this node from a CreateModelRequest (each node fills

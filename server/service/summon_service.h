@@ -15,6 +15,7 @@
 #include "server/service/local_fd_broker.h"
 #include "server/session/session_manager.h"
 #include "server/trainer/trainer_leases.h"
+#include "server/watch/watch_replication.h"
 #include "server/watch/watch_store.h"
 #include "summon/v1/summon.grpc.pb.h"
 
@@ -97,8 +98,13 @@ class SummonServiceImpl final : public v1::Summon::Service {
                          const v1::ShowWatchRequest* request,
                          v1::ShowWatchResponse* response) override;
   // The leader's (or single node's) watches; null: watch calls answer
-  // FAILED_PRECONDITION.
-  void SetWatches(WatchStore* watches) { watches_ = watches; }
+  // FAILED_PRECONDITION. `replication` (a cluster): every change reaches
+  // the followers' copies.
+  void SetWatches(WatchStore* watches,
+                  WatchReplication* replication = nullptr) {
+    watches_ = watches;
+    watch_replication_ = replication;
+  }
 
   grpc::Status MapSession(grpc::ServerContext* context,
                           const v1::MapSessionRequest* request,
@@ -171,6 +177,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
   const int max_open_streams_;
   LocalFdBroker* const fd_broker_;  // Null: no same-node mappings.
   WatchStore* watches_ = nullptr;
+  WatchReplication* watch_replication_ = nullptr;
   std::atomic<int> open_streams_{0};
   absl::Mutex checksum_mu_;  // Followers' answers arrive concurrently.
   absl::Mutex save_mu_;      // Saves use deterministic temporary names.

@@ -361,7 +361,12 @@ grpc::Status SummonServiceImpl::DeleteModel(
   }
   trainers_->Forget(request->model());
   // A watch names the deleted model's parameters: it goes with the model.
-  if (watches_ != nullptr) watches_->Forget(request->model());
+  if (watches_ != nullptr) {
+    watches_->Forget(request->model());
+    if (watch_replication_ != nullptr) {
+      watch_replication_->PushModel(request->model());
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -1,9 +1,12 @@
 // Summon's watch calls: they only translate; the watches and their history
-// are server/watch/'s WatchStore on the leader (followers forward).
+// are server/watch/'s WatchStore on the leader (followers forward), copied
+// to every follower's store by WatchReplication.
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -125,6 +128,13 @@ grpc::Status SummonServiceImpl::AddWatch(grpc::ServerContext* context,
   if (absl::Status added = watches_->Add(std::move(spec)); !added.ok()) {
     return ToGrpcStatus(added);
   }
+  if (watch_replication_ != nullptr) {
+    watch_replication_->PushModel(info.spec.model);
+  }
+  // As stored (whole milliseconds, as every node keeps it).
+  if (std::optional<WatchSpec> stored = watches_->Get(info.spec.model)) {
+    info.spec = *std::move(stored);
+  }
   WatchToProto(info, watches_->history(), response);
   return grpc::Status::OK;
 }
@@ -165,7 +175,14 @@ grpc::Status SummonServiceImpl::RemoveWatch(
                         absl::StrCat("model '", request->model(),
                                      "' has no watch"));
   }
-  return ToGrpcStatus(watches_->Remove(request->model()));
+  if (absl::Status removed = watches_->Remove(request->model());
+      !removed.ok()) {
+    return ToGrpcStatus(removed);
+  }
+  if (watch_replication_ != nullptr) {
+    watch_replication_->PushModel(request->model());
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status SummonServiceImpl::ShowWatch(grpc::ServerContext* context,

@@ -1,23 +1,28 @@
 #include "server/watch/watcher.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace summon::server {
 
 Watcher::Watcher(WatchStore* store, WatchNodes* nodes,
-                 metrics::Registry* metrics, StepProbe probe)
+                 metrics::Registry* metrics, StepProbe probe,
+                 WatchReplication* replication)
     : store_(store), nodes_(nodes), probe_(std::move(probe)),
-      metrics_(metrics) {
+      replication_(replication), metrics_(metrics) {
   if (metrics_ != nullptr) {
     skipped_ = metrics_->Counter(
         "summon_watch_skipped_total",
-        "Watched steps not recorded: the next optimizer step began before "
-        "the shards were read",
-        {"model"});
+        "Watched steps not recorded: reason=stale, the next optimizer step "
+        "began before the shards were read; reason=queue, a newer step of "
+        "the model replaced it while it waited",
+        {"model", "reason"});
     nonfinite_ = metrics_->Counter(
         "summon_watch_nonfinite_total",
         "Watched parameters whose record first held a NaN or Inf",
@@ -56,8 +61,38 @@ void Watcher::Notify(const std::string& model, int64_t step,
                      absl::Time ended) {
   const std::optional<WatchSpec> spec = store_->Get(model);
   if (!spec.has_value() || step % std::max(spec->every, 1) != 0) return;
+  std::optional<Job> replaced;
+  {
+    absl::MutexLock lock(&mu_);
+    auto pending =
+        std::find_if(queue_.begin(), queue_.end(),
+                     [&](const Job& job) { return job.model == model; });
+    if (pending == queue_.end()) {
+      queue_.push_back(Job{model, step, ended});
+    } else {
+      replaced = std::move(*pending);
+      *pending = Job{model, step, ended};
+    }
+  }
+  if (replaced.has_value()) {
+    Skip(*replaced, "queue",
+         absl::StrCat("step ", step, " replaced it while it waited").c_str());
+  }
+}
+
+size_t Watcher::pending() const {
   absl::MutexLock lock(&mu_);
-  queue_.push_back(Job{model, step, ended});
+  return queue_.size();
+}
+
+void Watcher::Skip(const Job& job, const char* reason, const char* why) {
+  // A trainer faster than its record replaces a step at every step: that
+  // is the bound working, counted, not worth a warning each time.
+  spdlog::log(std::string_view(reason) == "queue" ? spdlog::level::debug
+                                                  : spdlog::level::warn,
+              "watch of model {}: step {} skipped, {}", job.model, job.step,
+              why);
+  if (skipped_ != nullptr) skipped_->Add({job.model, reason});
 }
 
 void Watcher::Drain() {
@@ -133,11 +168,8 @@ void Watcher::RecordStep(const Job& job) {
     return !state.in_optimizer && state.done_step == job.step;
   };
   const auto skip = [&] {
-    spdlog::warn(
-        "watch of model {}: step {} skipped, the next optimizer step began "
-        "before its shards were read",
-        job.model, job.step);
-    if (skipped_ != nullptr) skipped_->Add({job.model});
+    Skip(job, "stale",
+         "the next optimizer step began before its shards were read");
   };
   if (!still_that_step()) return skip();
   std::vector<std::pair<std::pair<std::string, bool>, WatchRecord>> records;
@@ -207,6 +239,9 @@ void Watcher::RecordStep(const Job& job) {
     spdlog::error("watch of model {} at step {} not persisted: {}", job.model,
                   job.step, recorded.status().ToString());
     return;
+  }
+  if (replication_ != nullptr && recorded->chunk.has_value()) {
+    replication_->PushRecord(*recorded->chunk);
   }
   for (const auto& [param, grad] : recorded->first_nonfinite) {
     spdlog::warn("watch: {}{} of model {} holds NaN or Inf since step {}",

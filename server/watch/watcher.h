@@ -3,8 +3,16 @@
 
 // The leader's watch worker: the interlock tells it when a model's step
 // left OPTIMIZER (Notify, which only queues); a thread of its own asks
-// every node for its partials, combines them, and records the step in the
-// WatchStore, off the trainer's path.
+// every node for its partials, combines them, records the step in the
+// WatchStore and sends the record to the followers, off the trainer's path.
+//
+// The queue holds at most one pending step per watched model: a step that
+// arrives while the model's previous one still waits replaces it (the
+// older one could only be read as it is now, i.e. as the newer step), so
+// a record slower than the steps costs neither memory nor a backlog. Each
+// step not recorded is counted in summon_watch_skipped_total{model,
+// reason}: "queue" (replaced while waiting) or "stale" (the next optimizer
+// step began before its shards were read).
 
 #include <cstdint>
 #include <deque>
@@ -18,6 +26,7 @@
 #include "absl/time/time.h"
 #include "server/metrics/registry.h"
 #include "server/watch/watch_partials.h"
+#include "server/watch/watch_replication.h"
 #include "server/watch/watch_store.h"
 
 namespace summon::server {
@@ -33,9 +42,9 @@ class Watcher {
   using StepProbe = std::function<StepState(const std::string& model)>;
 
   // `metrics` null: no metrics (tests). `probe` null: every queued step is
-  // recorded as read.
+  // recorded as read. `replication` null: no followers to send records to.
   Watcher(WatchStore* store, WatchNodes* nodes, metrics::Registry* metrics,
-          StepProbe probe = nullptr);
+          StepProbe probe = nullptr, WatchReplication* replication = nullptr);
   ~Watcher();  // Finishes the queued steps, then stops.
 
   // Every rank of `model` left OPTIMIZER for `step` at `ended`. Queues a
@@ -45,6 +54,8 @@ class Watcher {
 
   // Waits until every step queued so far is recorded (tests, bench).
   void Drain();
+  // Steps waiting (not the one being recorded): at most one per model.
+  size_t pending() const;
 
  private:
   struct Job {
@@ -54,16 +65,19 @@ class Watcher {
   };
   void Run();
   void RecordStep(const Job& job);
+  void Skip(const Job& job, const char* reason, const char* why);
 
   WatchStore* const store_;
   WatchNodes* const nodes_;
   const StepProbe probe_;
+  WatchReplication* const replication_;
   metrics::Family* nonfinite_ = nullptr;
   metrics::Family* skipped_ = nullptr;
   int norm_gauge_ = 0;
   metrics::Registry* metrics_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
+  // Oldest first; at most one job per model.
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
   int busy_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -198,14 +198,18 @@ function plot(id, records, value, label) {
   return svg;
 }
 
-async function history(name, fqn) {
-  // Asked only for a watched parameter: a 404 would be a console error.
+// The parameter's watch (ShowWatch's answer), or null when it is not
+// watched (asked only then: a 404 would be a console error).
+async function watchOf(name, fqn) {
   const watches = (await api('/api/watches')).watches;
   if (!watches.some((w) => w.model === name && w.watched.includes(fqn))) {
-    return [$('p', {id: 'watch'}, 'Not watched (summonctl watch add).')];
+    return null;
   }
-  const watch = await api('/api/watch?model=' + enc(name) + '&param=' +
-    enc(fqn));
+  return api('/api/watch?model=' + enc(name) + '&param=' + enc(fqn));
+}
+
+function history(watch) {
+  if (!watch) return [$('p', {id: 'watch'}, 'Not watched (summonctl watch add).')];
   if (!watch.records.length) return [$('p', {id: 'watch'}, 'No record yet.')];
   const first = Number(watch.first_nonfinite_step);
   return [
@@ -215,22 +219,44 @@ async function history(name, fqn) {
     plot('absmax-plot', watch.records, (r) => r.abs_max, 'abs max')];
 }
 
+// A rank in FORWARD, BACKWARD or OPTIMIZER refuses sessions (R1), and so
+// /api/stats: a watched parameter shows its last record instead.
+const MID_STEP = ['TRAINING_PHASE_FORWARD', 'TRAINING_PHASE_BACKWARD',
+  'TRAINING_PHASE_OPTIMIZER'];
+
 async function param(main, name, fqn) {
   const bins = new URLSearchParams(location.hash.split('?')[1] || '')
     .get('bins') || 32;
-  const stats = await api('/api/stats?model=' + enc(name) + '&param=' +
-    enc(fqn) + '&bins=' + enc(bins));
-  const t = stats.tensors[0];
-  const watched = await history(name, fqn);
+  const [m, watch] = await Promise.all([api('/api/models/' + enc(name)),
+    watchOf(name, fqn)]);
+  const last = watch && watch.records.length ?
+    watch.records[watch.records.length - 1] : null;
+  let t, note = [];
+  if (last && m.ranks.some((r) => MID_STEP.includes(r.phase))) {
+    // The statistics of the last record, in TensorStats' shape.
+    let info = {fqn, shape: []};
+    for (const u of m.units) {
+      for (const p of u.params) if (p.info.fqn === fqn) info = p.info;
+    }
+    t = Object.assign({info}, last);
+    note = [$('p', {id: 'midstep'}, 'mid-step, showing step ' + last.step +
+      ' (the last watch record)')];
+  } else {
+    t = (await api('/api/stats?model=' + enc(name) + '&param=' + enc(fqn) +
+      '&bins=' + enc(bins))).tensors[0];
+  }
+  const h = t.histogram && t.histogram.counts ? t.histogram : null;
   main.replaceChildren(
     $('h2', {}, link('#/model/' + enc(name), name), ' / ' + t.info.fqn),
+    ...note,
     table('stats', ['shape', 'min', 'max', 'mean', 'L2 norm', 'NaN', 'Inf'],
       [['[' + t.info.shape.join(', ') + ']', fmt(t.min), fmt(t.max),
         fmt(t.mean), fmt(t.l2_norm),
         $('span', {class: Number(t.nan_count) ? 'bad' : 'ok'}, t.nan_count),
         $('span', {class: Number(t.inf_count) ? 'bad' : 'ok'}, t.inf_count)]]),
-    $('h2', {}, 'Histogram (' + t.histogram.counts.length + ' bins)'),
-    histogram(t.histogram), ...watched);
+    ...(h ? [$('h2', {}, 'Histogram (' + h.counts.length + ' bins)'),
+      histogram(h)] : []),
+    ...history(watch));
 }
 
 async function route() {

@@ -53,13 +53,17 @@ declare -A rpc_numbers=(
   [SaveModel]=4 [ModelChecksum]=5 [DeleteModel]=6 [OpenSession]=7
   [GetSession]=8 [ListSessions]=9 [RenewSession]=10 [CloseSession]=11
   [ReadTensor]=12 [WriteTensor]=13 [TensorStats]=14 [ReportPhase]=15
-  [MapShards]=16
+  [MapShards]=16 [Attach]=17 [TrainerHeartbeat]=18 [Detach]=19
+  [MarkInitialized]=20 [MapSession]=21 [AddWatch]=22 [ListWatches]=23
+  [RemoveWatch]=24 [ShowWatch]=25 [NodeWatchPartials]=26
+  [NodeWatchVersions]=27 [NodeWatchFetch]=28 [NodeWatchApply]=29
 )
 frame() {
   local rpc=$1 type=$2 text=$3 payload length
   payload=$(mktemp)
   printf '%s\n' "$text" | protoc -Iproto --encode="summon.v1.$type" \
-    proto/summon/v1/summon.proto proto/summon/v1/trainer.proto >"$payload"
+    proto/summon/v1/summon.proto proto/summon/v1/trainer.proto \
+    proto/summon/v1/peer.proto >"$payload"
   length=$(stat -c %s "$payload")
   printf "\\x$(printf %02x "${rpc_numbers[$rpc]}")"
   printf "\\x$(printf %02x $((length & 255)))\\x$(printf %02x $((length >> 8)))"
@@ -118,4 +122,53 @@ WriteTensor|WriteTensorRequest|data: "\000\000\200?\000\000\000@"
 ReadTensor|ReadTensorRequest|fqn: "head.w" element_offset: 36
 ListSessions|ListSessionsRequest|
 CloseSession|CloseSessionRequest|
+EOF
+# Watches (issue 21): every bad input answers a clear status and the daemon
+# goes on; the Peer calls a node answers for watches included.
+seed_rpc watch_add_bad_inputs <<'EOF'
+AddWatch|AddWatchRequest|model: "m" params: "[" params: "nothing.*"
+AddWatch|AddWatchRequest|model: "m" every: -3
+AddWatch|AddWatchRequest|model: "m" histogram_bins: 5000
+AddWatch|AddWatchRequest|model: "m" histogram_bins: -1
+AddWatch|AddWatchRequest|model: "absent"
+AddWatch|AddWatchRequest|model: "m" grads: true params: "layers.*"
+AddWatch|AddWatchRequest|model: "m" params: "*" every: 2147483647 histogram_bins: 4096
+ListWatches|ListWatchesRequest|
+EOF
+seed_rpc watch_show_remove_bad_inputs <<'EOF'
+AddWatch|AddWatchRequest|model: "m" params: "layers.0.*" histogram_bins: 8
+ShowWatch|ShowWatchRequest|model: "m" param: "layers.0.w" since: 9223372036854775807
+ShowWatch|ShowWatchRequest|model: "m" param: "layers.0.w" since: -9223372036854775808 grad: true
+ShowWatch|ShowWatchRequest|model: "m" param: "embed.w"
+ShowWatch|ShowWatchRequest|model: "absent" param: "w"
+RemoveWatch|RemoveWatchRequest|model: "absent"
+RemoveWatch|RemoveWatchRequest|model: "m"
+RemoveWatch|RemoveWatchRequest|model: "m"
+ShowWatch|ShowWatchRequest|model: "m" param: "layers.0.w"
+EOF
+seed_rpc watch_partials_bad_inputs <<'EOF'
+NodeWatchPartials|NodeWatchPartialsRequest|model: "m" params: "layers.0.w" bins: 1073741824 binned: true lower: 0 upper: 1
+NodeWatchPartials|NodeWatchPartialsRequest|model: "m" params: "layers.0.w" bins: -1 binned: true lower: 0 upper: 1
+NodeWatchPartials|NodeWatchPartialsRequest|model: "m" params: "layers.0.w" bins: 4 binned: true lower: nan upper: 1
+NodeWatchPartials|NodeWatchPartialsRequest|model: "m" params: "layers.0.w" bins: 4 binned: true lower: 2 upper: -inf
+NodeWatchPartials|NodeWatchPartialsRequest|model: "m" params: "layers.0.w" bins: 4 binned: true binned: true lower: 0 lower: 0 upper: 1 upper: 1
+NodeWatchPartials|NodeWatchPartialsRequest|model: "m" params: "nope" bins: 4
+NodeWatchPartials|NodeWatchPartialsRequest|model: "absent" params: "w"
+NodeWatchPartials|NodeWatchPartialsRequest|model: "m" params: "embed.w" params: "head.w" grad: true bins: 4 binned: true lower: -1 upper: 1
+NodeWatchPartials|NodeWatchPartialsRequest|model: "m" params: "layers.0.b" bins: 3 binned: true lower: 0.5 upper: 0.5
+EOF
+seed_rpc watch_apply_bad_inputs <<'EOF'
+NodeWatchApply|NodeWatchApplyRequest|chunk { kind: WATCH_CHUNK_KIND_REPLACE model: "m" json: "{not json" }
+NodeWatchApply|NodeWatchApplyRequest|chunk { kind: WATCH_CHUNK_KIND_REPLACE model: "../x" json: "{}" }
+NodeWatchApply|NodeWatchApplyRequest|chunk { model: "m" }
+NodeWatchApply|NodeWatchApplyRequest|epoch: 7 chunk { kind: WATCH_CHUNK_KIND_REMOVE model: "m" }
+NodeWatchApply|NodeWatchApplyRequest|chunk { kind: WATCH_CHUNK_KIND_RECORD model: "m" previous_step: 3 json: "{\"histories\": []}" }
+NodeWatchApply|NodeWatchApplyRequest|chunk { kind: WATCH_CHUNK_KIND_REPLACE model: "m" created_at_unix_ms: 5 json: "{\"model\": \"m\", \"globs\": [], \"every\": 1, \"bins\": 2, \"grads\": false, \"watched\": [\"layers.0.w\"], \"created_by\": \"x\", \"created_at_unix_ms\": 5}" }
+NodeWatchApply|NodeWatchApplyRequest|chunk { kind: WATCH_CHUNK_KIND_APPEND model: "m" created_at_unix_ms: 5 json: "{\"histories\": [{\"param\": \"layers.0.w\", \"grad\": false, \"records\": [{\"step\": 1}]}]}" }
+NodeWatchApply|NodeWatchApplyRequest|chunk { kind: WATCH_CHUNK_KIND_APPEND model: "m" created_at_unix_ms: 5 json: "{\"histories\": [{\"param\": \"layers.0.w\", \"grad\": false, \"first_nonfinite_step\": 1, \"records\": [{\"step\": 1, \"recorded_at_unix_ms\": 1, \"latency_us\": 1, \"numel\": 25, \"nan\": 0, \"inf\": 0, \"l2_norm\": 1.5, \"mean\": null, \"min\": 0, \"max\": 1, \"abs_max\": 1, \"histogram\": [20, 5], \"below\": 0, \"above\": 0, \"lower\": 0, \"upper\": 1}]}]}" }
+NodeWatchApply|NodeWatchApplyRequest|chunk { kind: WATCH_CHUNK_KIND_COMMIT model: "m" created_at_unix_ms: 5 previous_step: 1 }
+ShowWatch|ShowWatchRequest|model: "m" param: "layers.0.w"
+NodeWatchVersions|NodeWatchVersionsRequest|
+NodeWatchFetch|NodeWatchFetchRequest|model: "m"
+NodeWatchFetch|NodeWatchFetchRequest|model: "absent"
 EOF

@@ -1,7 +1,9 @@
-// Fuzzes request validation of every Summon and Trainer RPC against a real
-// single-node daemon in this process: the registry, session manager and
-// services summond runs, served by a grpc::Server without listeners and
-// called through its in-process channel.
+// Fuzzes request validation of every Summon and Trainer RPC, and of the
+// Peer calls a node answers for watches (NodeWatchPartials and the watch
+// copies' NodeWatchVersions/Fetch/Apply), against a real single-node daemon
+// in this process: the registry, session manager, watch store and services
+// summond runs, served by a grpc::Server without listeners and called
+// through its in-process channel.
 //
 // Input: frames of [rpc: 1 byte][length: 2 bytes, little endian][payload],
 // the payload a serialized request of the RPC the first byte picks
@@ -46,12 +48,18 @@
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "server/model/model_registry.h"
+#include "server/cluster/kv_store.h"
+#include "server/cluster/membership.h"
+#include "server/runtime/node_runtime.h"
 #include "server/service/local_fd_broker.h"
+#include "server/service/peer_service.h"
 #include "server/service/summon_service.h"
 #include "server/service/trainer_service.h"
 #include "server/session/session_manager.h"
 #include "server/store/shard_store.h"
+#include "server/watch/watch_store.h"
 #include "spdlog/spdlog.h"
+#include "summon/v1/peer.grpc.pb.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
@@ -82,9 +90,18 @@ enum class Rpc : uint8_t {
   kTrainerHeartbeat,
   kDetach,
   kMarkInitialized,
-  kMapSession,  // Last: earlier seeds keep their meaning.
+  kMapSession,
+  // Issue 21's watches (appended: earlier seeds keep their meaning).
+  kAddWatch,
+  kListWatches,
+  kRemoveWatch,
+  kShowWatch,
+  kNodeWatchPartials,
+  kNodeWatchVersions,
+  kNodeWatchFetch,
+  kNodeWatchApply,  // Last.
 };
-constexpr int kRpcCount = static_cast<int>(Rpc::kMapSession) + 1;
+constexpr int kRpcCount = static_cast<int>(Rpc::kNodeWatchApply) + 1;
 
 constexpr int kMaxFrames = 32;
 constexpr int64_t kMaxModelBytes = 256 << 10;
@@ -227,20 +244,37 @@ class Daemon {
         /*cluster=*/nullptr, /*max_open_streams=*/0, fd_broker_.get());
     trainer_ = std::make_unique<summon::server::TrainerServiceImpl>(
         registry_.get(), sessions_.get(), trainers_.get(), &authorizer_);
+    // A node of a one-node "cluster" that never forms (epoch 0): only its
+    // Peer handlers are called.
+    summon::server::Membership::Spec node;
+    node.nodes = {"127.0.0.1:1"};
+    node.local_ranks = kLocalRanks;
+    membership_ =
+        std::make_unique<summon::server::Membership>(node, &kv_store_);
+    runtime_ = std::make_unique<summon::server::NodeRuntime>(
+        0, registry_.get(), nullptr, absl::Seconds(1));
+    peer_ = std::make_unique<summon::server::PeerServiceImpl>(
+        kv_store_, membership_.get(), registry_.get(), runtime_.get(),
+        &authorizer_);
+    FreshWatches();
     grpc::ServerBuilder builder;
     builder.RegisterService(summon_.get());
     builder.RegisterService(trainer_.get());
+    builder.RegisterService(peer_.get());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr) Fail("the in-process server did not start");
     auto channel = server_->InProcessChannel(grpc::ChannelArguments());
     summon_stub_ = v1::Summon::NewStub(channel);
     trainer_stub_ = v1::Trainer::NewStub(channel);
+    peer_stub_ = v1::Peer::NewStub(channel);
   }
 
   // Unlinks every model's shared memory (the registry has no data_dir).
   ~Daemon() {
     server_->Shutdown();
     server_.reset();
+    peer_.reset();
+    runtime_.reset();
     sessions_.reset();
     registry_.reset();
     std::error_code ignored;
@@ -280,6 +314,13 @@ class Daemon {
     if (!status.ok()) Fail("base model: " + status.ToString());
   }
 
+  // Each input starts with no watch (a removed one leaves a tombstone).
+  void FreshWatches() {
+    watches_ = std::make_unique<summon::server::WatchStore>("", 16);
+    summon_->SetWatches(watches_.get());
+    peer_->SetWatches(watches_.get());
+  }
+
   void UseLastSession(std::string* id) const {
     if (id->empty()) *id = last_session_;
   }
@@ -309,6 +350,7 @@ class Daemon {
   void Send(const Frame& frame) {
     v1::Summon::Stub& summon = *summon_stub_;
     v1::Trainer::Stub& trainer = *trainer_stub_;
+    v1::Peer::Stub& peer = *peer_stub_;
     const auto keep = [](auto&) { return true; };
     const auto session = [this](auto& request) {
       UseLastSession(request.mutable_session_id());
@@ -388,6 +430,29 @@ class Daemon {
       case Rpc::kMarkInitialized:
         return Call(trainer, &v1::Trainer::Stub::MarkInitialized, frame.payload,
                     "MarkInitialized", keep);
+      case Rpc::kAddWatch:
+        return Call(summon, &v1::Summon::Stub::AddWatch, frame.payload,
+                    "AddWatch", keep);
+      case Rpc::kListWatches:
+        return Call(summon, &v1::Summon::Stub::ListWatches, frame.payload,
+                    "ListWatches", keep);
+      case Rpc::kRemoveWatch:
+        return Call(summon, &v1::Summon::Stub::RemoveWatch, frame.payload,
+                    "RemoveWatch", keep);
+      case Rpc::kShowWatch:
+        return Call(summon, &v1::Summon::Stub::ShowWatch, frame.payload,
+                    "ShowWatch", keep);
+      case Rpc::kNodeWatchPartials:
+        return Call(peer, &v1::Peer::Stub::NodeWatchPartials, frame.payload,
+                    "NodeWatchPartials", keep);
+      case Rpc::kNodeWatchVersions:
+        return Call(peer, &v1::Peer::Stub::NodeWatchVersions, frame.payload,
+                    "NodeWatchVersions", keep);
+      case Rpc::kNodeWatchFetch:
+        return NodeWatchFetch(frame.payload);
+      case Rpc::kNodeWatchApply:
+        return Call(peer, &v1::Peer::Stub::NodeWatchApply, frame.payload,
+                    "NodeWatchApply", keep);
       case Rpc::kWriteTensor:
         return;  // Streams are sent by WriteStream.
     }
@@ -415,6 +480,17 @@ class Daemon {
     CheckStatus(reader->Finish(), "ReadTensor");
   }
 
+  void NodeWatchFetch(absl::string_view payload) {
+    v1::NodeWatchFetchRequest request;
+    if (!Parse(payload, &request)) return;
+    grpc::ClientContext context;
+    auto reader = peer_stub_->NodeWatchFetch(&context, request);
+    v1::WatchChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    CheckStatus(reader->Finish(), "NodeWatchFetch");
+  }
+
   // Frames [begin, end) as the messages of one WriteTensor stream.
   void WriteStream(const std::vector<Frame>& frames, size_t begin, size_t end) {
     grpc::ClientContext context;
@@ -436,6 +512,7 @@ class Daemon {
   // leaked.
   void Reset() {
     last_session_.clear();
+    FreshWatches();
     for (const summon::server::SessionInfo& session :
          sessions_->List(/*model=*/"", kPrincipal)) {
       const absl::Status status =
@@ -485,9 +562,15 @@ class Daemon {
       summon::server::auth::SecuritySpec(), nullptr, nullptr};
   std::unique_ptr<summon::server::SummonServiceImpl> summon_;
   std::unique_ptr<summon::server::TrainerServiceImpl> trainer_;
+  summon::server::LocalKvStore kv_store_;
+  std::unique_ptr<summon::server::Membership> membership_;
+  std::unique_ptr<summon::server::NodeRuntime> runtime_;
+  std::unique_ptr<summon::server::PeerServiceImpl> peer_;
+  std::unique_ptr<summon::server::WatchStore> watches_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Summon::Stub> summon_stub_;
   std::unique_ptr<v1::Trainer::Stub> trainer_stub_;
+  std::unique_ptr<v1::Peer::Stub> peer_stub_;
   std::string last_session_;
 };
 

@@ -328,3 +328,35 @@ def test_watched_history_plots_in_a_real_browser(web: dict, browser) -> None:
     assert "first NaN/Inf at step 4" in driver.find_element(By.ID, "main").text
     screenshot(driver, "web-watch")
     assert severe(driver) == []
+
+
+def test_mid_step_the_page_shows_the_last_record(web: dict, browser) -> None:
+    """A trainer mid-step refuses /api/stats (R1): a watched parameter's page
+    shows its last watch record instead, saying so, with no console error."""
+    base, driver, admin, trainer = web["base"], browser, web["admin"], web["trainer"]
+    admin.add_watch(MODEL, [PARAM], histogram_bins=6)
+    for n in (1, 2):
+        train_step(trainer, n)
+    last = records(admin, 2)[-1]
+    assert last.step == 2
+    wait = log_in(driver, base)
+    with trainer.step(3):  # FORWARD on both ranks: sessions are refused
+        status, body = get(f"{base}/api/stats?model={MODEL}&param={PARAM}",
+                           TOKENS["viewer"])
+        assert status != 200, body
+        driver.get(base + f"/#/param/{MODEL}/{PARAM}")
+        wait.until(lambda d: d.find_elements(By.ID, "midstep"))
+        assert driver.find_element(By.ID, "midstep").text == (
+            "mid-step, showing step 2 (the last watch record)")
+        cells = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#stats td")]
+        assert cells[0] == "[64, 32]"
+        assert [float(c) for c in cells[1:5]] == pytest.approx(
+            [last.min, last.max, last.mean, last.l2_norm], rel=1e-5)
+        assert cells[5:] == [str(last.nan_count), str(last.inf_count)]
+        bars = driver.find_elements(By.CSS_SELECTOR, "#histogram rect.bin")
+        assert [int(b.get_attribute("data-count")) for b in bars] == list(
+            last.histogram.counts)
+        assert severe(driver) == []
+    # Between steps the page asks /api/stats again (its own bins).
+    wait.until(lambda d: not d.find_elements(By.ID, "midstep"))
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#histogram rect.bin")) == 32

@@ -129,11 +129,11 @@ TEST_F(SecureClusterTest, RoleTableHoldsForEveryRpcAndRole) {
       }
     }
   }
-  // 49 rows (OpenSession twice; MapSession added by issue 11, Peer's
+  // 52 rows (OpenSession twice; MapSession added by issue 11, Peer's
   // NodeSetGenerations and NodeHealth by issue 20, AddWatch, ListWatches,
-  // RemoveWatch, ShowWatch and Peer's NodeWatchPartials by issue 21) x 5
-  // roles x 2 nodes.
-  EXPECT_EQ(allowed + denied, 49 * 5 * 2);
+  // RemoveWatch, ShowWatch and Peer's NodeWatchPartials, NodeWatchVersions,
+  // NodeWatchFetch and NodeWatchApply by issue 21) x 5 roles x 2 nodes.
+  EXPECT_EQ(allowed + denied, 52 * 5 * 2);
   EXPECT_GT(allowed, 0);
   EXPECT_GT(denied, 0);
 }
