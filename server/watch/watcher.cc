@@ -14,8 +14,11 @@ namespace summon::server {
 Watcher::Watcher(WatchStore* store, WatchNodes* nodes,
                  metrics::Registry* metrics, StepProbe probe,
                  WatchReplication* replication)
-    : store_(store), nodes_(nodes), probe_(std::move(probe)),
-      replication_(replication), metrics_(metrics) {
+    : store_(store),
+      nodes_(nodes),
+      probe_(std::move(probe)),
+      replication_(replication),
+      metrics_(metrics) {
   if (metrics_ != nullptr) {
     skipped_ = metrics_->Counter(
         "summon_watch_skipped_total",
@@ -57,8 +60,7 @@ Watcher::~Watcher() {
   if (metrics_ != nullptr) metrics_->RemoveCallback(norm_gauge_);
 }
 
-void Watcher::Notify(const std::string& model, int64_t step,
-                     absl::Time ended) {
+void Watcher::Notify(const std::string& model, int64_t step, absl::Time ended) {
   const std::optional<WatchSpec> spec = store_->Get(model);
   if (!spec.has_value() || step % std::max(spec->every, 1) != 0) return;
   std::optional<Job> replaced;
@@ -144,7 +146,8 @@ absl::StatusOr<std::vector<core::WatchPartial>> Combined(
       return absl::InternalError("a node answered for other parameters");
     }
     for (size_t i = 0; i < node.size(); ++i) {
-      if (absl::Status added = core::CombineWatchPartials(node[i], &combined[i]);
+      if (absl::Status added =
+              core::CombineWatchPartials(node[i], &combined[i]);
           !added.ok()) {
         return added;
       }
@@ -181,9 +184,21 @@ void Watcher::RecordStep(const Job& job) {
     request.grad = grad;
     request.bins = spec->bins;
     bool first_pass = false;
+    const auto key_of = [&](const std::string& param) {
+      return RangeKey{job.model, absl::ToUnixNanos(spec->created_at), param,
+                      grad};
+    };
     for (const std::string& param : spec->watched) {
-      request.ranges.push_back(store_->NextRange(job.model, param, grad));
-      first_pass = first_pass || !request.ranges.back().has_value();
+      std::optional<core::HistogramRange> range =
+          store_->NextRange(job.model, param, grad);
+      if (range.has_value()) {
+        found_ranges_.erase(key_of(param));
+      } else if (auto found = found_ranges_.find(key_of(param));
+                 found != found_ranges_.end()) {
+        range = found->second;
+      }
+      request.ranges.push_back(range);
+      first_pass = first_pass || !range.has_value();
     }
     absl::StatusOr<std::vector<core::WatchPartial>> combined =
         Combined(*nodes_, request);
@@ -197,14 +212,18 @@ void Watcher::RecordStep(const Job& job) {
       for (size_t i = 0; i < request.params.size(); ++i) {
         if (request.ranges[i].has_value()) continue;
         const std::optional<core::HistogramRange> range =
-            core::NextHistogramRange(core::FinishWatchStatistics(
-                (*combined)[i], std::nullopt));
+            core::NextHistogramRange(
+                core::FinishWatchStatistics((*combined)[i], std::nullopt));
         if (!range.has_value()) continue;  // No finite element to bin.
         redo.push_back(i);
         second.params.push_back(request.params[i]);
         second.ranges.push_back(range);
         request.ranges[i] = range;
+        found_ranges_[key_of(request.params[i])] = *range;
       }
+      // A step that moved on during the range pass is not binned (the
+      // ranges found are kept for the next step).
+      if (!still_that_step()) return skip();
       absl::StatusOr<std::vector<core::WatchPartial>> binned =
           redo.empty() ? std::vector<core::WatchPartial>{}
                        : Combined(*nodes_, second);

@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -75,6 +77,15 @@ class Watcher {
   metrics::Family* skipped_ = nullptr;
   int norm_gauge_ = 0;
   metrics::Registry* metrics_;
+
+  // The range a range pass found for (model, watch created_at, param,
+  // grad) whose record was then skipped (its step moved on before the
+  // binning pass): the next step bins over it in one pass instead of
+  // starting with a range pass again, so a busy node whose records are
+  // often late still reaches one pass per record. Dropped once the watch
+  // has a stored record (whose range takes over). Worker thread only.
+  using RangeKey = std::tuple<std::string, int64_t, std::string, bool>;
+  std::map<RangeKey, core::HistogramRange> found_ranges_;
 
   mutable absl::Mutex mu_;
   // Oldest first; at most one job per model.

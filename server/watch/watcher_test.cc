@@ -5,6 +5,8 @@
 
 #include "server/watch/watcher.h"
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,6 +134,93 @@ TEST(WatcherTest, AStepWhoseShardsMovedOnIsStale) {
   EXPECT_EQ(StepsOf(store, "a"), (std::vector<int64_t>{2}));
   EXPECT_EQ(skipped->Value({"a", "stale"}), 2);
   EXPECT_EQ(skipped->Value({"a", "queue"}), 0);
+}
+
+// Every parameter: elements 1 and 3, so a range pass finds [1, 3]. Keeps
+// each request's ranges, and runs `after_call` after each, as the
+// training's next OPTIMIZER would arrive during a slow read.
+class RecordingNodes : public WatchNodes {
+ public:
+  absl::StatusOr<std::vector<std::vector<core::WatchPartial>>> Partials(
+      const WatchPartialsRequest& request) override {
+    std::vector<core::WatchPartial> partials;
+    for (size_t i = 0; i < request.params.size(); ++i) {
+      const bool binned =
+          i < request.ranges.size() && request.ranges[i].has_value();
+      core::WatchPartial partial =
+          core::EmptyWatchPartial(binned ? request.bins : 0, binned);
+      const float values[] = {1.0F, 3.0F};
+      EXPECT_TRUE(core::AccumulateWatchPartial(
+                      core::DType::kFloat32, values, 2,
+                      binned ? request.ranges[i] : std::nullopt, &partial)
+                      .ok());
+      partials.push_back(partial);
+    }
+    ranges.push_back(request.ranges);
+    if (after_call) after_call();
+    return std::vector<std::vector<core::WatchPartial>>{partials};
+  }
+  std::vector<std::vector<std::optional<core::HistogramRange>>> ranges;
+  std::function<void()> after_call;
+};
+
+TEST(WatcherTest, ARangeFoundForASkippedStepServesTheNextStepInOnePass) {
+  WatchStore store("", 100);
+  WatchSpec spec = SpecOf("a");
+  spec.bins = 4;
+  ASSERT_TRUE(store.Add(spec).ok());
+  RecordingNodes nodes;
+  absl::Mutex mu;
+  Watcher::StepState state;
+  state.done_step = 1;
+  Watcher watcher(&store, &nodes, nullptr, [&](const std::string&) {
+    absl::MutexLock lock(&mu);
+    return state;
+  });
+  // Step 1: the range pass runs, then step 2's OPTIMIZER begins: skipped
+  // before the binning pass.
+  nodes.after_call = [&] {
+    absl::MutexLock lock(&mu);
+    state.in_optimizer = true;
+  };
+  watcher.Notify("a", 1, absl::Now());
+  watcher.Drain();
+  ASSERT_EQ(nodes.ranges.size(), 1u);
+  EXPECT_FALSE(nodes.ranges[0][0].has_value());  // the range pass
+  EXPECT_TRUE(StepsOf(store, "a").empty());
+  // Step 2 ended: one pass, binned over the range step 1's pass found.
+  nodes.after_call = nullptr;
+  {
+    absl::MutexLock lock(&mu);
+    state.in_optimizer = false;
+    state.done_step = 2;
+  }
+  watcher.Notify("a", 2, absl::Now());
+  watcher.Drain();
+  ASSERT_EQ(nodes.ranges.size(), 2u);
+  ASSERT_TRUE(nodes.ranges[1][0].has_value());
+  const core::HistogramRange expected =
+      *core::NextHistogramRange(core::FinishWatchStatistics(
+          [] {
+            core::WatchPartial partial = core::EmptyWatchPartial(0, false);
+            const float values[] = {1.0F, 3.0F};
+            EXPECT_TRUE(core::AccumulateWatchPartial(core::DType::kFloat32,
+                                                     values, 2, std::nullopt,
+                                                     &partial)
+                            .ok());
+            return partial;
+          }(),
+          std::nullopt));
+  EXPECT_EQ(nodes.ranges[1][0]->lower, expected.lower);
+  EXPECT_EQ(nodes.ranges[1][0]->upper, expected.upper);
+  EXPECT_EQ(StepsOf(store, "a"), (std::vector<int64_t>{2}));
+  absl::StatusOr<WatchHistory> history = store.Show("a", "w", false, 0);
+  ASSERT_TRUE(history.ok());
+  const std::vector<int64_t>& bins = history->records[0].stats.histogram;
+  ASSERT_EQ(bins.size(), 4u);
+  int64_t counted = 0;
+  for (int64_t count : bins) counted += count;
+  EXPECT_EQ(counted, 2);
 }
 
 }  // namespace
