@@ -139,22 +139,28 @@ TEST(WatcherTest, AStepWhoseShardsMovedOnIsStale) {
 // Every parameter: elements 1 and 3, so a range pass finds [1, 3]. Keeps
 // each request's ranges, and runs `after_call` after each, as the
 // training's next OPTIMIZER would arrive during a slow read.
+// A parameter's partial over its elements 1 and 3, binned over `range`
+// into `bins` bins when there is one.
+core::WatchPartial PartialOfOneAndThree(
+    int bins, const std::optional<core::HistogramRange>& range) {
+  core::WatchPartial partial =
+      core::EmptyWatchPartial(range.has_value() ? bins : 0, range.has_value());
+  const float values[] = {1.0F, 3.0F};
+  EXPECT_TRUE(core::AccumulateWatchPartial(core::DType::kFloat32, values, 2,
+                                           range, &partial)
+                  .ok());
+  return partial;
+}
+
 class RecordingNodes : public WatchNodes {
  public:
   absl::StatusOr<std::vector<std::vector<core::WatchPartial>>> Partials(
       const WatchPartialsRequest& request) override {
     std::vector<core::WatchPartial> partials;
     for (size_t i = 0; i < request.params.size(); ++i) {
-      const bool binned =
-          i < request.ranges.size() && request.ranges[i].has_value();
-      core::WatchPartial partial =
-          core::EmptyWatchPartial(binned ? request.bins : 0, binned);
-      const float values[] = {1.0F, 3.0F};
-      EXPECT_TRUE(core::AccumulateWatchPartial(
-                      core::DType::kFloat32, values, 2,
-                      binned ? request.ranges[i] : std::nullopt, &partial)
-                      .ok());
-      partials.push_back(partial);
+      partials.push_back(PartialOfOneAndThree(
+          request.bins,
+          i < request.ranges.size() ? request.ranges[i] : std::nullopt));
     }
     ranges.push_back(request.ranges);
     if (after_call) after_call();
@@ -201,16 +207,7 @@ TEST(WatcherTest, ARangeFoundForASkippedStepServesTheNextStepInOnePass) {
   ASSERT_TRUE(nodes.ranges[1][0].has_value());
   const core::HistogramRange expected =
       *core::NextHistogramRange(core::FinishWatchStatistics(
-          [] {
-            core::WatchPartial partial = core::EmptyWatchPartial(0, false);
-            const float values[] = {1.0F, 3.0F};
-            EXPECT_TRUE(core::AccumulateWatchPartial(core::DType::kFloat32,
-                                                     values, 2, std::nullopt,
-                                                     &partial)
-                            .ok());
-            return partial;
-          }(),
-          std::nullopt));
+          PartialOfOneAndThree(0, std::nullopt), std::nullopt));
   EXPECT_EQ(nodes.ranges[1][0]->lower, expected.lower);
   EXPECT_EQ(nodes.ranges[1][0]->upper, expected.upper);
   EXPECT_EQ(StepsOf(store, "a"), (std::vector<int64_t>{2}));
