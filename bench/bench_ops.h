@@ -16,7 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/nccl_table.h"
-#include "client/summon_client.h"
+#include "client/lib/summon_client.h"
 
 namespace summon::bench {
 

@@ -28,7 +28,7 @@
 #include "bench/compare_table.h"
 #include "bench/nccl_table.h"
 #include "bench/writers.h"
-#include "client/summon_client.h"
+#include "client/lib/summon_client.h"
 #include "server/gpu/cuda_shard_memory.h"
 #include "spdlog/spdlog.h"
 

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "client/summon_client.h"
-#include "client/summonctl_commands.h"
+#include "client/cli/summonctl_commands.h"
+#include "client/lib/summon_client.h"
 
 int main(int argc, char** argv) {
   // summonctl streams tensors of any size through gRPC's receive buffers.

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "client/npy.h"
+#include "client/files/npy.h"
 
 namespace {
 

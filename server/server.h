@@ -165,6 +165,29 @@ class SummonServer {
  private:
   SummonServer(Spec spec, std::unique_ptr<auth::ServerSecurity> security);
 
+  // The wiring of each layer, bottom up, each from what the layers below
+  // built (server_wiring.cc). The pools and the model registry; returns the
+  // checkpoint roots loads and saves are confined to.
+  std::vector<std::string> BuildModels();
+  // A cluster's key-value store, membership, runtime, node ops and Peer
+  // service (none of them on a single node).
+  void BuildCluster();
+  // The watch store, this node's or the cluster's partials, the followers'
+  // copies and the watcher.
+  void BuildWatches();
+  // The session manager and the trainers' leases.
+  void BuildSessions();
+  // The fd broker and the Summon and Trainer services.
+  void BuildServices(const std::vector<std::string>& checkpoint_roots);
+
+  // Binds the gRPC listeners (and the health listener) and serves on them
+  // (server_listen.cc). UNAVAILABLE when one cannot bind.
+  absl::Status Listen(const std::string& listen);
+  // A cluster node: joins, and serves each time the cluster forms.
+  void StartCluster();
+
+  // The metrics listener with the web view on it (server_metrics.cc).
+  absl::Status StartMetricsListener();
   // Builds web_view_ for the metrics listener.
   void StartWebView();
 

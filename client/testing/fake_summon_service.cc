@@ -5,8 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/summon_client.h"
-#include "client/wire_dtype.h"
+#include "client/lib/summon_client.h"
+#include "client/lib/wire_dtype.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 

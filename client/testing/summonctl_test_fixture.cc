@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "client/summonctl_commands.h"
+#include "client/cli/summonctl_commands.h"
 
 namespace summon::client {
 

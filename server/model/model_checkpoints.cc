@@ -61,21 +61,21 @@ absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
                      " open sessions; close them before loading a checkpoint"));
   }
   absl::MutexLock shards_lock(&model.shards_mu);
-  absl::StatusOr<ShardStore::HostShards> shards =
-      model.store->OnHost(/*grads=*/false, /*read=*/true);
-  if (!shards.ok()) return shards.status();
-  absl::StatusOr<int64_t> bytes = server::LoadCheckpoint(
-      path, model.spec, model.local_ranks,
-      [&](int rank, int unit) { return shards->Shard(rank, unit); }, convert,
-      options_.checkpoint_admission);
+  // One call into the store, which writes, flushes and moves the counters;
+  // the entry takes the generations it chose.
+  std::vector<uint64_t> generations;
+  absl::StatusOr<int64_t> bytes = model.store->RewriteParams(
+      [&](const ShardStore::HostShards& shards) {
+        return server::LoadCheckpoint(
+            path, model.spec, model.local_ranks,
+            [&](int rank, int unit) { return shards.Shard(rank, unit); },
+            convert, options_.checkpoint_admission);
+      },
+      core::IsExternalWrite(core::ShardWriter::kLoad), &generations);
   if (!bytes.ok()) return bytes.status();
-  if (absl::Status flushed = shards->Flush(); !flushed.ok()) return flushed;
-  for (size_t u = 0; u < model.runtime.units.size(); ++u) {
-    model.runtime.units[u].generation =
-        model.store->BumpGeneration(static_cast<int>(u));
-    if (core::IsExternalWrite(core::ShardWriter::kLoad)) {
-      model.store->NoteExternalWrite(static_cast<int>(u));
-    }
+  for (size_t u = 0; u < model.runtime.units.size() && u < generations.size();
+       ++u) {
+    model.runtime.units[u].generation = generations[u];
   }
   spdlog::info("model load name={} path={} bytes={}", model.name, path, *bytes);
   return bytes;

@@ -206,6 +206,15 @@ class ShardStore {
   // See HostShards. `read`: fill the host copy with the current bytes (not
   // needed when every byte will be overwritten before Flush()).
   absl::StatusOr<HostShards> OnHost(bool grads, bool read) const;
+  // Every local rank's parameter shards rewritten in one go (a checkpoint
+  // load): `write` fills them through OnHost's bytes, which are flushed to
+  // the device, then every unit's generation moves on, and its
+  // external-write counter with it when `external` (R18). Returns what
+  // `write` returned; `generations` receives each unit's new generation.
+  // Nothing moves when `write` or the flush fails.
+  absl::StatusOr<int64_t> RewriteParams(
+      const std::function<absl::StatusOr<int64_t>(const HostShards&)>& write,
+      bool external, std::vector<uint64_t>* generations);
 
   // A unit's generation (docs/design.md#generations-and-external-writes),
   // kept in every local rank's params header. On attach, ranks that

@@ -193,4 +193,20 @@ absl::Status ShardStore::HostShards::Flush() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> ShardStore::RewriteParams(
+    const std::function<absl::StatusOr<int64_t>(const HostShards&)>& write,
+    bool external, std::vector<uint64_t>* generations) {
+  absl::StatusOr<HostShards> shards = OnHost(/*grads=*/false, /*read=*/true);
+  if (!shards.ok()) return shards.status();
+  absl::StatusOr<int64_t> written = write(*shards);
+  if (!written.ok()) return written.status();
+  if (absl::Status flushed = shards->Flush(); !flushed.ok()) return flushed;
+  generations->clear();
+  for (int unit = 0; unit < num_units(); ++unit) {
+    generations->push_back(BumpGeneration(unit));
+    if (external) NoteExternalWrite(unit);
+  }
+  return written;
+}
+
 }  // namespace summon::server

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "client/summon_client.h"
+#include "client/lib/summon_client.h"
 #include "summon/v1/summon.pb.h"
 
 namespace summon::tests {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <optional>
 
-#include "client/wire_dtype.h"
+#include "client/lib/wire_dtype.h"
 #include "core/seeded_init.h"
 #include "gtest/gtest.h"
 

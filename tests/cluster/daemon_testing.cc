@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/summon_client.h"
+#include "client/lib/summon_client.h"
 #include "grpcpp/client_context.h"
 
 namespace summon::tests {

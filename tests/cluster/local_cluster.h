@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/summon_client.h"
+#include "client/lib/summon_client.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace summon::tests {

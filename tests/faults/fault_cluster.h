@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/summon_client.h"
+#include "client/lib/summon_client.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/faults/child_process.h"
 

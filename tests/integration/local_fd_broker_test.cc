@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/time/clock.h"
-#include "client/local_map.h"
+#include "client/lib/local_map.h"
 #include "gtest/gtest.h"
 
 namespace summon::server {

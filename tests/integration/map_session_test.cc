@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "client/local_map.h"
+#include "client/lib/local_map.h"
 #include "gtest/gtest.h"
 #include "tests/integration/summond_fixture.h"
 

@@ -34,7 +34,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_cluster.h"
-#include "client/summon_client.h"
+#include "client/lib/summon_client.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"

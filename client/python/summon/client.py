@@ -21,6 +21,9 @@ import numpy as np
 from summon import checks, dtypes, shapes
 from summon.fresh import fresh_array
 from summon.errors import SummonError
+from summon.inits import InitSpec
+from summon.inits import gradient_shards as _gradient_shards
+from summon.inits import init_method as _init_method
 from summon.messages import (Attachment, CloseResult, LoadResult, Model, ModelSummary,
                           PhaseReport, Renewal, SaveResult, Session, ShardChecksum,
                           ShardMap, TensorInfo, TensorStats, UnitGeneration,
@@ -39,40 +42,6 @@ DEFAULT_ADDRESS = "127.0.0.1:7070"
 READ_CHUNK_BYTES = 4 << 20
 WRITE_CHUNK_BYTES = 1 << 20
 _MAX_MESSAGE_BYTES = 16 << 20
-
-InitSpec = Union[None, str, int]
-
-
-def _init_method(init: InitSpec) -> Optional[types_pb2.InitMethod]:
-    """None/"zeros", "seeded:SEED" (or an int seed), or "external"."""
-    if init is None:
-        return None
-    if isinstance(init, int) and not isinstance(init, bool):
-        return types_pb2.InitMethod(seeded=types_pb2.SeededInit(seed=init))
-    text = str(init)
-    if text == "zeros":
-        return types_pb2.InitMethod(zeros=types_pb2.ZeroInit())
-    if text == "external":
-        return types_pb2.InitMethod(external=types_pb2.ExternalInit())
-    if text.startswith("seeded:"):
-        return types_pb2.InitMethod(seeded=types_pb2.SeededInit(seed=int(text[7:])))
-    raise ValueError(f"init must be 'zeros', 'seeded:SEED' or 'external', got {init!r}")
-
-
-def _gradient_shards(grad_ranks: Union[None, str, Sequence[int]],
-                     grad_init: InitSpec) -> Optional[summon_pb2.GradientShards]:
-    if grad_ranks is None:
-        if grad_init is not None:
-            raise ValueError("grad_init needs grad_ranks: a model without "
-                             "gradients has none to fill")
-        return None
-    ranks = [] if grad_ranks == "all" else [int(r) for r in grad_ranks]
-    grads = summon_pb2.GradientShards(ranks=ranks)
-    method = _init_method(grad_init)
-    if method is not None:
-        grads.init.CopyFrom(method)
-    return grads
-
 
 def session_options(scope: str = "", recurse: bool = True,
                     params: Optional[Iterable[str]] = None, writeback: bool = True,

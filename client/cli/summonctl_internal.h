@@ -1,0 +1,110 @@
+#ifndef SUMMON_CLIENT_CLI_SUMMONCTL_INTERNAL_H_
+#define SUMMON_CLIENT_CLI_SUMMONCTL_INTERNAL_H_
+
+// Shared by summonctl's command files (summonctl_commands.cc: models,
+// sessions, the trainer and the command table; summonctl_tensors.cc: tensor
+// transfers): printing a response and reading flag values.
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "client/cli/cli_output.h"
+#include "client/cli/cli_values.h"
+#include "client/cli/summonctl_commands.h"
+
+namespace summon::client {
+
+// Prints `response` in the context's format (`table` renders the table).
+template <typename Message>
+absl::Status Print(const CommandContext& context,
+                   const absl::StatusOr<Message>& response,
+                   std::string (*table)(const Message&)) {
+  if (!response.ok()) return response.status();
+  switch (context.format) {
+    case OutputFormat::kJson:
+      context.out << ToJson(*response);
+      break;
+    case OutputFormat::kYaml:
+      context.out << ToYaml(*response);
+      break;
+    case OutputFormat::kTable:
+      context.out << table(*response);
+      break;
+  }
+  return absl::OkStatus();
+}
+
+// A numeric flag's value; nullopt when the flag is absent.
+template <typename T>
+absl::StatusOr<std::optional<T>> OptionalNumber(const Invocation& args,
+                                                absl::string_view flag) {
+  const std::optional<std::string> text = args.Get(flag);
+  if (!text) return std::optional<T>();
+  absl::StatusOr<T> value = ParseNumber<T>(absl::StrCat("--", flag), *text);
+  if (!value.ok()) return value.status();
+  return std::optional<T>(*value);
+}
+
+// An enum flag's value; `absent` when the flag is not given.
+template <typename Enum>
+absl::StatusOr<Enum> EnumFlag(const Invocation& args, absl::string_view flag,
+                              Enum absent) {
+  const std::optional<std::string> text = args.Get(flag);
+  if (!text) return absent;
+  return ParseEnum<Enum>(absl::StrCat("--", flag), *text);
+}
+
+// Checks and advice (summonctl_hints.cc) --------------------------------------
+
+// The longest model name summond accepts (server/store/segment_names.cc,
+// ValidateModelName): model names end up in shared-memory segment names.
+inline constexpr size_t kMaxModelNameBytes = 128;
+
+// INVALID_ARGUMENT for a server address without a port ("127.0.0.1"), which
+// gRPC would dial at port 0; `from` says where it came from ("--server").
+absl::Status CheckServerAddress(absl::string_view address,
+                                absl::string_view from);
+
+// INVALID_ARGUMENT unless `name` is 1 to kMaxModelNameBytes of A-Z a-z 0-9
+// . _ - and not "." or "..": the daemon's rule, checked before sending.
+absl::Status CheckModelName(absl::string_view name);
+
+// A command's NOT_FOUND with advice appended: "did you mean" for an FQN of
+// `tensor` commands and `session open --scope/--params` close to one the
+// session or model has, and how `model load` creates a model that does not
+// exist. Other statuses are returned as they are.
+absl::Status WithHints(const CommandContext& c, const absl::Status& status);
+
+// `summonctl __complete KIND [ARG]`, for the completion script: prints one
+// a line the names the daemon has, sorted: `models`, `sessions`, `fqns ID`
+// (the session's tensors and the model's aliases), `modules M` (the model's
+// units, parameters and aliases). Prints nothing when the daemon does not
+// answer. Returns the exit code, 0.
+int RunDaemonCompletion(const std::vector<std::string>& words,
+                        const SummonClient& client, std::ostream& out);
+
+// Warns on `err` when `session`'s lease ends within a minute (or ended):
+// summonctl does not renew, and an expired session's edits are dropped.
+void WarnIfLeaseEndsSoon(std::ostream& err, const v1::Session& session);
+
+// The tensor commands (summonctl_tensors.cc).
+absl::Status TensorRead(const CommandContext& c);
+absl::Status TensorWrite(const CommandContext& c);
+
+// The watch commands (summonctl_watches.cc).
+absl::Status WatchAdd(const CommandContext& c);
+absl::Status WatchList(const CommandContext& c);
+absl::Status WatchRemove(const CommandContext& c);
+absl::Status WatchShow(const CommandContext& c);
+// One bar per norm, scaled between the finite ones' min and max; `!` for a
+// record with no finite element.
+std::string NormSparkline(const std::vector<double>& norms);
+
+}  // namespace summon::client
+
+#endif  // SUMMON_CLIENT_CLI_SUMMONCTL_INTERNAL_H_
