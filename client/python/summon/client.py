@@ -24,7 +24,7 @@ from summon.errors import SummonError
 from summon.messages import (CloseResult, LoadResult, Model, ModelSummary, SaveResult,
                              Session, ShardChecksum, TensorInfo, TensorStats,
                              strategy_value)
-from summon.trainer_calls import TrainerCalls, UnitWatch
+from summon.trainer_calls import TrainerCalls, UnitWatch  # noqa: F401 (UnitWatch: re-exported)
 from summon.v1 import summon_pb2, summon_pb2_grpc, trainer_pb2_grpc, types_pb2
 
 if TYPE_CHECKING:
