@@ -7,10 +7,11 @@ holds the next step for as long as it is open (R3), and not longer."""
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 import torch
@@ -104,26 +105,107 @@ def test_a_stopped_summond_holds_a_step_at_most_the_bound_once(
         wait: Optional[float]) -> None:
     """6 s of SIGSTOP, three times the bound: steps go on all through it."""
     with st.attach(client, model, [0, 1], wait=wait) as trainer:
-        last = one_step(trainer, 1)
-        stop = Stop(daemon, 6.0)
-        durations, n = [], 2
-        while stop.running():
-            end = one_step(trainer, n)
-            if end < stop.window[1]:
-                durations.append(end - last)
-            last, n = end, n + 1
-        stop.join()
-        # The first step waited for summond's answer up to the bound, the
-        # rest did not wait at all; many steps ended while it was stopped.
-        assert len(durations) >= 10, durations
-        assert max(durations) <= REPORT_TIMEOUT + SLACK, durations
-        assert sorted(durations)[-2] <= 2 * WORK + SLACK, durations
-        assert trainer.outages == 1
-        settle(trainer)
-        assert phases(client, model) == ["IDLE", "IDLE"]
-        with trainer.step(n) as step:
-            assert phases(client, model) == ["FORWARD", "FORWARD"]
-            step.optimizer()
+        train_through(trainer, lambda: Stop(daemon, 6.0), client, model)
+
+
+def train_through(trainer: st.Trainer, outage: Callable[[], Any], client: summon.Client,
+                  model: str) -> None:
+    """Steps before, during and after `outage()` (its `window`, `running()`
+    and `join()`): the first step in it waits up to the bound, the rest do
+    not wait at all, many end during it, and the phases come back after."""
+    last = one_step(trainer, 1)
+    cut = outage()
+    durations, n = [], 2
+    while cut.running():
+        end = one_step(trainer, n)
+        if end < cut.window[1]:
+            durations.append(end - last)
+        last, n = end, n + 1
+    cut.join()
+    print(f"{len(durations)} steps during the outage; the longest took "
+          f"{max(durations):.2f} s, the next {sorted(durations)[-2]:.3f} s")
+    assert len(durations) >= 10, durations
+    assert max(durations) <= REPORT_TIMEOUT + SLACK, durations
+    assert sorted(durations)[-2] <= 2 * WORK + SLACK, durations
+    assert trainer.outages == 1
+    settle(trainer)
+    assert phases(client, model) == ["IDLE", "IDLE"]
+    with trainer.step(n) as step:
+        assert phases(client, model) == ["FORWARD", "FORWARD"]
+        step.optimizer()
+
+
+class Proxy:
+    """A TCP proxy to summond whose link can be cut: while cut, bytes are
+    held both ways (a black-holed network: nothing answers, nothing is
+    refused), and delivered once it heals."""
+
+    def __init__(self, port: int):
+        self._target = port
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self._open = threading.Event()
+        self._open.set()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            far = socket.create_connection(("127.0.0.1", self._target))
+            self._sockets += [near, far]
+            for source, sink in ((near, far), (far, near)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                self._open.wait()
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self, seconds: float) -> "Proxy":
+        self._open.clear()
+        self.window = (time.monotonic(), time.monotonic() + seconds)
+        self._timer = threading.Timer(seconds, self._open.set)
+        self._timer.start()
+        return self
+
+    def running(self) -> bool:
+        return time.monotonic() < self.window[1]
+
+    def join(self) -> None:
+        self._timer.join()
+
+    def close(self) -> None:
+        self._open.set()
+        self._server.close()
+        for sock in self._sockets:
+            sock.close()
+
+
+def test_a_cut_network_holds_a_step_at_most_the_bound_once(
+        daemon: LocalDaemon, client: summon.Client, model: str) -> None:
+    """The trainer's link to summond black-holed 6 s (summond runs on and
+    hears nothing: after half a lease it takes the phases as unknown), with
+    serve's wait (60 s): the same bound, once."""
+    assert daemon.port is not None
+    proxy = Proxy(daemon.port)
+    try:
+        with summon.Client(f"127.0.0.1:{proxy.port}", timeout=30) as through, \
+                st.attach(through, model, [0, 1], wait=60.0) as trainer:
+            train_through(trainer, lambda: proxy.cut(6.0), client, model)
+    finally:
+        proxy.close()
 
 
 MOVES = ["FORWARD", "BETWEEN", "BACKWARD", "OPTIMIZER", "IDLE"]
