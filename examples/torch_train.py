@@ -31,10 +31,10 @@ leads), W/N ranks each, and every trainer talks to its own node. With
 (SIGSTOP) for --stop-seconds right after step K while training goes on: the
 trainers' phase reports fail fast, their steps go on (the shards are in
 their node's memory) and their phases are re-established once the node runs
-again. Each rank records when each of its steps ended (`step_ends`, beside
-the stop's `stop_window`, both time.time()). --wait S: the trainers wait up
-to S s for a writable session (R3; default: attach's, none). With --restart-nodes-at K a
-follower and then the leader are restarted between two steps.
+again; each rank records when its steps ended (`step_ends`, beside the
+stop's `stop_window`). --wait S: steps wait up to S s for a writable session
+(R3; default none). With --restart-nodes-at K a follower and then the
+leader are restarted between two steps.
 
     scripts/python examples/torch_train.py --world-size 2
     scripts/python examples/torch_train.py --world-size 2 --nodes 2 --stop-leader-at 2
