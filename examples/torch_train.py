@@ -27,11 +27,14 @@ reference: per-step losses and final parameters must agree within --rtol.
 
 With --nodes N the ranks live on a cluster of N summond processes (node 0
 leads), W/N ranks each, and every trainer talks to its own node. With
---stop-leader-at K the leader is stopped (SIGSTOP) for --stop-seconds right
-after step K while training goes on: the trainers' phase reports fail fast,
-their steps go on (the shards are in their node's memory) and their phases
-are re-established once the leader runs again. With --restart-nodes-at K a
-follower and then the leader are restarted between two steps.
+--stop-leader-at K the leader (or, with --stop-node N, node N) is stopped
+(SIGSTOP) for --stop-seconds right after step K while training goes on: the
+trainers' phase reports fail fast, their steps go on (the shards are in
+their node's memory) and their phases are re-established once the node runs
+again; each rank records when its steps ended (`step_ends`, beside the
+stop's `stop_window`). --wait S: steps wait up to S s for a writable session
+(R3; default none). With --restart-nodes-at K a follower and then the
+leader are restarted between two steps.
 
     scripts/python examples/torch_train.py --world-size 2
     scripts/python examples/torch_train.py --world-size 2 --nodes 2 --stop-leader-at 2
@@ -241,7 +244,8 @@ def train_worker(args: argparse.Namespace) -> None:
             # SGD's momentum and Adam's moments stay, as in the reference run.
             edits.append({"step": step_now[0], "units": sorted(u.unit for u in units)})
 
-        trainer = st.attach(client, name, [rank], on_external_write=on_external_write)
+        trainer = st.attach(client, name, [rank], on_external_write=on_external_write,
+                            wait=args.wait)
         trainer.init_from_module(module, mark_initialized=False)
         dist.barrier()
         if rank == 0:
@@ -252,7 +256,7 @@ def train_worker(args: argparse.Namespace) -> None:
         sharded = ShardedLM(module, views, strategy)
         optimizer = make_optimizer(args.optimizer, list(sharded.leaves.values()))
         rows = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
-        losses, views_valid = [], None
+        losses, views_valid, step_ends = [], None, []
         for step in range(1, args.steps + 1):
             step_now[0] = step
             inputs, targets = batch(step)
@@ -263,6 +267,7 @@ def train_worker(args: argparse.Namespace) -> None:
                 loss.backward()
                 phases.optimizer()                       # OPTIMIZER
                 optimizer.step()
+            step_ends.append(time.time())
             total = loss.detach().clone()                # IDLE again
             dist.all_reduce(total)
             losses.append(total.item() / world)
@@ -286,15 +291,21 @@ def train_worker(args: argparse.Namespace) -> None:
                     wait_for_file(run_dir / f"restarted-{name}")
                 dist.barrier()
                 views_valid = views_survive(client, name, rank, views)
-            if step == args.stop_leader_at and rank == 0:
-                # Training does not wait for the leader to come back.
-                (run_dir / f"stop-{name}").touch()
-                wait_for_file(run_dir / f"stopped-{name}")
+            if step == args.stop_leader_at:
+                # Every rank starts the next step with the node stopped (one
+                # mid-step meets it at a later move: docs/operations.md).
+                # Training does not wait for the node to come back.
+                dist.barrier()
+                if rank == 0:
+                    (run_dir / f"stop-{name}").touch()
+                    wait_for_file(run_dir / f"stopped-{name}")
+                dist.barrier()
         reestablished = settle(trainer)  # before leaving, summond knows the ranks
         trainer.detach()
         results.append({"strategy": strategy, "losses": losses, "external_edits": edits,
                         "views_valid_after_restart": views_valid,
-                        "outages": trainer.outages, "reestablished": reestablished})
+                        "outages": trainer.outages, "reestablished": reestablished,
+                        "step_ends": step_ends})
         dist.barrier()
     (run_dir / f"worker{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
@@ -406,13 +417,17 @@ def serve_request(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir:
             daemons[node].restart()
         wait_ready(daemons[0])
     else:
-        assert daemons[0].process is not None
-        print(f"[launcher] stopping the leader for {args.stop_seconds} s after step "
-              f"{args.stop_leader_at} of {name}", flush=True)
-        daemons[0].process.send_signal(signal.SIGSTOP)
+        stopped = daemons[args.stop_node].process
+        assert stopped is not None
+        print(f"[launcher] stopping node {args.stop_node} for {args.stop_seconds} s after "
+              f"step {args.stop_leader_at} of {name}", flush=True)
+        stopped.send_signal(signal.SIGSTOP)
+        window = [time.time()]
         (run_dir / f"stopped-{name}").touch()
         time.sleep(args.stop_seconds)
-        daemons[0].process.send_signal(signal.SIGCONT)
+        window.append(time.time())
+        stopped.send_signal(signal.SIGCONT)
+        (run_dir / f"window-{name}.json").write_text(json.dumps(window))
         return
     (run_dir / f"restarted-{name}").touch()
 
@@ -430,6 +445,7 @@ def run_workers(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir: P
                    "--restart-at", str(args.restart_at),
                    "--restart-nodes-at", str(args.restart_nodes_at),
                    "--stop-leader-at", str(args.stop_leader_at),
+                   *(["--wait", str(args.wait)] if args.wait is not None else []),
                    *(["--watch", args.watch] if args.watch else [])]
         log = open(run_dir / f"worker{rank}.log", "wb")
         procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
@@ -448,8 +464,9 @@ def run_workers(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir: P
             if p.poll() is None:
                 p.kill()
             p.wait()
-        if daemons[0].process is not None:  # never leave the leader stopped
-            daemons[0].process.send_signal(signal.SIGCONT)
+        for daemon in daemons:  # never leave a node stopped
+            if daemon.process is not None:
+                daemon.process.send_signal(signal.SIGCONT)
     failed = [r for r, p in enumerate(procs) if p.returncode != 0]
     if failed:
         for rank in failed:
@@ -486,7 +503,7 @@ def compare(args: argparse.Namespace, client: summon.Client, strategy: str,
         if step == args.restart_nodes_at:
             notes.append("then node 1 and the leader restarted")
         if step == args.stop_leader_at:
-            notes.append(f"then the leader stopped for {args.stop_seconds} s")
+            notes.append(f"then node {args.stop_node} stopped for {args.stop_seconds} s")
         print(f"{step:>4}  {a:>12.7f}  {b:>12.7f}  {r:>9.1e}  {'; '.join(notes)}")
     worst = max(param_rel, key=param_rel.get)
     print(f"final parameters: {len(param_rel)} tensors, max relative difference "
@@ -501,6 +518,13 @@ def compare(args: argparse.Namespace, client: summon.Client, strategy: str,
         print(f"summond unreachable during a step (per rank): {outages}; phases "
               f"re-established: {reestablished}")
     ok = ok and all(reestablished)
+    stop_window = None
+    if args.stop_leader_at:
+        stop_window = json.loads((run_dir / f"window-{name}.json").read_text())
+        print("steps ended (s after the stop began, per rank): "
+              + "; ".join(", ".join(f"{end - stop_window[0]:+.2f}" for end in w["step_ends"])
+                          for w in worker_results)
+              + f"; the node ran again at +{stop_window[1] - stop_window[0]:.2f}")
     if args.restart_at or args.restart_nodes_at:
         valid = [w["views_valid_after_restart"] for w in worker_results]
         print(f"views made before the restart still the shards after it: {valid}")
@@ -511,7 +535,9 @@ def compare(args: argparse.Namespace, client: summon.Client, strategy: str,
             "max_param_rel": param_rel[worst], "external_edits": edits,
             "views_valid_after_restart": [w["views_valid_after_restart"]
                                           for w in worker_results],
-            "outages": outages, "reestablished": reestablished, "ok": ok}
+            "outages": outages, "reestablished": reestablished,
+            "step_ends": [w["step_ends"] for w in worker_results],
+            "stop_window": stop_window, "ok": ok}
 
 
 def show_watches(summonctl: str, client: summon.Client, address: str) -> None:
@@ -576,6 +602,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="after step K the leader is stopped (SIGSTOP) while "
                              "training goes on")
     parser.add_argument("--stop-seconds", type=float, default=5.0)
+    parser.add_argument("--stop-node", type=int, default=0, metavar="N",
+                        help="the node --stop-leader-at stops (0: the leader)")
+    parser.add_argument("--wait", type=float, default=None, metavar="S",
+                        help="seconds a step waits for a writable session (R3)")
     parser.add_argument("--restart-nodes-at", type=int, default=0, metavar="K",
                         help="after step K node 1 and then the leader restart "
                              "(--nodes 2 or more)")

@@ -8,12 +8,19 @@
 namespace summon::memory {
 namespace {
 
-// Every byte of the source is a function of its index, so a piece copied to
-// the wrong place, twice, or not at all shows up as the first bad index.
+// Every 8 bytes of the source are a 64-bit mix (splitmix64's finalizer, a
+// bijection) of their index, so no run of 8 aligned bytes repeats anywhere:
+// a piece copied from the wrong offset, twice, or not at all shows up as the
+// first bad index. (A pattern of the index's low bits repeats, and a piece
+// copied from a multiple of that period away would go unseen.)
 std::vector<uint8_t> Pattern(int64_t bytes) {
   std::vector<uint8_t> data(bytes);
   for (int64_t i = 0; i < bytes; ++i) {
-    data[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    uint64_t x = static_cast<uint64_t>(i / 8) + 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    data[i] = static_cast<uint8_t>(x >> (8 * (i % 8)));
   }
   return data;
 }

@@ -1,8 +1,10 @@
 #include "client/files/output_file.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -179,17 +181,25 @@ TEST(OutputFileTest, UnwritableDirectoriesAreClearErrors) {
   ASSERT_FALSE(below_file.ok());
   EXPECT_EQ(below_file.status().message(),
             "cannot create " + dir + "/file/w.npy: Not a directory");
-  // A read-only directory (root writes into one regardless).
+  // A read-only directory. Root writes into one through CAP_DAC_OVERRIDE,
+  // so this thread sets that capability aside for the check (capabilities
+  // are per thread): it runs as root (CI) as for any other user.
   fs::create_directories(dir + "/ro");
   ::chmod((dir + "/ro").c_str(), 0555);
-  if (::geteuid() != 0) {
-    absl::StatusOr<OutputFile> read_only = OutputFile::Open(dir + "/ro/w.npy");
-    ASSERT_FALSE(read_only.ok());
-    EXPECT_TRUE(absl::IsPermissionDenied(read_only.status()));
-    EXPECT_EQ(read_only.status().message(),
-              "cannot create " + dir + "/ro/w.npy: Permission denied");
-    EXPECT_EQ(Listing(dir + "/ro"), "");
-  }
+  __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3] = {};
+  ASSERT_EQ(::syscall(SYS_capget, &header, caps), 0);
+  const __u32 effective = caps[0].effective;
+  caps[0].effective &= ~(1u << CAP_DAC_OVERRIDE);
+  ASSERT_EQ(::syscall(SYS_capset, &header, caps), 0);
+  absl::StatusOr<OutputFile> read_only = OutputFile::Open(dir + "/ro/w.npy");
+  caps[0].effective = effective;
+  ASSERT_EQ(::syscall(SYS_capset, &header, caps), 0);
+  ASSERT_FALSE(read_only.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(read_only.status()));
+  EXPECT_EQ(read_only.status().message(),
+            "cannot create " + dir + "/ro/w.npy: Permission denied");
+  EXPECT_EQ(Listing(dir + "/ro"), "");
   ::chmod((dir + "/ro").c_str(), 0755);
 }
 

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 
 namespace summon::server {
@@ -74,7 +75,7 @@ WatchSpec Spec(int64_t created_ms) {
 }
 
 // Step `step`'s records: exact, distinct values per parameter and step
-// (a NaN in b at step 3).
+// in every field (a NaN in b at step 3, two infinities in a at step 4).
 std::vector<std::pair<std::pair<std::string, bool>, WatchRecord>> RecordsOf(
     int64_t step) {
   std::vector<std::pair<std::pair<std::string, bool>, WatchRecord>> records;
@@ -87,11 +88,13 @@ std::vector<std::pair<std::pair<std::string, bool>, WatchRecord>> RecordsOf(
     s.numel = 10;
     s.l2_norm = 0.1 * static_cast<double>(step) + (param == "a" ? 0 : 1.0 / 3);
     s.mean = -0.25 * static_cast<double>(step);
-    s.min = -1;
+    s.min = param == "a" ? -1 : -1.5;
     s.max = static_cast<double>(step);
-    s.abs_max = static_cast<double>(step);
+    s.abs_max = static_cast<double>(step) + 0.25;
     s.nan_count = param == "b" && step == 3 ? 1 : 0;
-    s.range = core::HistogramRange{-1, static_cast<double>(step)};
+    s.inf_count = param == "a" && step == 4 ? 2 : 0;
+    s.range = core::HistogramRange{param == "a" ? -2.0 : -3.0,
+                                   static_cast<double>(step) + 0.5};
     s.histogram = {step, 10 - step};
     records.push_back({{param, false}, record});
   }
@@ -107,11 +110,14 @@ void Record(WatchStore& leader, WatchReplication& replication, int64_t step,
   replication.PushRecord(*recorded->chunk);
 }
 
-// Everything `watch show` and `watch list` would say, as text.
+// Everything `watch show` and `watch list` would say, as text: the spec
+// (globs, every, bins, grads, creator) and every field of every record.
 std::string Describe(const WatchStore& store) {
   std::string out;
   for (const WatchInfo& info : store.List()) {
-    absl::StrAppend(&out, info.spec.model, " created ",
+    absl::StrAppend(&out, info.spec.model, " globs ",
+                    absl::StrJoin(info.spec.globs, ","), " every ",
+                    info.spec.every, " grads ", info.spec.grads, " created ",
                     absl::ToUnixMillis(info.spec.created_at), " by ",
                     info.spec.created_by, " bins ", info.spec.bins, " last ",
                     info.last_step.value_or(-1), "\n");
@@ -125,12 +131,19 @@ std::string Describe(const WatchStore& store) {
       absl::StrAppend(&out, param, " first_nonfinite ",
                       history->first_nonfinite_step.value_or(-1), ":");
       for (const WatchRecord& r : history->records) {
+        const core::WatchStatistics& s = r.stats;
         absl::StrAppend(
             &out, " [", r.step, " ", absl::ToUnixMillis(r.recorded_at), " ",
-            absl::ToInt64Microseconds(r.latency), " ", r.stats.numel, " ",
-            absl::StrFormat("%.17g %.17g", r.stats.l2_norm, r.stats.mean), " ",
-            r.stats.nan_count, " ", r.stats.histogram[0], "/",
-            r.stats.histogram[1], " ", r.stats.range->upper, "]");
+            absl::ToInt64Microseconds(r.latency), " ", s.numel, " ",
+            absl::StrFormat("%.17g %.17g %.17g %.17g %.17g", s.l2_norm, s.mean,
+                            s.min, s.max, s.abs_max),
+            " nan ", s.nan_count, " inf ", s.inf_count, " bins ",
+            absl::StrJoin(s.histogram, "/"), " range ",
+            s.range.has_value()
+                ? absl::StrFormat("%.17g..%.17g", s.range->lower,
+                                  s.range->upper)
+                : "none",
+            "]");
       }
       absl::StrAppend(&out, "\n");
     }

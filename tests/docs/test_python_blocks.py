@@ -20,6 +20,11 @@ import summon.torch
 
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = [REPO / "README.md", REPO / "docs" / "api.md"]
+# Summon callables the documents' blocks pass keywords to today: a matcher
+# that stops finding calls, or blocks that stop using one, fails
+# test_the_blocks_call_the_api_with_keywords.
+CALLED_WITH_KEYWORDS = {"Client", "map_shards", "open_session", "serve",
+                        "summon_full_params"}
 
 
 def python_blocks(path: Path) -> Iterator[tuple[int, str]]:
@@ -72,8 +77,9 @@ def test_the_documents_have_python_blocks() -> None:
     assert len(BLOCKS) >= 8
 
 
-@pytest.mark.parametrize("where,code", BLOCKS, ids=[where for where, _ in BLOCKS])
-def test_python_block_matches_the_package(where: str, code: str) -> None:
+def checked_calls(where: str, code: str) -> list[str]:
+    """The summon callables a block passes keywords to, each checked to take
+    them all (AssertionError naming the block and call otherwise)."""
     tree = ast.parse(code, filename=where)  # a block that does not parse fails
     known = callables()
     checked = []
@@ -89,9 +95,22 @@ def test_python_block_matches_the_package(where: str, code: str) -> None:
         assert any(accepts(f, keywords) for f in known[name]), (
             f"{where}: {name}({', '.join(sorted(keywords))}): no summon callable "
             f"named {name} takes all of these")
+    return checked
+
+
+@pytest.mark.parametrize("where,code", BLOCKS, ids=[where for where, _ in BLOCKS])
+def test_python_block_matches_the_package(where: str, code: str) -> None:
+    checked_calls(where, code)
+
+
+def test_the_blocks_call_the_api_with_keywords() -> None:
+    """The check above looks at the calls users copy: the documents pass
+    keywords to these (a matcher that found none would pass every block)."""
+    checked = {name for where, code in BLOCKS for name in checked_calls(where, code)}
+    assert CALLED_WITH_KEYWORDS <= checked, sorted(CALLED_WITH_KEYWORDS - checked)
 
 
 def test_a_stale_keyword_is_caught() -> None:
     code = 'client.summon_full_params("m", writeback_never=True)'
     with pytest.raises(AssertionError, match="writeback_never"):
-        test_python_block_matches_the_package("example", code)
+        checked_calls("example", code)

@@ -178,6 +178,15 @@ class Matrix:
         initial = TinyLM().blocks[1].qkv.weight.detach()
         assert not torch.equal(result["params"]["blocks.1.qkv.weight"], initial)
 
+    def check_eval(self, name: str) -> None:
+        """After each step's evaluation forward (under no_grad) the trainer and
+        summond both have rank 0 IDLE again, and serve counted only the
+        optimizer steps before it."""
+        result = self.result(name)
+        assert result["eval_phases"] == [("IDLE", "IDLE", 1), ("IDLE", "IDLE", 2),
+                                         ("IDLE", "IDLE", 3)]
+        assert result["steps"] == 3
+
     def check_grads(self, name: str) -> None:
         assert assert_session_equals(self.clients[name], name, self.result(name)["grads"],
                                      grads=True) == PARAMETERS

@@ -19,7 +19,10 @@ saw. A case may also:
   accumulate: true          two micro-batches per step, the first without
                             gradient sync (FSDP1 no_sync, FSDP2
                             set_requires_gradient_sync(False));
-  eval: true                a forward under no_grad after every step;
+  eval: true                a forward under no_grad after every step, and
+                            then (as "eval_phases") where the trainer and
+                            summond have rank 0 and how many steps serve
+                            counted;
   violate: true             after serve, replace a unit's storage behind
                             serve's back and record the error the next
                             forward raises (the rebinding contract);
@@ -30,13 +33,22 @@ saw. A case may also:
                             the ValueError serve raises as "error";
   resume: true              serve an existing model: its shards are adopted
                             (the results then hold FSDP's full parameters
-                            right after serve as "resumed").
+                            right after serve as "resumed");
+  defaults: true            serve(module, name, optimizer=...) and nothing
+                            else: serve's own client, wait and timeouts;
+  stop: {pid, after, seconds}  after step `after` rank 0 stops summond (pid)
+                            with SIGSTOP for `seconds` while the job trains
+                            on; every rank writes when each step ended
+                            (time.time()) to OUT/<name>.ends<rank>.json, rank
+                            0 the stop's start and end to
+                            OUT/<name>.stopped.json.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -156,6 +168,22 @@ def blocked_step(module: torch.nn.Module, case: dict, client: summon.Client,
     return code
 
 
+def stop_summond(stop: dict, window: Path) -> threading.Thread:
+    """SIGSTOPs summond now and SIGCONTs it `seconds` later (the thread);
+    the stop's start and end (time.time()) go to `window`."""
+    os.kill(stop["pid"], signal.SIGSTOP)
+    started = time.time()
+
+    def resume() -> None:
+        time.sleep(stop["seconds"])
+        window.write_text(json.dumps([started, time.time()]))
+        os.kill(stop["pid"], signal.SIGCONT)
+
+    thread = threading.Thread(target=resume)
+    thread.start()
+    return thread
+
+
 def run_case(case: dict, out: Path, client: summon.Client) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     module = tiny.wrap(case, world)
@@ -177,7 +205,9 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
             torch.save({"error": message}, out / f"{case['name']}.pt")
         dist.barrier()
         return
-    if case.get("serve", True):
+    if case.get("defaults"):
+        served = st.serve(module, case["name"], optimizer=optimizer)
+    elif case.get("serve", True):
         served = st.serve(module, case["name"], client=client, optimizer=optimizer,
                           grads=case.get("grads", False), lease_seconds=case.get("lease", 10),
                           wait=None if case.get("block") == "raise" else 60.0,
@@ -193,7 +223,14 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
             torch.save(result, out / f"{case['name']}.pt")
         dist.barrier()
         return
+    ends: list[float] = []
+    stopper = None
     for step in range(case.get("steps", 3)):
+        if case.get("stop") and step == case["stop"]["after"]:
+            dist.barrier()  # every rank starts this step with summond stopped
+            if rank == 0:
+                stopper = stop_summond(case["stop"], out / f"{case['name']}.stopped.json")
+            dist.barrier()
         if case.get("hang_after") == step:
             result["params"] = full_params(module, case)
             if rank == 0:
@@ -214,10 +251,15 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
             result["grads"] = full_params(module, case, grads=True)
         optimizer.step()
         optimizer.zero_grad()
+        ends.append(time.time())
         if case.get("eval"):
             with torch.no_grad():
                 result.setdefault("eval", []).append(
                     tiny.loss_of(module, tiny.batch(step + 200, rank)).clone())
+            if served is not None:
+                result.setdefault("eval_phases", []).append(
+                    (served.trainer.phase,
+                     client.describe_model(case["name"]).ranks[0].phase, served.steps))
         if case.get("edit") and step + 1 == case.get("edit_after", 1):
             dist.barrier()
             if case["edit"] == "torch":
@@ -225,6 +267,10 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
             elif rank == 0:
                 edit_through_summon(client, case["name"])
             dist.barrier()
+    if stopper is not None:
+        stopper.join()
+    if case.get("stop"):
+        (out / f"{case['name']}.ends{rank}.json").write_text(json.dumps(ends))
     result["params"] = full_params(module, case)
     if case["api"] == "fsdp1":
         if case.get("strategy") != "NO_SHARD":  # FSDP refuses offload_to_cpu there

@@ -2,8 +2,10 @@
 with one summond per node (node 0 leads) and one torch rank per node, each
 trainer attached through its own node. The losses equal the single-process
 reference with an inspector's edit between steps; summon never stops a
-step: with the leader stopped (SIGSTOP) for 5 s mid-run the losses are those
-of the undisturbed run, and the phases come back once it runs again; a
+step: with the leader, or a follower, stopped (SIGSTOP) for 6 s mid-run every
+rank's later steps end while it is stopped, each within the 2 s bound (R24),
+the losses are those of the undisturbed run, and the phases come back once
+it runs again; a
 follower and then the leader restarting between steps lose nothing, and
 writebacks work afterwards."""
 
@@ -13,6 +15,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -36,6 +39,7 @@ def train(tmp_path: Path, *args: str) -> dict:
 
 
 def assert_matches_reference(run: dict) -> None:
+    assert len(run["losses"]) == len(run["reference_losses"]) == int(STEPS)
     for step, (got, want) in enumerate(zip(run["losses"], run["reference_losses"]), 1):
         assert abs(got - want) <= RTOL * abs(want), f"step {step}: {got} vs {want}"
     assert len(run["param_rel"]) == 26
@@ -61,10 +65,49 @@ def test_two_nodes_with_an_edit_between_steps_match_one_process(tmp_path: Path,
     assert run["external_edits"] == [[{"step": 4, "units": ["blocks.0"]}]] * 2
 
 
-def test_a_stopped_leader_never_stops_a_step(tmp_path: Path, undisturbed: dict) -> None:
-    run = train(tmp_path, "--steps", STEPS, "--stop-leader-at", "2", "--stop-seconds", "5")
-    # Every rank trained on while the leader was stopped...
-    assert all(outages >= 1 for outages in run["outages"]), run["outages"]
+# R24's bound: no call a trainer makes holds a step longer than the
+# trainer's report_timeout (2 s by default) while summond does not answer,
+# once per outage and rank. The slack covers the step's own work and gloo.
+REPORT_TIMEOUT = 2.0
+SLACK = 1.0
+STOP_SECONDS = "6"  # three times the bound
+
+
+def assert_steps_went_on(run: dict, stop_after: int, bound: float) -> None:
+    """Every rank's steps after the stop ended while the node was stopped,
+    all of them within `bound` of the stop plus their own pace (0.25 s a
+    step): what waited, waited once, not once per step or per move."""
+    stopped, resumed = run["stop_window"]
+    for rank, ends in enumerate(run["step_ends"]):
+        assert len(ends) == int(STEPS), (rank, ends)
+        during = [round(end - stopped, 2) for end in ends[stop_after:]]
+        assert all(0 < end < resumed - stopped for end in during), (
+            f"rank {rank}: steps {stop_after + 1}.. ended at {during} s after the "
+            f"stop, which lasted {resumed - stopped:.2f} s")
+        assert during[-1] <= bound + 0.25 * len(during), (rank, during)
+
+
+# A stopped follower holds its own rank's report for the bound; the leader
+# answers the other rank's at once until its generation update to the
+# follower (OPTIMIZER) waits for the follower's failure to be declared, and
+# gloo makes each rank wait for the other: the two waits add up (3.1-3.6 s
+# measured, docs/operations.md).
+@pytest.mark.parametrize("node,wait,bound", [
+    (0, None, REPORT_TIMEOUT + SLACK),
+    (1, "60", 2 * REPORT_TIMEOUT + SLACK),
+], ids=["leader-attach-defaults", "follower-wait-60"])
+def test_a_stopped_node_never_stops_a_step(tmp_path: Path, undisturbed: dict, node: int,
+                                           wait: Optional[str], bound: float) -> None:
+    """The leader, then a follower, SIGSTOPped 6 s after step 2: steps 3..6
+    finish while it is stopped, within the bound, with attach's defaults and
+    with serve's default R3 wait (60 s, which must not add to the bound)."""
+    run = train(tmp_path, "--steps", STEPS, "--stop-leader-at", "2", "--stop-seconds",
+                STOP_SECONDS, "--stop-node", str(node),
+                *(["--wait", wait] if wait else []))
+    assert_steps_went_on(run, 2, bound)
+    # Every rank saw one outage (a stopped follower makes the leader
+    # declare it failed, so the other rank's reports fail too)...
+    assert run["outages"] == [1, 1], run["outages"]
     # ...and computed exactly what the undisturbed run computed.
     assert run["losses"] == undisturbed["losses"]
     # Phases re-established; the final parameters were read through a session.

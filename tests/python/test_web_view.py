@@ -343,7 +343,7 @@ def test_mid_step_the_page_shows_the_last_record(web: dict, browser) -> None:
     with trainer.step(3):  # FORWARD on both ranks: sessions are refused
         status, body = get(f"{base}/api/stats?model={MODEL}&param={PARAM}",
                            TOKENS["viewer"])
-        assert status != 200, body
+        assert status == 409, body  # docs/api.md: FAILED_PRECONDITION (R1)
         driver.get(base + f"/#/param/{MODEL}/{PARAM}")
         wait.until(lambda d: d.find_elements(By.ID, "midstep"))
         assert driver.find_element(By.ID, "midstep").text == (

@@ -24,11 +24,11 @@ from summon.errors import SummonError
 from summon.inits import InitSpec
 from summon.inits import gradient_shards as _gradient_shards
 from summon.inits import init_method as _init_method
-from summon.messages import (Attachment, CloseResult, LoadResult, Model, ModelSummary,
-                          PhaseReport, Renewal, SaveResult, Session, ShardChecksum,
-                          ShardMap, TensorInfo, TensorStats, UnitGeneration,
-                          phase_value, strategy_value)
-from summon.v1 import summon_pb2, summon_pb2_grpc, trainer_pb2, trainer_pb2_grpc, types_pb2
+from summon.messages import (CloseResult, LoadResult, Model, ModelSummary, SaveResult,
+                             Session, ShardChecksum, TensorInfo, TensorStats,
+                             strategy_value)
+from summon.trainer_calls import TrainerCalls, UnitWatch  # noqa: F401 (UnitWatch: re-exported)
+from summon.v1 import summon_pb2, summon_pb2_grpc, trainer_pb2_grpc, types_pb2
 
 if TYPE_CHECKING:
     from summon.mapping import SessionMapping
@@ -67,24 +67,6 @@ def session_options(scope: str = "", recurse: bool = True,
     return options
 
 
-class UnitWatch:
-    """A WatchUnits stream: iterate for each list of unit counters; `cancel()` ends it."""
-
-    def __init__(self, call: Any):
-        self._call = call
-
-    def __iter__(self) -> Iterator[list[UnitGeneration]]:
-        try:
-            for message in self._call:
-                yield [UnitGeneration.from_proto(u) for u in message.units]
-        except grpc.RpcError as error:
-            if error.code() != grpc.StatusCode.CANCELLED or self._call.is_active():
-                raise SummonError.from_rpc(error) from None
-
-    def cancel(self) -> None:
-        self._call.cancel()
-
-
 def _read_bytes(path: Optional[str]) -> Optional[bytes]:
     if path is None:
         return None
@@ -97,7 +79,7 @@ def _first_line(path: str) -> str:
         return file.readline().strip()
 
 
-class Client:
+class Client(TrainerCalls):
     """A connection to one summond (any node of a cluster).
 
     address: "HOST:PORT" or "unix:PATH"; default $SUMMON_SERVER, else
@@ -517,79 +499,3 @@ class Client:
         """A watched parameter's records, oldest first (steps >= since)."""
         request = summon_pb2.ShowWatchRequest(model=model, param=param, since=since, grad=grad)
         return self._call(self._summon.ShowWatch, request)
-
-    # Trainer ---------------------------------------------------------------
-    # Trainer calls wait for the daemon to be reachable (a restart between two
-    # steps) up to the client's timeout instead of failing at once.
-
-    def attach(self, model: str, ranks: Sequence[int], incarnation: str,
-               lease_seconds: Optional[int] = None,
-               timeout: Optional[float] = None) -> Attachment:
-        request = trainer_pb2.AttachRequest(model=model, ranks=list(ranks),
-                                            incarnation=incarnation)
-        if lease_seconds is not None:
-            request.lease_seconds = lease_seconds
-        return Attachment.from_proto(self._call(self._trainer.Attach, request, True,
-                                                timeout))
-
-    def heartbeat(self, lease_id: str, timeout: Optional[float] = None) -> list[UnitGeneration]:
-        return list(self.renew(lease_id, timeout).units)
-
-    def renew(self, lease_id: str, timeout: Optional[float] = None,
-              phases_unknown: bool = False, phases_reestablished: bool = False) -> Renewal:
-        """A heartbeat that also says whether the daemon lost track of the
-        lease's ranks' phases (then report them again: sessions on the model
-        are refused until then). phases_unknown: tell the daemon this trainer
-        moved its ranks unheard; phases_reestablished: it reported them all
-        again (ReportPhase with reestablishing)."""
-        request = trainer_pb2.TrainerHeartbeatRequest(
-            lease_id=lease_id, phases_unknown=phases_unknown,
-            phases_reestablished=phases_reestablished)
-        return Renewal.from_proto(self._call(self._trainer.Heartbeat, request, True, timeout))
-
-    def detach(self, lease_id: str) -> None:
-        self._call(self._trainer.Detach, trainer_pb2.DetachRequest(lease_id=lease_id), True)
-
-    def report_phase(self, model: str, rank: int, phase: str, step: Optional[int] = None,
-                     deadline_ms: Optional[int] = None, lease_id: str = "",
-                     timeout: Optional[float] = None,
-                     reestablishing: bool = False) -> PhaseReport:
-        """Moves a rank along IDLE -> FORWARD -> BETWEEN -> BACKWARD -> OPTIMIZER -> IDLE.
-
-        A move refused by a writable session (R3) fails with
-        FAILED_PRECONDITION at once, or waits up to `deadline_ms` and then
-        fails with DEADLINE_EXCEEDED. timeout: the call's own deadline
-        (default: the client's), to which `deadline_ms` is added.
-        reestablishing: see ReportPhaseRequest.reestablishing.
-        """
-        request = trainer_pb2.ReportPhaseRequest(model=model, rank=rank,
-                                                 phase=phase_value(phase), lease_id=lease_id,
-                                                 reestablishing=reestablishing)
-        if step is not None:
-            request.step = step
-        if timeout is None:
-            timeout = self.timeout
-        if deadline_ms is not None:
-            request.deadline_ms = deadline_ms
-            if timeout is not None:
-                timeout += deadline_ms / 1000.0
-        return PhaseReport.from_proto(self._call(self._trainer.ReportPhase, request, True,
-                                                 timeout))
-
-    def map_shards(self, model: str, rank: int) -> ShardMap:
-        return ShardMap.from_proto(self._call(
-            self._trainer.MapShards, trainer_pb2.MapShardsRequest(model=model, rank=rank),
-            True))
-
-    def mark_initialized(self, model: str, lease_id: str = "") -> list[UnitGeneration]:
-        response = self._call(self._trainer.MarkInitialized,
-                              trainer_pb2.MarkInitializedRequest(model=model,
-                                                                 lease_id=lease_id), True)
-        return [UnitGeneration.from_proto(u) for u in response.units]
-
-    def watch_units(self, model: str, every_change: bool = False) -> UnitWatch:
-        """A stream of every unit's counters: now, then at each external write
-        (with every_change, at each generation move too). No deadline."""
-        return UnitWatch(self._trainer.WatchUnits(
-            trainer_pb2.WatchUnitsRequest(model=model, every_change=every_change),
-            metadata=self._metadata))

@@ -1,12 +1,17 @@
-"""The phase machine as a trainer walks it (R16), and re-establishing a
-trainer's phases after summond could not hear it (R24); summon.torch's
-Trainer uses it from its heartbeat thread."""
+"""The phase machine as a trainer walks it (R16), re-establishing a
+trainer's phases after summond could not hear it, and PhaseKeeper: a
+trainer's phase reports, never holding a step for summond (R24).
+summon.torch's Trainer reports through a PhaseKeeper from its training
+thread and re-establishes from its heartbeat thread."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+import logging
+import threading
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from summon.errors import SummonError
+from summon.messages import PhaseReport
 
 if TYPE_CHECKING:
     from summon.client import Client
@@ -46,13 +51,16 @@ def phase_path(start: str, target: str) -> list[str]:
 
 def reestablish(client: "Client", model: str, ranks: Sequence[int], incarnation: str,
                 lease_seconds: int, lease_id: str, phase: str, step: Optional[int],
-                timeout: float) -> str:
+                timeout: float, current: Callable[[], bool] = lambda: True) -> str:
     """Tells summond that every rank of `ranks` is in `phase` (at `step`), after
     the trainer moved them unheard; returns the lease id (a new one when the
     old lease lapsed meanwhile). summond refuses sessions on the model from
     the first call (phases_unknown) to the last (phases_reestablished), so no
     session sees a rank half-way. Raises SummonError when summond still does
-    not answer, or refuses a move (R3: a writable session holds a unit)."""
+    not answer, or refuses a move (R3: a writable session holds a unit).
+    current(): whether `phase` still is where the trainer is; when it no
+    longer is (it moved on unheard meanwhile), the phases are not declared
+    re-established and the caller tries again."""
     try:
         client.renew(lease_id, timeout, phases_unknown=True)
     except SummonError as error:
@@ -66,5 +74,158 @@ def reestablish(client: "Client", model: str, ranks: Sequence[int], incarnation:
         for move in phase_path(daemon_phases.get(rank, "IDLE"), phase):
             client.report_phase(model, rank, move, step, lease_id=attachment.lease_id,
                                 timeout=timeout, reestablishing=True)
-    client.renew(attachment.lease_id, timeout, phases_reestablished=True)
+    if current():
+        client.renew(attachment.lease_id, timeout, phases_reestablished=True)
     return attachment.lease_id
+
+
+_log = logging.getLogger("summon.torch")
+
+
+class PhaseKeeper:
+    """Where a trainer's ranks are, and telling summond (R24).
+
+    report() is the training thread's move. Each call to summond is bounded
+    by `report_timeout`; the R3 wait is asked for in slices within it
+    (Client.report_phase), so a writable session may hold a move for as
+    long as summond keeps answering, and a summond (or leader, or network)
+    that does not answer holds it `report_timeout` at most, once per outage:
+    the interlock is then unknown and every further move is the trainer's
+    alone (no call) until reestablish() (the heartbeat thread) told summond
+    where the ranks are. A re-establishment holds the moves meanwhile, but
+    never longer than `report_timeout` once per outage: a move that cannot
+    wait goes on unheard and the re-establishment starts again.
+    """
+
+    def __init__(self, client: "Client", model: str, ranks: Sequence[int],
+                 incarnation: str, lease_seconds: int, lease_id: str,
+                 report_timeout: float):
+        self.client = client
+        self.model = model
+        self.ranks = list(ranks)
+        self.incarnation = incarnation
+        self.lease_seconds = lease_seconds
+        self.lease_id = lease_id
+        self.report_timeout = report_timeout
+        self.phase = "IDLE"
+        self.step: Optional[int] = None
+        # Set while summond may not know where the ranks are; `outages`
+        # counts the times it was set.
+        self.interlock_unknown = False
+        self.outages = 0
+        # Moves made while summond did not hear them (a re-establishment
+        # that started before one is out of date).
+        self._unheard = 0
+        # A re-establishment kept a move waiting report_timeout in this
+        # outage: further moves do not wait for it again.
+        self._waited_out = False
+        # Held through calls to summond about phases (a move, a
+        # re-establishment); _state guards the fields, never across a call.
+        self._calls = threading.Lock()
+        self._state = threading.Lock()
+
+    def lose_interlock(self, error: object) -> None:
+        """summond did not answer (`error`): the interlock is unknown."""
+        with self._state:
+            self._lose(error)
+
+    def _lose(self, error: object) -> None:
+        if not self.interlock_unknown:
+            self.outages += 1
+            _log.warning("summond did not answer (%s); model %s: training goes on, "
+                         "interlock unknown until it answers", error, self.model)
+        self.interlock_unknown = True
+
+    def _move_unheard(self, phase: str) -> list[PhaseReport]:
+        self.phase = phase
+        self._unheard += 1
+        return []
+
+    def report(self, phase: str, step: Optional[int],
+               deadline_ms: Optional[int]) -> list[PhaseReport]:
+        """Moves every rank to `phase`: all or none for a refused move into a
+        step (SummonError); unheard, [] returned, when summond does not answer."""
+        phase = phase.upper()
+        with self._state:
+            if step is not None:
+                self.step = step
+            if self.interlock_unknown and self._waited_out:
+                return self._move_unheard(phase)
+        # A re-establishment in progress holds the calls; waiting for it
+        # longer than one call may take would let a stopped summond hold
+        # the step.
+        if not self._calls.acquire(timeout=self.report_timeout):
+            with self._state:
+                self._waited_out = True
+                self._lose("phases still being re-established after "
+                           f"{self.report_timeout} s")
+                return self._move_unheard(phase)
+        try:
+            with self._state:
+                if self.interlock_unknown:  # the heartbeat thread tells summond later
+                    return self._move_unheard(phase)
+            return self._report_heard(phase, step, deadline_ms)
+        finally:
+            self._calls.release()
+
+    def _report_heard(self, phase: str, step: Optional[int],
+                      deadline_ms: Optional[int]) -> list[PhaseReport]:
+        reports: list[PhaseReport] = []
+        for rank in self.ranks:
+            try:
+                reports.append(self.client.report_phase(
+                    self.model, rank, phase, step, deadline_ms, self.lease_id,
+                    timeout=self.report_timeout))
+            except SummonError as error:
+                if unreachable(error):  # never hold the step
+                    with self._state:
+                        self._lose(error)
+                        return self._move_unheard(phase)
+                if phase == "FORWARD" and self.phase == "IDLE":
+                    self._roll_back(self.ranks[:len(reports)])
+                raise
+        with self._state:
+            self.phase = phase
+        return reports
+
+    def _roll_back(self, moved: Sequence[int]) -> None:
+        """A move into a step was refused for a later rank: the ranks that
+        moved go back to IDLE (all ranks or none)."""
+        for rank in moved:
+            try:
+                self.client.report_phase(self.model, rank, "IDLE", lease_id=self.lease_id,
+                                         timeout=self.report_timeout)
+            except SummonError as error:
+                if not unreachable(error):
+                    raise
+                self.lose_interlock(error)  # IDLE is where the trainer is
+                return
+
+    def reestablish(self) -> bool:
+        """Tells summond where every rank is (summon.phases.reestablish).
+        False when the trainer moved on meanwhile: call again at once; True
+        when done or when summond did not answer (the interlock stays
+        unknown: again at the next heartbeat)."""
+        with self._calls:
+            with self._state:
+                phase, step, unheard = self.phase, self.step, self._unheard
+            try:
+                self.lease_id = reestablish(
+                    self.client, self.model, self.ranks, self.incarnation,
+                    self.lease_seconds, self.lease_id, phase, step, self.report_timeout,
+                    current=lambda: self._unheard == unheard)
+            except SummonError as error:
+                _log.warning("model %s: phases not re-established yet: %s", self.model, error)
+                with self._state:
+                    self.interlock_unknown = True
+                return True
+            with self._state:
+                # summond answered every call: moves may wait for it again.
+                self._waited_out = False
+                if self._unheard != unheard:
+                    self.interlock_unknown = True
+                    return False
+                if self.interlock_unknown:
+                    _log.warning("model %s: phases re-established (%s)", self.model, phase)
+                self.interlock_unknown = False
+                return True

@@ -21,7 +21,6 @@ it restarts, so views stay valid across a daemon restart.
 
 from __future__ import annotations
 
-import logging
 import mmap
 import os
 import socket
@@ -34,7 +33,7 @@ import torch
 
 from summon import cuda_ipc, shapes
 from summon.client import Client
-from summon.phases import reestablish, unreachable
+from summon.phases import PhaseKeeper
 from summon.errors import SummonError
 from summon.messages import (Attachment, Model, PhaseReport, ShardMap, UnitGeneration,
                              UnitShard)
@@ -48,7 +47,6 @@ TORCH_DTYPES: dict[torch.dtype, str] = {
 _FROM_NAME = {name: dtype for dtype, name in TORCH_DTYPES.items()}
 
 ExternalWriteCallback = Callable[["Trainer", list[UnitGeneration]], None]
-_log = logging.getLogger("summon.torch")
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -321,11 +319,13 @@ class Trainer:
     from them. A WatchUnits stream also records such edits as they happen
     (`external_edit` event, `pending_external_writes()`).
 
-    summon never stops a training step (R24): a phase report summond (or the
-    leader behind it) does not answer within `report_timeout` s (plus `wait`)
-    lets the step go on and marks the interlock unknown (`interlock_unknown`);
-    the heartbeat thread re-establishes the phases once summond answers
-    (summon.phases.reestablish). docs/operations.md says what a trainer sees.
+    summon never stops a training step (R24): a call summond (or the leader
+    behind it) does not answer within `report_timeout` s lets the step go on
+    and marks the interlock unknown (`interlock_unknown`), once per outage;
+    `wait` never adds to it (it is asked for in slices, each answered within
+    `report_timeout`). The heartbeat thread re-establishes the phases once
+    summond answers (summon.phases.PhaseKeeper). docs/operations.md says
+    what a trainer sees.
     """
 
     def __init__(self, client: Client, model: str, ranks: Sequence[int],
@@ -344,16 +344,10 @@ class Trainer:
         self.report_timeout = report_timeout
         self.attachment: Attachment = client.attach(model, self.ranks, self.incarnation,
                                                     lease_seconds)
-        self.lease_id = self.attachment.lease_id
         self.lease_error: Optional[SummonError] = None
-        self.phase = "IDLE"
-        self.step_number: Optional[int] = None
-        # Set while summond may not know where this trainer's ranks are; the
-        # heartbeat thread clears it (see the class). `outages` counts them.
-        self.interlock_unknown = False
-        self.outages = 0
-        # The training thread's moves and the re-establishment, one at a time.
-        self._phase_lock = threading.RLock()
+        # Where the ranks are, and whether summond knows (see the class).
+        self._phases = PhaseKeeper(client, model, self.ranks, self.incarnation,
+                                   lease_seconds, self.attachment.lease_id, report_timeout)
         self.external_edit = threading.Event()
         self._lock = threading.Lock()
         self._seen = {u.unit: u.external_writes for u in self.attachment.units}
@@ -380,37 +374,40 @@ class Trainer:
                                             timeout=min(interval, self.report_timeout))
             except SummonError as error:
                 if error.code in _TRANSIENT:
-                    self._lose_interlock(error)  # the next move need not try
+                    self._phases.lose_interlock(error)  # the next move need not try
                     continue
                 if not self.interlock_unknown:  # lapsed or revoked: say so, stop
                     self.lease_error = error
                     return
                 renewal = None  # lapsed while unreachable: re-attach below
             if renewal is None or renewal.phases_unknown or self.interlock_unknown:
-                self._reestablish()
+                # Again at once when the training thread moved on meanwhile.
+                while not self._phases.reestablish() and not self._stop.is_set():
+                    pass
 
-    def _lose_interlock(self, error: SummonError) -> None:
-        with self._phase_lock:
-            if not self.interlock_unknown:
-                self.outages += 1
-                _log.warning("summond did not answer (%s); model %s: training goes on, "
-                             "interlock unknown until it answers", error, self.model)
-            self.interlock_unknown = True
+    @property
+    def phase(self) -> str:
+        """Where this trainer's ranks are (IDLE, FORWARD, ...)."""
+        return self._phases.phase
 
-    def _reestablish(self) -> None:
-        with self._phase_lock:
-            try:
-                self.lease_id = reestablish(
-                    self.client, self.model, self.ranks, self.incarnation,
-                    self.lease_seconds, self.lease_id, self.phase, self.step_number,
-                    self.report_timeout)
-            except SummonError as error:  # again at the next heartbeat
-                _log.warning("model %s: phases not re-established yet: %s", self.model, error)
-                self.interlock_unknown = True
-                return
-            if self.interlock_unknown:
-                _log.warning("model %s: phases re-established (%s)", self.model, self.phase)
-            self.interlock_unknown = False
+    @property
+    def step_number(self) -> Optional[int]:
+        return self._phases.step
+
+    @property
+    def interlock_unknown(self) -> bool:
+        """Whether summond may not know where the ranks are (R24): set when it
+        did not answer, cleared once the heartbeat thread re-established them."""
+        return self._phases.interlock_unknown
+
+    @property
+    def outages(self) -> int:
+        """How often summond stopped answering this trainer."""
+        return self._phases.outages
+
+    @property
+    def lease_id(self) -> str:
+        return self._phases.lease_id
 
     def _watch_loop(self) -> None:
         while not self._stop.is_set():
@@ -477,30 +474,7 @@ class Trainer:
         if wait is _TRAINER_DEFAULT:
             wait = self.wait
         deadline_ms = None if wait is None else int(float(wait) * 1000)
-        reports: list[PhaseReport] = []
-        with self._phase_lock:
-            if step is not None:
-                self.step_number = step
-            if self.interlock_unknown:  # the heartbeat thread tells summond later
-                self.phase = phase.upper()
-                return reports
-            for rank in self.ranks:
-                try:
-                    reports.append(self.client.report_phase(
-                        self.model, rank, phase, step, deadline_ms, self.lease_id,
-                        timeout=self.report_timeout))
-                except SummonError as error:
-                    if unreachable(error):  # never stop the step
-                        self._lose_interlock(error)
-                        self.phase = phase.upper()
-                        return reports
-                    if phase.upper() == "FORWARD" and self.phase == "IDLE":
-                        for moved in self.ranks[:len(reports)]:  # all ranks or none
-                            self.client.report_phase(self.model, moved, "IDLE",
-                                                     lease_id=self.lease_id)
-                    raise
-            self.phase = phase.upper()
-            return reports
+        return self._phases.report(phase, step, deadline_ms)
 
     def step(self, n: Optional[int] = None,
              wait: Any = _TRAINER_DEFAULT) -> "Step":
