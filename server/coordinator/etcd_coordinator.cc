@@ -35,7 +35,7 @@ void CompareCreate(pb::TxnRequest& txn, const std::string& key,
   compare->set_create_revision(revision);
 }
 
-void ComparePutMod(pb::TxnRequest& txn, const std::string& key,
+void CompareMod(pb::TxnRequest& txn, const std::string& key,
                    int64_t revision) {
   pb::Compare* compare = txn.add_compare();
   compare->set_key(key);
@@ -388,7 +388,7 @@ void EtcdCoordinator::KeepAliveLoop() {
 absl::Status EtcdCoordinator::AddFence(const Fence& fence,
                                        pb::TxnRequest& txn) {
   if (fence.epoch != 0) {
-    ComparePutMod(txn, Key(kEpochKey), static_cast<int64_t>(fence.epoch));
+    CompareMod(txn, Key(kEpochKey), static_cast<int64_t>(fence.epoch));
   }
   std::string election_key;
   if (fence.leader) {
