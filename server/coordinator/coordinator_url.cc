@@ -81,4 +81,26 @@ absl::StatusOr<CoordinatorUrl> ParseCoordinatorUrl(absl::string_view url) {
   return parsed;
 }
 
+absl::StatusOr<CoordinatorChoice> ParseCoordinatorFlag(absl::string_view flag) {
+  CoordinatorChoice choice;
+  if (flag.empty() || flag == "static") return choice;
+  if (!absl::StrContains(flag, "://")) {
+    return Invalid("use static, or an etcd:// URL");
+  }
+  absl::StatusOr<CoordinatorUrl> url = ParseCoordinatorUrl(flag);
+  if (!url.ok()) return url.status();
+  choice.etcd = true;
+  choice.url = *std::move(url);
+  return choice;
+}
+
+absl::Status EtcdNotWiredYet(const CoordinatorUrl& url) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--coordinator: cluster '", url.cluster, "' on ", url.endpoints.size(),
+      " etcd endpoint(s) is valid, but this summond does not run its "
+      "membership on etcd yet (the static list of --nodes does; "
+      "docs/operations.md, \"Running a cluster\"): leave --coordinator out or "
+      "use static"));
+}
+
 }  // namespace summon::server

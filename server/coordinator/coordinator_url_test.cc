@@ -56,5 +56,37 @@ TEST(CoordinatorUrlTest, RefusesWithTheReason) {
   }
 }
 
+TEST(CoordinatorFlagTest, StaticByDefaultOrByName) {
+  for (const char* flag : {"", "static"}) {
+    absl::StatusOr<CoordinatorChoice> choice = ParseCoordinatorFlag(flag);
+    ASSERT_TRUE(choice.ok()) << flag;
+    EXPECT_FALSE(choice->etcd) << flag;
+  }
+}
+
+TEST(CoordinatorFlagTest, EtcdUrlIsParsedAndNotYetRun) {
+  absl::StatusOr<CoordinatorChoice> choice =
+      ParseCoordinatorFlag("etcd://127.0.0.1:2379,127.0.0.1:2380/lab");
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_TRUE(choice->etcd);
+  EXPECT_EQ(choice->url.cluster, "lab");
+  const absl::Status refused = EtcdNotWiredYet(choice->url);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("cluster 'lab' on 2 etcd endpoint(s) is valid"));
+}
+
+TEST(CoordinatorFlagTest, RefusesOtherNames) {
+  for (const char* flag : {"etcd", "zookeeper", "STATIC"}) {
+    absl::StatusOr<CoordinatorChoice> choice = ParseCoordinatorFlag(flag);
+    ASSERT_FALSE(choice.ok()) << flag;
+    EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(choice.status().message(),
+                HasSubstr("use static, or an etcd:// URL"));
+  }
+  EXPECT_THAT(ParseCoordinatorFlag("etcd://x:1").status().message(),
+              HasSubstr("no /CLUSTER after the endpoints"));
+}
+
 }  // namespace
 }  // namespace summon::server
