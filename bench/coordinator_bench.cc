@@ -39,9 +39,8 @@ double Micros(absl::Duration duration) {
   return absl::ToDoubleMicroseconds(duration);
 }
 
-void PrintRow(const std::string& type, const std::string& mode,
-              int64_t bytes, const std::vector<double>& samples_us,
-              int64_t wrong) {
+void PrintRow(const std::string& type, const std::string& mode, int64_t bytes,
+              const std::vector<double>& samples_us, int64_t wrong) {
   LatencyRow row;
   row.bytes = bytes;
   row.count = 1;
@@ -134,8 +133,7 @@ absl::Status TimeHandOvers(tests::EtcdCluster& etcd, int trials, bool silent) {
     second->Stop();
     first->Stop();
   }
-  PrintRow("election", silent ? "expiry" : "resign", 0, samples,
-           wrong);
+  PrintRow("election", silent ? "expiry" : "resign", 0, samples, wrong);
   return absl::OkStatus();
 }
 
@@ -149,9 +147,10 @@ int Run() {
     std::fprintf(stderr, "%s\n", etcd.status().ToString().c_str());
     return 1;
   }
-  std::printf("# coordinator_bench: etcd 3.4 (/usr/bin/etcd), %d member(s) on "
-              "loopback; p50/p99 of each call or hand-over\n",
-              options.members);
+  std::printf(
+      "# coordinator_bench: etcd 3.4 (/usr/bin/etcd), %d member(s) on "
+      "loopback; p50/p99 of each call or hand-over\n",
+      options.members);
   std::printf("%s\n", LatencyHeader("coordinator").c_str());
   for (absl::Status status :
        {TimeCalls(**etcd, absl::GetFlag(FLAGS_txns),

@@ -126,8 +126,9 @@ TEST(SummondFlagsTest, BadFlagValuesExitWithInvalidArgument) {
   EXPECT_EQ(
       WaitForExit(Spawn({"--insecure-local", "--gather-transport=carrier"})),
       kInvalidArgument);
-  EXPECT_EQ(WaitForExit(Spawn({"--insecure-local", "--coordinator=zk://a:1/c"})),
-            kInvalidArgument);
+  EXPECT_EQ(
+      WaitForExit(Spawn({"--insecure-local", "--coordinator=zk://a:1/c"})),
+      kInvalidArgument);
   EXPECT_EQ(
       WaitForExit(Spawn({"--insecure-local", "--coordinator=etcd://a:0/c"})),
       kInvalidArgument);

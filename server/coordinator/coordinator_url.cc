@@ -17,9 +17,9 @@ constexpr absl::string_view kScheme = "etcd://";
 constexpr size_t kMaxClusterName = 63;
 
 absl::Status Invalid(absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--coordinator: ", why,
-      " (expected etcd://HOST:PORT[,HOST:PORT...]/CLUSTER)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--coordinator: ", why,
+                   " (expected etcd://HOST:PORT[,HOST:PORT...]/CLUSTER)"));
 }
 
 absl::Status CheckEndpoint(absl::string_view endpoint) {
@@ -35,8 +35,8 @@ absl::Status CheckEndpoint(absl::string_view endpoint) {
   int port = 0;
   if (!absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port < 1 ||
       port > 65535) {
-    return Invalid(absl::StrCat("endpoint '", endpoint,
-                                "' has no port in 1..65535"));
+    return Invalid(
+        absl::StrCat("endpoint '", endpoint, "' has no port in 1..65535"));
   }
   return absl::OkStatus();
 }
@@ -62,8 +62,8 @@ absl::StatusOr<CoordinatorUrl> ParseCoordinatorUrl(absl::string_view url) {
   if (hosts.empty()) return Invalid("no etcd endpoint");
   for (absl::string_view endpoint : absl::StrSplit(hosts, ',')) {
     if (absl::Status ok = CheckEndpoint(endpoint); !ok.ok()) return ok;
-    if (std::count(parsed.endpoints.begin(), parsed.endpoints.end(),
-                   endpoint) > 0) {
+    if (std::count(parsed.endpoints.begin(), parsed.endpoints.end(), endpoint) >
+        0) {
       return Invalid(absl::StrCat("endpoint '", endpoint, "' is repeated"));
     }
     parsed.endpoints.emplace_back(endpoint);
@@ -71,12 +71,11 @@ absl::StatusOr<CoordinatorUrl> ParseCoordinatorUrl(absl::string_view url) {
   parsed.cluster = std::string(rest.substr(slash + 1));
   if (parsed.cluster.empty()) return Invalid("no cluster name after '/'");
   if (parsed.cluster.size() > kMaxClusterName ||
-      !std::all_of(parsed.cluster.begin(), parsed.cluster.end(),
-                   ClusterChar) ||
+      !std::all_of(parsed.cluster.begin(), parsed.cluster.end(), ClusterChar) ||
       parsed.cluster == "." || parsed.cluster == "..") {
-    return Invalid(absl::StrCat(
-        "the cluster name must be 1 to ", kMaxClusterName,
-        " of A-Z a-z 0-9 . _ - (and not . or ..)"));
+    return Invalid(absl::StrCat("the cluster name must be 1 to ",
+                                kMaxClusterName,
+                                " of A-Z a-z 0-9 . _ - (and not . or ..)"));
   }
   return parsed;
 }

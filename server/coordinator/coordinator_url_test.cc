@@ -17,8 +17,8 @@ TEST(CoordinatorUrlTest, ParsesEndpointsAndCluster) {
   absl::StatusOr<CoordinatorUrl> url = ParseCoordinatorUrl(
       "etcd://10.0.0.1:2379,etcd-1.summon:2379,[::1]:23790/prod-a");
   ASSERT_TRUE(url.ok()) << url.status();
-  EXPECT_THAT(url->endpoints,
-              ElementsAre("10.0.0.1:2379", "etcd-1.summon:2379", "[::1]:23790"));
+  EXPECT_THAT(url->endpoints, ElementsAre("10.0.0.1:2379", "etcd-1.summon:2379",
+                                          "[::1]:23790"));
   EXPECT_EQ(url->cluster, "prod-a");
 }
 
@@ -36,7 +36,8 @@ TEST(CoordinatorUrlTest, RefusesWithTheReason) {
       {"etcd://127.0.0.1:2379", "no /CLUSTER after the endpoints"},
       {"etcd:///c", "no etcd endpoint"},
       {"etcd://127.0.0.1/c", "endpoint '127.0.0.1' is not HOST:PORT"},
-      {"etcd://127.0.0.1:0/c", "endpoint '127.0.0.1:0' has no port in 1..65535"},
+      {"etcd://127.0.0.1:0/c",
+       "endpoint '127.0.0.1:0' has no port in 1..65535"},
       {"etcd://127.0.0.1:65536/c", "has no port in 1..65535"},
       {"etcd://:2379/c", "endpoint ':2379' has no host"},
       {"etcd://a:1,,b:2/c", "endpoint '' is not HOST:PORT"},

@@ -222,8 +222,8 @@ absl::Status EtcdClient::LeaseRevoke(int64_t lease) {
              [&](const std::shared_ptr<grpc::Channel>& channel,
                  grpc::ClientContext* context,
                  pb::LeaseRevokeResponse* response) {
-               return pb::Lease::NewStub(channel)->LeaseRevoke(
-                   context, request, response);
+               return pb::Lease::NewStub(channel)->LeaseRevoke(context, request,
+                                                               response);
              })
       .status();
 }
@@ -278,10 +278,9 @@ absl::StatusOr<mvccpb::Event> EtcdClient::AwaitEvent(
         result = absl::OutOfRangeError("watch start revision was compacted");
         decided = true;
       } else if (response.canceled()) {
-        result = NoQuorumError(absl::StrCat("watch at ",
-                                            options_.endpoints[endpoint],
-                                            " cancelled: ",
-                                            response.cancel_reason()));
+        result = NoQuorumError(
+            absl::StrCat("watch at ", options_.endpoints[endpoint],
+                         " cancelled: ", response.cancel_reason()));
         decided = true;
       }
       for (const mvccpb::Event& event : response.events()) {

@@ -80,7 +80,8 @@ class EtcdClient {
   void CancelInFlight();
 
  private:
-  // One attempt's context: deadline, "hasleader", registered for CancelInFlight().
+  // One attempt's context: deadline, "hasleader", registered for
+  // CancelInFlight().
   class Call;
 
   // Runs `attempt` on the current endpoint and then the next ones while the

@@ -35,8 +35,7 @@ void CompareCreate(pb::TxnRequest& txn, const std::string& key,
   compare->set_create_revision(revision);
 }
 
-void CompareMod(pb::TxnRequest& txn, const std::string& key,
-                   int64_t revision) {
+void CompareMod(pb::TxnRequest& txn, const std::string& key, int64_t revision) {
   pb::Compare* compare = txn.add_compare();
   compare->set_key(key);
   compare->set_target(pb::Compare::MOD);
@@ -85,11 +84,10 @@ absl::Status EtcdCoordinator::Start() {
   }
   if (options_.validity_margin <= absl::ZeroDuration() ||
       options_.validity_margin >= options_.lease_ttl / 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the validity margin (",
-                     absl::FormatDuration(options_.validity_margin),
-                     ") must be positive and under half the lease TTL (",
-                     absl::FormatDuration(options_.lease_ttl), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the validity margin (", absl::FormatDuration(options_.validity_margin),
+        ") must be positive and under half the lease TTL (",
+        absl::FormatDuration(options_.lease_ttl), ")"));
   }
   campaign_ = std::thread([this] { CampaignLoop(); });
   keepalive_ = std::thread([this] { KeepAliveLoop(); });
@@ -207,8 +205,7 @@ absl::Status EtcdCoordinator::Session() {
     absl::MutexLock lock(&mu_);
     abandoned_lease_ = 0;
   }
-  std::chrono::steady_clock::time_point sent =
-      std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point sent = std::chrono::steady_clock::now();
   const int64_t ttl_s = std::max<int64_t>(
       1, absl::ToInt64Seconds(options_.lease_ttl + absl::Seconds(1) -
                               absl::Nanoseconds(1)));
@@ -233,11 +230,11 @@ absl::Status EtcdCoordinator::Session() {
       Key(absl::StrCat(kElectionPrefix, absl::Hex(lease)));
   pb::TxnRequest campaign;
   CompareCreate(campaign, election_key, 0);
-  AddPut(campaign.add_success(), Key(absl::StrCat(kMembersPrefix,
-                                                  options_.node)),
-         options_.address, lease);
-  AddPut(campaign.add_success(), election_key,
-         absl::StrCat(options_.node), lease);
+  AddPut(campaign.add_success(),
+         Key(absl::StrCat(kMembersPrefix, options_.node)), options_.address,
+         lease);
+  AddPut(campaign.add_success(), election_key, absl::StrCat(options_.node),
+         lease);
   AddRange(campaign.add_failure(), election_key);
   absl::StatusOr<pb::TxnResponse> campaigned = client_.Txn(campaign);
   if (!campaigned.ok()) return campaigned.status();
@@ -262,9 +259,8 @@ absl::Status EtcdCoordinator::Session() {
   }
   spdlog::info("coordinator: node {} leads, epoch {}", options_.node, *epoch);
   HoldLeadership(lease, election_key, revision);
-  return absl::AbortedError(
-      absl::StrCat("node ", options_.node, " lost the leadership of epoch ",
-                   *epoch));
+  return absl::AbortedError(absl::StrCat(
+      "node ", options_.node, " lost the leadership of epoch ", *epoch));
 }
 
 bool EtcdCoordinator::AwaitPredecessors(int64_t lease, int64_t revision) {
@@ -308,12 +304,11 @@ absl::StatusOr<uint64_t> EtcdCoordinator::ClaimEpoch(
     // The transaction may have applied without an answer: the epoch key
     // names this candidate then, and its mod-revision is the epoch.
     Pause(kRetryPause);
-    absl::StatusOr<pb::RangeResponse> current = client_.Range(
-        [&] {
-          pb::RangeRequest request;
-          request.set_key(Key(kEpochKey));
-          return request;
-        }());
+    absl::StatusOr<pb::RangeResponse> current = client_.Range([&] {
+      pb::RangeRequest request;
+      request.set_key(Key(kEpochKey));
+      return request;
+    }());
     if (current.ok() && current->kvs_size() == 1 &&
         current->kvs(0).value() == election_key) {
       return static_cast<uint64_t>(current->kvs(0).mod_revision());
@@ -411,7 +406,8 @@ absl::Status EtcdCoordinator::FenceFailure(const Fence& fence,
                                            const pb::TxnResponse& response,
                                            absl::string_view key) const {
   const pb::RangeResponse& epoch = response.responses(0).response_range();
-  const int64_t current = epoch.kvs_size() > 0 ? epoch.kvs(0).mod_revision() : 0;
+  const int64_t current =
+      epoch.kvs_size() > 0 ? epoch.kvs(0).mod_revision() : 0;
   if (fence.epoch != 0 && current != static_cast<int64_t>(fence.epoch)) {
     return absl::AbortedError(absl::StrCat("epoch ", fence.epoch,
                                            " was deposed: the cluster is at "
@@ -491,9 +487,9 @@ absl::StatusOr<std::vector<Coordinator::Member>> EtcdCoordinator::Members() {
   std::vector<Member> members;
   for (const auto& [key, address] : *records) {
     Member member;
-    if (!absl::SimpleAtoi(absl::string_view(key).substr(
-                              sizeof(kMembersPrefix) - 1),
-                          &member.node)) {
+    if (!absl::SimpleAtoi(
+            absl::string_view(key).substr(sizeof(kMembersPrefix) - 1),
+            &member.node)) {
       continue;  // Not a record of ours.
     }
     member.address = address;
@@ -507,8 +503,7 @@ absl::StatusOr<std::vector<Coordinator::Member>> EtcdCoordinator::Members() {
 absl::StatusOr<Coordinator::Leadership> EtcdCoordinator::CurrentLeader() {
   // One transaction reads both, so the candidate and the epoch agree.
   pb::TxnRequest read;
-  pb::RangeRequest* first =
-      read.add_success()->mutable_request_range();
+  pb::RangeRequest* first = read.add_success()->mutable_request_range();
   *first = PrefixRange(Key(kElectionPrefix));
   first->set_sort_target(pb::RangeRequest::CREATE);
   first->set_sort_order(pb::RangeRequest::ASCEND);
@@ -550,9 +545,8 @@ absl::StatusOr<std::string> EtcdCoordinator::AwaitKey(absl::string_view key,
     if (absl::IsOutOfRange(put.status())) continue;
     if (!absl::IsDeadlineExceeded(put.status())) return put.status();
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(key, " was not set within ",
-                       absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          key, " was not set within ", absl::FormatDuration(timeout)));
     }
   }
 }

@@ -20,8 +20,7 @@ absl::Status StaticCoordinator::Start() {
 
 void StaticCoordinator::Stop() {}
 
-absl::StatusOr<std::vector<Coordinator::Member>>
-StaticCoordinator::Members() {
+absl::StatusOr<std::vector<Coordinator::Member>> StaticCoordinator::Members() {
   std::vector<Member> members;
   for (int node = 0; node < static_cast<int>(nodes_.size()); ++node) {
     members.push_back({node, nodes_[node]});
@@ -61,8 +60,8 @@ absl::Status StaticCoordinator::CheckFence(const Fence& fence) const {
 }
 
 absl::Status StaticCoordinator::Put(absl::string_view key,
-                                    absl::string_view value,
-                                    const Fence& fence, PutMode mode) {
+                                    absl::string_view value, const Fence& fence,
+                                    PutMode mode) {
   if (absl::Status fenced = CheckFence(fence); !fenced.ok()) return fenced;
   absl::MutexLock lock(&mu_);
   const auto [it, inserted] = values_.emplace(key, value);

@@ -30,8 +30,7 @@ TEST(StaticCoordinatorTest, NodeZeroLeadsUnderOneEpoch) {
   ASSERT_TRUE(current.ok());
   EXPECT_EQ(current->node, 0);
   EXPECT_EQ(current->epoch, 1u);
-  absl::StatusOr<std::vector<Coordinator::Member>> members =
-      follower.Members();
+  absl::StatusOr<std::vector<Coordinator::Member>> members = follower.Members();
   ASSERT_TRUE(members.ok());
   EXPECT_THAT(*members, ElementsAre(Coordinator::Member{0, "a:1"},
                                     Coordinator::Member{1, "b:2"}));
@@ -50,13 +49,13 @@ TEST(StaticCoordinatorTest, FencesAndDecisions) {
             absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(**CommitDecision(leader, "s1"), "commit");
   EXPECT_EQ(*CommitDecision(leader, "s2"), std::nullopt);
-  const absl::Status stale = leader.Put("models/m", "x", {2, false},
-                                        Coordinator::PutMode::kOverwrite);
+  const absl::Status stale =
+      leader.Put("models/m", "x", {2, false}, Coordinator::PutMode::kOverwrite);
   EXPECT_EQ(stale.code(), absl::StatusCode::kAborted);
-  EXPECT_EQ(stale.message(),
-            "epoch 2 was deposed: the cluster is at epoch 1");
-  ASSERT_TRUE(leader.Put(coordinator_keys::Model("m"), "{}", {1, true},
-                         Coordinator::PutMode::kOverwrite)
+  EXPECT_EQ(stale.message(), "epoch 2 was deposed: the cluster is at epoch 1");
+  ASSERT_TRUE(leader
+                  .Put(coordinator_keys::Model("m"), "{}", {1, true},
+                       Coordinator::PutMode::kOverwrite)
                   .ok());
   EXPECT_THAT(*leader.List(coordinator_keys::kModelsPrefix),
               ElementsAre(Pair("models/m", "{}")));
@@ -64,10 +63,10 @@ TEST(StaticCoordinatorTest, FencesAndDecisions) {
   EXPECT_TRUE(leader.List("models/")->empty());
 
   StaticCoordinator follower(1, {"a:1", "b:2"});
-  EXPECT_EQ(follower.Put("commits/s", "c", {1, true},
-                         Coordinator::PutMode::kCreate)
-                .code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(
+      follower.Put("commits/s", "c", {1, true}, Coordinator::PutMode::kCreate)
+          .code(),
+      absl::StatusCode::kAborted);
 }
 
 TEST(StaticCoordinatorTest, AwaitKeyWakesOnPut) {

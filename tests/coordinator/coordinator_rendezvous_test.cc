@@ -78,8 +78,8 @@ TEST_F(CoordinatorRendezvousTest, RawBytesCrossNodesUnderTheEpoch) {
             std::string(id.begin(), id.end()));
   EXPECT_EQ(kv1.Get("gloo/absent", absl::ZeroDuration()).status().code(),
             absl::StatusCode::kNotFound);
-  const absl::Status missing = kv1.Wait({"gloo/nccl_unique_id", "gloo/x"},
-                                        absl::Milliseconds(200));
+  const absl::Status missing =
+      kv1.Wait({"gloo/nccl_unique_id", "gloo/x"}, absl::Milliseconds(200));
   EXPECT_EQ(missing.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(absl::EndsWith(missing.message(), ": gloo/x")) << missing;
 }
@@ -118,8 +118,7 @@ TEST_F(CoordinatorRendezvousTest, GlooFormsThroughEtcdAndAllGathers) {
 }
 
 TEST_F(CoordinatorRendezvousTest, ADeposedEpochCannotPublish) {
-  EtcdCoordinator& leader =
-      nodes_[0]->IsLeader() ? *nodes_[0] : *nodes_[1];
+  EtcdCoordinator& leader = nodes_[0]->IsLeader() ? *nodes_[0] : *nodes_[1];
   EtcdCoordinator& next = nodes_[0]->IsLeader() ? *nodes_[1] : *nodes_[0];
   leader.Stop();  // Resigns: the other leads under a new epoch.
   ASSERT_TRUE(next.AwaitLeadership(kTimeout).ok());

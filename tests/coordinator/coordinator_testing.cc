@@ -48,8 +48,7 @@ absl::StatusOr<std::vector<int>> CandidatesInOrder(
 
 LeadershipRecorder::LeadershipRecorder(
     std::vector<server::EtcdCoordinator*> coordinators)
-    : coordinators_(std::move(coordinators)),
-      records_(coordinators_.size()) {
+    : coordinators_(std::move(coordinators)), records_(coordinators_.size()) {
   thread_ = std::thread([this] { Loop(); });
 }
 

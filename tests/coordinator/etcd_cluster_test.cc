@@ -2,6 +2,8 @@
 // killed and restarted with their data, a proxy can cut a member's client
 // port, and nothing is left behind.
 
+#include "tests/coordinator/etcd_cluster.h"
+
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,7 +13,6 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/etcd_client.h"
-#include "tests/coordinator/etcd_cluster.h"
 
 namespace summon::tests {
 namespace {
@@ -38,12 +39,14 @@ TEST(EtcdClusterTest, ThreeMembersSurviveOneKillAndRestart) {
   ASSERT_TRUE(std::filesystem::exists(root + "/m2"));
   for (int member = 0; member < 3; ++member) {
     EXPECT_TRUE(
-        PutThrough((*etcd)->client_address(member), absl::Seconds(2), "a").ok());
+        PutThrough((*etcd)->client_address(member), absl::Seconds(2), "a")
+            .ok());
   }
   ASSERT_TRUE((*etcd)->Kill(1).ok());
   EXPECT_FALSE((*etcd)->running(1));
   EXPECT_TRUE((*etcd)->WaitHealthy(absl::Seconds(10)).ok());
-  EXPECT_TRUE(PutThrough((*etcd)->client_address(2), absl::Seconds(2), "b").ok());
+  EXPECT_TRUE(
+      PutThrough((*etcd)->client_address(2), absl::Seconds(2), "b").ok());
   ASSERT_TRUE((*etcd)->Restart(1).ok());
   ASSERT_TRUE((*etcd)->WaitHealthy(absl::Seconds(30)).ok());
   // The restarted member kept its data and caught up.

@@ -75,7 +75,8 @@ class EtcdCoordinatorTest : public ::testing::Test {
 TEST_F(EtcdCoordinatorTest, ExactlyOneLeadsTheLowestCreateRevision) {
   // All three campaign at once: whoever etcd ordered first leads.
   for (int node = 0; node < 3; ++node) {
-    nodes_.push_back(MakeCoordinator(node, etcd_->client_addresses(), cluster_));
+    nodes_.push_back(
+        MakeCoordinator(node, etcd_->client_addresses(), cluster_));
   }
   for (auto& node : nodes_) ASSERT_TRUE(node->Start().ok());
   WaitForCandidates(3);
@@ -138,10 +139,10 @@ TEST_F(EtcdCoordinatorTest, RevokedLeaseHandsOverToTheNextWithAHigherEpoch) {
       nodes_[0]->Put("models/m", "old", {first_epoch, false},
                      Coordinator::PutMode::kOverwrite);
   EXPECT_EQ(stale.code(), absl::StatusCode::kAborted);
-  EXPECT_EQ(stale.message(),
-            absl::StrCat("epoch ", first_epoch,
-                         " was deposed: the cluster is at epoch ",
-                         second_epoch));
+  EXPECT_EQ(
+      stale.message(),
+      absl::StrCat("epoch ", first_epoch,
+                   " was deposed: the cluster is at epoch ", second_epoch));
   EXPECT_EQ(nodes_[1]
                 ->Put("models/m", "old", {first_epoch, true},
                       Coordinator::PutMode::kOverwrite)
@@ -181,8 +182,8 @@ TEST_F(EtcdCoordinatorTest, PausedLeaderStopsActingBeforeItsLeaseExpires) {
       "commits/s", "commit", {epoch, true}, Coordinator::PutMode::kCreate);
   EXPECT_EQ(as_leader.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(as_leader.message(), "node 0 does not lead");
-  const absl::Status fenced = nodes_[0]->Put(
-      "rdzv/x", "y", {epoch, false}, Coordinator::PutMode::kOverwrite);
+  const absl::Status fenced = nodes_[0]->Put("rdzv/x", "y", {epoch, false},
+                                             Coordinator::PutMode::kOverwrite);
   EXPECT_EQ(fenced.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(*nodes_[0]->Get("commits/s"), std::nullopt);
   nodes_[0]->PauseKeepalivesForTesting(false);
@@ -208,7 +209,8 @@ TEST_F(EtcdCoordinatorTest, CommitDecisionsRendezvousAndModelsRoundTrip) {
   Coordinator& leader = *nodes_[0];
   Coordinator& follower = *nodes_[1];
 
-  ASSERT_TRUE(server::RecordCommitDecision(leader, "s-1", "commit", epoch).ok());
+  ASSERT_TRUE(
+      server::RecordCommitDecision(leader, "s-1", "commit", epoch).ok());
   const absl::Status again =
       server::RecordCommitDecision(leader, "s-1", "abort", epoch);
   EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
@@ -216,9 +218,9 @@ TEST_F(EtcdCoordinatorTest, CommitDecisionsRendezvousAndModelsRoundTrip) {
   EXPECT_EQ(**server::CommitDecision(follower, "s-1"), "commit");
   EXPECT_EQ(*server::CommitDecision(follower, "s-2"), std::nullopt);
   // A follower cannot decide.
-  EXPECT_EQ(server::RecordCommitDecision(follower, "s-2", "commit", epoch)
-                .code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      server::RecordCommitDecision(follower, "s-2", "commit", epoch).code(),
+      absl::StatusCode::kUnavailable);
 
   // Rendezvous: the follower waits for a key the leader sets later.
   absl::StatusOr<std::string> seen;
@@ -249,12 +251,11 @@ TEST_F(EtcdCoordinatorTest, CommitDecisionsRendezvousAndModelsRoundTrip) {
                   .Put(server::coordinator_keys::Model("m2"), "{}",
                        {epoch, true}, Coordinator::PutMode::kOverwrite)
                   .ok());
-  EXPECT_THAT(*follower.List(server::coordinator_keys::kModelsPrefix),
-              ElementsAre(Pair("models/m1", "{\"w\":4}"),
-                          Pair("models/m2", "{}")));
+  EXPECT_THAT(
+      *follower.List(server::coordinator_keys::kModelsPrefix),
+      ElementsAre(Pair("models/m1", "{\"w\":4}"), Pair("models/m2", "{}")));
   ASSERT_TRUE(leader.Delete("models/m1", {epoch, true}).ok());
-  EXPECT_THAT(*follower.List("models/"),
-              ElementsAre(Pair("models/m2", "{}")));
+  EXPECT_THAT(*follower.List("models/"), ElementsAre(Pair("models/m2", "{}")));
 }
 
 }  // namespace

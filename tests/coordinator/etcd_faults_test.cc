@@ -45,8 +45,8 @@ struct Timed {
 };
 Timed LeaderPut(EtcdCoordinator& node, uint64_t epoch, absl::string_view key) {
   const absl::Time start = absl::Now();
-  absl::Status status = node.Put(key, "v", {epoch, true},
-                                 Coordinator::PutMode::kOverwrite);
+  absl::Status status =
+      node.Put(key, "v", {epoch, true}, Coordinator::PutMode::kOverwrite);
   return {status, absl::Now() - start};
 }
 
@@ -58,8 +58,8 @@ TEST(EtcdFaultsTest, OneMemberOfThreeLostChangesNothing) {
   // etcd elects another: summond's defaults (5 s lease, 1 s margin, 3 s
   // calls) ride that out, etcd's smallest lease would not.
   std::unique_ptr<EtcdCoordinator> node =
-      MakeCoordinator(0, etcd->client_addresses(), TestName(),
-                      absl::Seconds(5), absl::Seconds(1), absl::Seconds(3));
+      MakeCoordinator(0, etcd->client_addresses(), TestName(), absl::Seconds(5),
+                      absl::Seconds(1), absl::Seconds(3));
   ASSERT_TRUE(node->Start().ok());
   ASSERT_TRUE(node->AwaitLeadership(kElectionTimeout).ok());
   const uint64_t epoch = *node->LeaderEpoch();
@@ -102,9 +102,8 @@ TEST(EtcdFaultsTest, QuorumLostFailsFastAndRecovers) {
   // surviving member, if it led etcd, renews leases alone until it notices
   // it lost its quorum (etcd's election timeout, 1 s), never after.
   while (node->IsLeader()) {
-    ASSERT_LT(absl::Now() - lost,
-              kTestTtl - kTestMargin + absl::Seconds(1) +
-                  absl::Milliseconds(500));
+    ASSERT_LT(absl::Now() - lost, kTestTtl - kTestMargin + absl::Seconds(1) +
+                                      absl::Milliseconds(500));
     absl::SleepFor(absl::Milliseconds(10));
   }
   const Timed refused = LeaderPut(*node, epoch, "k");
