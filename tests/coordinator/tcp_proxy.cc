@@ -119,6 +119,9 @@ void TcpProxy::Loop() {
       fds.push_back({link.upstream, POLLIN, 0});  // -1 is ignored by poll.
     }
     if (poll(fds.data(), fds.size(), 20) <= 0) continue;
+    // Only the links polled have revents; one accepted below waits for the
+    // next round (reading it now could block the proxy).
+    const size_t polled = links.size();
     if (fds[0].revents & POLLIN) {
       const int client = accept(listener_, nullptr, nullptr);
       if (client >= 0) {
@@ -130,7 +133,7 @@ void TcpProxy::Loop() {
         }
       }
     }
-    for (size_t i = 0; i < links.size(); ++i) {
+    for (size_t i = 0; i < polled; ++i) {
       Link& link = links[i];
       const short from_client = fds[1 + 2 * i].revents;
       const short from_upstream = fds[2 + 2 * i].revents;
