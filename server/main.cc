@@ -24,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/comm/nccl_communicator.h"
+#include "server/coordinator/coordinator_url.h"
 #include "server/gpu/cuda_shard_memory.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -39,6 +40,10 @@ ABSL_FLAG(std::string, unix_socket, "",
           "Also serve on this Unix domain socket path.");
 ABSL_FLAG(int32_t, local_ranks, 1, "Shard-owning ranks hosted by this node.");
 ABSL_FLAG(int32_t, node_rank, 0, "This node's position in --nodes.");
+ABSL_FLAG(std::string, coordinator, "",
+          "What the cluster runs on: static (the default: one node, or the "
+          "fixed --nodes list led by node 0) or "
+          "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER (validated; not run yet).");
 ABSL_FLAG(std::vector<std::string>, nodes, {},
           "HOST:PORT of every node's daemon, comma-separated, the same list "
           "on every node. Omitted: a single node.");
@@ -273,6 +278,18 @@ int Run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  // A malformed --coordinator is INVALID_ARGUMENT; a valid etcd one is
+  // refused until membership runs on it (server/coordinator/).
+  absl::StatusOr<CoordinatorChoice> coordinator =
+      ParseCoordinatorFlag(absl::GetFlag(FLAGS_coordinator));
+  if (coordinator.ok() && coordinator->etcd) {
+    coordinator = EtcdNotWiredYet(coordinator->url);
+  }
+  if (!coordinator.ok()) {
+    spdlog::error("{}", coordinator.status().ToString());
+    return ExitCode(coordinator.status());
+  }
 
   SummonServer::Spec spec_from_flags = SpecFromFlags();
   const std::string device = absl::GetFlag(FLAGS_device);

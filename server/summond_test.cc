@@ -126,6 +126,19 @@ TEST(SummondFlagsTest, BadFlagValuesExitWithInvalidArgument) {
   EXPECT_EQ(
       WaitForExit(Spawn({"--insecure-local", "--gather-transport=carrier"})),
       kInvalidArgument);
+  EXPECT_EQ(
+      WaitForExit(Spawn({"--insecure-local", "--coordinator=zk://a:1/c"})),
+      kInvalidArgument);
+  EXPECT_EQ(
+      WaitForExit(Spawn({"--insecure-local", "--coordinator=etcd://a:0/c"})),
+      kInvalidArgument);
+}
+
+TEST(SummondFlagsTest, ValidEtcdCoordinatorIsRefusedUntilWired) {
+  const int kFailedPrecondition = 9;
+  EXPECT_EQ(WaitForExit(Spawn({"--insecure-local",
+                               "--coordinator=etcd://127.0.0.1:2379/lab"})),
+            kFailedPrecondition);
 }
 
 TEST(SummondFlagsTest, RefusesToServeUnsafely) {

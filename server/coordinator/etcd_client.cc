@@ -1,0 +1,309 @@
+#include "server/coordinator/etcd_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace summon::server {
+
+namespace pb = ::etcdserverpb;
+
+namespace {
+
+// etcd's "require leader" metadata (clientv3.WithRequireLeader): a member
+// whose raft has no leader answers ErrGRPCNoLeader at once and cancels
+// watches, instead of holding the request until it times out.
+constexpr char kRequireLeaderKey[] = "hasleader";
+
+bool NoLeader(const grpc::Status& status) {
+  return absl::StrContains(status.error_message(), "no leader");
+}
+
+// Whether another attempt may follow a failure: etcd could not decide
+// (no leader, unreachable, no answer in time). Every request summon sends
+// is safe to repeat: puts write the same bytes, creations and campaigns are
+// guarded by compares whose failure branch reads what the first attempt
+// did, the epoch claim reads the epoch key back, keepalives and revokes are
+// idempotent, and a lease granted twice expires unused.
+bool Retriable(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         NoLeader(status);
+}
+
+// Between attempts on the members in turn.
+constexpr absl::Duration kRetryPause = absl::Milliseconds(50);
+
+}  // namespace
+
+absl::Status NoQuorumError(absl::string_view why) {
+  return absl::UnavailableError(
+      absl::StrCat("coordinator has no quorum: ", why));
+}
+
+std::string PrefixEnd(absl::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty()) {
+    const unsigned char last = static_cast<unsigned char>(end.back());
+    if (last < 0xff) {
+      end.back() = static_cast<char>(last + 1);
+      return end;
+    }
+    end.pop_back();
+  }
+  // Every key: etcd reads "\0" as "no upper bound".
+  return std::string(1, '\0');
+}
+
+class EtcdClient::Call {
+ public:
+  Call(EtcdClient& client, absl::Time deadline) : client_(client) {
+    context_.set_deadline(absl::ToChronoTime(deadline));
+    context_.AddMetadata(kRequireLeaderKey, "true");
+    absl::MutexLock lock(&client_.mu_);
+    client_.in_flight_.insert(&context_);
+  }
+  ~Call() {
+    absl::MutexLock lock(&client_.mu_);
+    client_.in_flight_.erase(&context_);
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  grpc::ClientContext* context() { return &context_; }
+
+ private:
+  EtcdClient& client_;
+  grpc::ClientContext context_;
+};
+
+EtcdClient::EtcdClient(Options options) : options_(std::move(options)) {
+  for (const std::string& endpoint : options_.endpoints) {
+    channels_.push_back(NewChannel(endpoint));
+  }
+}
+
+std::shared_ptr<grpc::Channel> EtcdClient::NewChannel(
+    const std::string& endpoint) const {
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      options_.credentials != nullptr ? options_.credentials
+                                      : grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments arguments;
+  // A connection that went silent (a partition) is found dead and replaced.
+  // etcd refuses pings more often than every 5 s (--grpc-keepalive-min-time).
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
+  // This channel's connection is its own: not a subchannel shared with
+  // another client, nor one still backing off from an earlier failure.
+  arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(endpoint, credentials, arguments);
+}
+
+int EtcdClient::current() const {
+  absl::MutexLock lock(&mu_);
+  return current_;
+}
+
+void EtcdClient::Rotate(int failed) {
+  absl::MutexLock lock(&mu_);
+  if (current_ == failed) {
+    current_ = (failed + 1) % static_cast<int>(options_.endpoints.size());
+  }
+}
+
+std::shared_ptr<grpc::Channel> EtcdClient::Channel(int endpoint) const {
+  absl::MutexLock lock(&mu_);
+  return channels_[endpoint];
+}
+
+void EtcdClient::Reconnect(int endpoint,
+                           const std::shared_ptr<grpc::Channel>& failed) {
+  std::shared_ptr<grpc::Channel> fresh =
+      NewChannel(options_.endpoints[endpoint]);
+  absl::MutexLock lock(&mu_);
+  if (channels_[endpoint] == failed) channels_[endpoint] = std::move(fresh);
+}
+
+void EtcdClient::CancelInFlight() {
+  absl::MutexLock lock(&mu_);
+  for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+}
+
+namespace {
+
+absl::Status MapFailure(absl::string_view what, absl::string_view endpoint,
+                        const grpc::Status& status) {
+  const std::string why =
+      absl::StrCat(what, " at ", endpoint, ": ", status.error_message());
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return NoQuorumError(why);
+    case grpc::StatusCode::CANCELLED:
+      return absl::CancelledError(absl::StrCat("coordinator stopped: ", why));
+    default:
+      if (NoLeader(status)) return NoQuorumError(why);
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          absl::StrCat("etcd: ", why));
+  }
+}
+
+}  // namespace
+
+template <typename Response, typename Attempt>
+absl::StatusOr<Response> EtcdClient::Unary(absl::string_view what,
+                                           Attempt attempt) {
+  if (options_.endpoints.empty()) return NoQuorumError("no etcd endpoints");
+  const absl::Time deadline = absl::Now() + options_.call_timeout;
+  // One attempt may hang on a member that lost its leader without knowing
+  // yet (its election timeout, 1 s by default, has not fired): half the
+  // budget each, so another member is still asked in time.
+  const absl::Duration per_attempt = options_.call_timeout / 2;
+  const int count = static_cast<int>(options_.endpoints.size());
+  int endpoint = current();
+  grpc::Status status;
+  while (true) {
+    const std::shared_ptr<grpc::Channel> channel = Channel(endpoint);
+    Call call(*this, std::min(deadline, absl::Now() + per_attempt));
+    Response response;
+    status = attempt(channel, call.context(), &response);
+    if (status.ok()) return response;
+    if (!Retriable(status)) break;
+    // Not the member's answer but the connection's: a new channel next.
+    if (!NoLeader(status)) Reconnect(endpoint, channel);
+    Rotate(endpoint);
+    if (absl::Now() + kRetryPause >= deadline) break;
+    absl::SleepFor(kRetryPause);
+    endpoint = (endpoint + 1) % count;
+  }
+  return MapFailure(what, options_.endpoints[endpoint], status);
+}
+
+absl::StatusOr<pb::RangeResponse> EtcdClient::Range(
+    const pb::RangeRequest& request) {
+  return Unary<pb::RangeResponse>(
+      "range", [&](const std::shared_ptr<grpc::Channel>& channel,
+                   grpc::ClientContext* context, pb::RangeResponse* response) {
+        return pb::KV::NewStub(channel)->Range(context, request, response);
+      });
+}
+
+absl::StatusOr<pb::TxnResponse> EtcdClient::Txn(const pb::TxnRequest& request) {
+  return Unary<pb::TxnResponse>(
+      "txn", [&](const std::shared_ptr<grpc::Channel>& channel,
+                 grpc::ClientContext* context, pb::TxnResponse* response) {
+        return pb::KV::NewStub(channel)->Txn(context, request, response);
+      });
+}
+
+absl::StatusOr<pb::LeaseGrantResponse> EtcdClient::LeaseGrant(int64_t ttl_s) {
+  pb::LeaseGrantRequest request;
+  request.set_ttl(ttl_s);
+  return Unary<pb::LeaseGrantResponse>(
+      "lease grant",
+      [&](const std::shared_ptr<grpc::Channel>& channel,
+          grpc::ClientContext* context, pb::LeaseGrantResponse* response) {
+        return pb::Lease::NewStub(channel)->LeaseGrant(context, request,
+                                                       response);
+      });
+}
+
+absl::Status EtcdClient::LeaseRevoke(int64_t lease) {
+  pb::LeaseRevokeRequest request;
+  request.set_id(lease);
+  return Unary<pb::LeaseRevokeResponse>(
+             "lease revoke",
+             [&](const std::shared_ptr<grpc::Channel>& channel,
+                 grpc::ClientContext* context,
+                 pb::LeaseRevokeResponse* response) {
+               return pb::Lease::NewStub(channel)->LeaseRevoke(context, request,
+                                                               response);
+             })
+      .status();
+}
+
+absl::StatusOr<pb::LeaseKeepAliveResponse> EtcdClient::KeepAliveOnce(
+    int64_t lease, std::chrono::steady_clock::time_point* sent) {
+  pb::LeaseKeepAliveRequest request;
+  request.set_id(lease);
+  // A keepalive renews the lease to its full TTL however often it is sent:
+  // another attempt after an undelivered one is harmless.
+  return Unary<pb::LeaseKeepAliveResponse>(
+      "lease keepalive",
+      [&](const std::shared_ptr<grpc::Channel>& channel,
+          grpc::ClientContext* context, pb::LeaseKeepAliveResponse* response) {
+        auto stream = pb::Lease::NewStub(channel)->LeaseKeepAlive(context);
+        *sent = std::chrono::steady_clock::now();
+        if (stream->Write(request)) {
+          stream->WritesDone();
+          if (!stream->Read(response)) response->Clear();
+        }
+        grpc::Status status = stream->Finish();
+        if (status.ok() && response->id() != lease) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "keepalive stream ended without an answer");
+        }
+        return status;
+      });
+}
+
+absl::StatusOr<mvccpb::Event> EtcdClient::AwaitEvent(
+    absl::string_view key, int64_t start_revision,
+    mvccpb::Event::EventType type, absl::Time deadline) {
+  if (options_.endpoints.empty()) return NoQuorumError("no etcd endpoints");
+  const int endpoint = current();
+  const std::shared_ptr<grpc::Channel> channel = Channel(endpoint);
+  Call call(*this, deadline);
+  auto stream = pb::Watch::NewStub(channel)->Watch(call.context());
+  pb::WatchRequest request;
+  pb::WatchCreateRequest* create = request.mutable_create_request();
+  create->set_key(std::string(key));
+  create->set_start_revision(start_revision);
+  create->add_filters(type == mvccpb::Event::PUT
+                          ? pb::WatchCreateRequest::NODELETE
+                          : pb::WatchCreateRequest::NOPUT);
+  absl::StatusOr<mvccpb::Event> result =
+      absl::DeadlineExceededError(absl::StrCat("no event on ", key));
+  bool decided = false;
+  if (stream->Write(request)) {
+    pb::WatchResponse response;
+    while (!decided && stream->Read(&response)) {
+      if (response.compact_revision() > 0) {
+        result = absl::OutOfRangeError("watch start revision was compacted");
+        decided = true;
+      } else if (response.canceled()) {
+        result = NoQuorumError(
+            absl::StrCat("watch at ", options_.endpoints[endpoint],
+                         " cancelled: ", response.cancel_reason()));
+        decided = true;
+      }
+      for (const mvccpb::Event& event : response.events()) {
+        if (!decided && event.type() == type) {
+          result = event;
+          decided = true;
+        }
+      }
+    }
+  }
+  // Ending the watch early: the server learns from the cancellation.
+  if (decided) call.context()->TryCancel();
+  const grpc::Status status = stream->Finish();
+  if (decided) return result;
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+      status.ok() || absl::Now() >= deadline) {
+    return result;
+  }
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    Reconnect(endpoint, channel);
+    Rotate(endpoint);
+  }
+  return MapFailure("watch", options_.endpoints[endpoint], status);
+}
+
+}  // namespace summon::server

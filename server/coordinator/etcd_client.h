@@ -1,0 +1,120 @@
+#ifndef SUMMON_SERVER_COORDINATOR_ETCD_CLIENT_H_
+#define SUMMON_SERVER_COORDINATOR_ETCD_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/security/credentials.h"
+
+namespace summon::server {
+
+// etcd's v3 gRPC API, as summon's coordinator uses it: every call has a
+// deadline (`call_timeout`), carries "hasleader" so a member that lost its
+// quorum refuses at once instead of queueing the request, and is never a
+// serializable read (a cut-off member answers those with stale data).
+//
+// Failures that mean "etcd cannot decide now" (no leader, unreachable,
+// deadline) come back as UNAVAILABLE "coordinator has no quorum: ...";
+// anything else keeps its code with an "etcd: " prefix.
+//
+// The endpoints are tried in turn: a call that failed on one for want of an
+// answer (connection refused or lost, a member without a leader, half the
+// call's deadline gone) is sent to the next while the deadline allows, and
+// the next calls start there. That makes one member's death invisible
+// except for etcd's own re-election stall; every request the coordinator
+// sends is safe to repeat (etcd_client.cc, Retriable).
+class EtcdClient {
+ public:
+  struct Options {
+    std::vector<std::string> endpoints;  // HOST:PORT of etcd members.
+    // Longer than etcd's re-election stall (about 1.5 s) so that losing
+    // etcd's leader fails no call; short enough that a lost quorum answers
+    // UNAVAILABLE promptly.
+    absl::Duration call_timeout = absl::Seconds(3);
+    // null: plaintext.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+  };
+
+  explicit EtcdClient(Options options);
+  EtcdClient(const EtcdClient&) = delete;
+  EtcdClient& operator=(const EtcdClient&) = delete;
+
+  absl::Duration call_timeout() const { return options_.call_timeout; }
+
+  absl::StatusOr<etcdserverpb::RangeResponse> Range(
+      const etcdserverpb::RangeRequest& request);
+  absl::StatusOr<etcdserverpb::TxnResponse> Txn(
+      const etcdserverpb::TxnRequest& request);
+  absl::StatusOr<etcdserverpb::LeaseGrantResponse> LeaseGrant(int64_t ttl_s);
+  absl::Status LeaseRevoke(int64_t lease);
+
+  // One keepalive round trip for `lease` on a stream of its own; `sent` is
+  // set (steady clock) right before the request leaves. The response's TTL
+  // is 0 when the lease no longer exists.
+  absl::StatusOr<etcdserverpb::LeaseKeepAliveResponse> KeepAliveOnce(
+      int64_t lease, std::chrono::steady_clock::time_point* sent);
+
+  // Watches `key` from `start_revision` until an event of `type` arrives
+  // (returned), `deadline` passes (DEADLINE_EXCEEDED) or CancelInFlight()
+  // (CANCELLED). A compacted start revision answers OUT_OF_RANGE: range again.
+  absl::StatusOr<mvccpb::Event> AwaitEvent(absl::string_view key,
+                                           int64_t start_revision,
+                                           mvccpb::Event::EventType type,
+                                           absl::Time deadline);
+
+  // Ends every call in flight with CANCELLED (a stopping coordinator's
+  // watches); later calls run as usual.
+  void CancelInFlight();
+
+ private:
+  // One attempt's context: deadline, "hasleader", registered for
+  // CancelInFlight().
+  class Call;
+
+  // Runs `attempt` on the current endpoint and then the next ones while the
+  // failure is safe to retry and time is left.
+  template <typename Response, typename Attempt>
+  absl::StatusOr<Response> Unary(absl::string_view what, Attempt attempt);
+
+  std::shared_ptr<grpc::Channel> Channel(int endpoint) const;
+  // After a failure that may be the connection's: the next call to
+  // `endpoint` goes over a new channel. gRPC 1.51's pick_first leaves a
+  // channel whose first connects were refused failing fast long after the
+  // member is up again (its subchannel waits to be asked to reconnect);
+  // a new channel connects at once.
+  void Reconnect(int endpoint, const std::shared_ptr<grpc::Channel>& failed);
+  std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint) const;
+  int current() const;
+  void Rotate(int failed);
+
+  const Options options_;
+
+  mutable absl::Mutex mu_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  int current_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
+};
+
+// UNAVAILABLE "coordinator has no quorum: <why>".
+absl::Status NoQuorumError(absl::string_view why);
+
+// The first key after every key that starts with `prefix` (etcd's
+// range_end for a prefix range).
+std::string PrefixEnd(absl::string_view prefix);
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_COORDINATOR_ETCD_CLIENT_H_
