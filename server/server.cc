@@ -180,6 +180,7 @@ SummonServer::SummonServer(Spec spec,
     watch_replication_ = std::make_unique<WatchReplication>(
         watch_store_.get(), watch_replicas_.get());
     peer_service_->SetWatches(watch_store_.get());
+    peer_service_->SetCheckpointRoots(checkpoint_roots);
   } else {
     watch_nodes_ = std::make_unique<LocalWatchNodes>(registry_.get());
   }
