@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,13 @@ std::string Dashed(absl::string_view name) {
 std::string Underscored(absl::string_view name) {
   return absl::StrReplaceAll(name, {{"-", "_"}});
 }
+
+// Abseil's own flags, which ParseCommandLine handles (not all of them are
+// in the flag registry).
+constexpr absl::string_view kAbseilFlags[] = {
+    "help",     "helpfull",        "helpshort", "helppackage", "helpon",
+    "helpmatch", "version",        "only_check_args", "flagfile", "fromenv",
+    "tryfromenv", "undefok"};
 
 }  // namespace
 
@@ -48,6 +56,10 @@ absl::Status CheckFlagArgs(const std::vector<std::string>& args,
     const size_t equals = body.find('=');
     const absl::string_view name = body.substr(0, equals);
     const std::string typed = absl::StrCat("--", Dashed(name));
+    if (std::find(std::begin(kAbseilFlags), std::end(kAbseilFlags),
+                  Underscored(name)) != std::end(kAbseilFlags)) {
+      continue;
+    }
     absl::CommandLineFlag* flag = find(name);
     if (flag == nullptr && absl::StartsWith(name, "no")) {
       // --noinsecure-local: Abseil's negation of a boolean flag.

@@ -221,6 +221,10 @@ TEST(SummondFlagsTest, FlagErrorsNameTheFlagAsTyped) {
   expect({"--insecure-local", "--local-ranks=four"},
          "Illegal value 'four' specified for --local-ranks");
   expect({"--insecure-local", "--data-dir"}, "--data-dir needs a value");
+  // Abseil's own flags pass the vetting.
+  const auto [code, log] = RunToExit({"--version"});
+  EXPECT_EQ(code, 0) << log;
+  EXPECT_TRUE(absl::StartsWith(log, "summond ")) << log;
 }
 
 // gRPC would listen on a HOST alone at port 443, silently: refused as
