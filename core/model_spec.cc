@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/closest_name.h"
 #include "core/json_error.h"
 
 namespace summon::core {
@@ -125,6 +126,22 @@ struct UnitEntry {
   std::vector<ParamEntry> params;
 };
 
+// A field the format does not have is a typo or a misunderstanding, never
+// something to ignore silently: INVALID_ARGUMENT naming it, with the closest
+// known field.
+absl::Status CheckKnownFields(const Json& object, absl::string_view where,
+                              const std::vector<std::string>& known) {
+  for (const auto& [key, unused] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    const std::string closest = ClosestName(key, known);
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": unknown field '", key, "'",
+        closest.empty() ? "" : absl::StrCat(" (did you mean '", closest, "'?)"),
+        "; known: ", absl::StrJoin(known, ", ")));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ParamEntry> ParseParamEntry(const Json& param,
                                            absl::string_view unit_where,
                                            size_t index) {
@@ -138,6 +155,11 @@ absl::StatusOr<ParamEntry> ParseParamEntry(const Json& param,
   if (!fqn.ok()) return fqn.status();
   entry.fqn = *std::move(fqn);
   const std::string where = absl::StrCat("parameter '", entry.fqn, "'");
+  if (absl::Status known = CheckKnownFields(
+          param, where, {"fqn", "shape", "dtype", "alias_of", "shard_dim"});
+      !known.ok()) {
+    return known;
+  }
   if (entry.fqn.empty() || !IsWellFormedModulePath(entry.fqn)) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, " in ", unit_where,
@@ -198,6 +220,10 @@ absl::StatusOr<std::vector<UnitEntry>> ParseUnitEntries(const Json& units) {
     if (!fqn.ok()) return fqn.status();
     entry.fqn = *std::move(fqn);
     const std::string where = UnitName(entry.fqn);
+    if (absl::Status known = CheckKnownFields(unit, where, {"fqn", "params"});
+        !known.ok()) {
+      return known;
+    }
     if (!IsWellFormedModulePath(entry.fqn)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where,
@@ -439,6 +465,13 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
     return absl::InvalidArgumentError(absl::StrCat(
         "layout has JSON type ", root.type_name(), ", expected an object"));
   }
+  if (absl::Status known = CheckKnownFields(
+          root, "layout",
+          {"strategy", "kind", "use_orig_params", "compute_dtype",
+           "shard_group_size", "units"});
+      !known.ok()) {
+    return known;
+  }
   ModelSpec spec;
   // The file's strategy is validated even when overridden: a typo in the file
   // is still a broken file.
@@ -506,6 +539,11 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
   const Json* units = FindField(root, "units");
   if (units == nullptr || !units->is_array()) {
     return FieldError("layout", "units", "an array", units);
+  }
+  if (units->empty()) {
+    return absl::InvalidArgumentError(
+        "layout: units lists no unit (a model has at least one, e.g. the root "
+        "unit \"\" holding every parameter)");
   }
   absl::StatusOr<std::vector<UnitEntry>> entries = ParseUnitEntries(*units);
   if (!entries.ok()) return entries.status();
