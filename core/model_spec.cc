@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/closest_name.h"
 #include "core/json_error.h"
 
 namespace summon::core {
@@ -125,22 +124,6 @@ struct UnitEntry {
   std::string fqn;
   std::vector<ParamEntry> params;
 };
-
-// A field the format does not have is a typo or a misunderstanding, never
-// something to ignore silently: INVALID_ARGUMENT naming it, with the closest
-// known field.
-absl::Status CheckKnownFields(const Json& object, absl::string_view where,
-                              const std::vector<std::string>& known) {
-  for (const auto& [key, unused] : object.items()) {
-    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    const std::string closest = ClosestName(key, known);
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": unknown field '", key, "'",
-        closest.empty() ? "" : absl::StrCat(" (did you mean '", closest, "'?)"),
-        "; known: ", absl::StrJoin(known, ", ")));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<ParamEntry> ParseParamEntry(const Json& param,
                                            absl::string_view unit_where,
