@@ -518,9 +518,6 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   builder.RegisterService(server->reflection_v1_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ != nullptr) {
-    server->summon_service_->SetNodeAddresses(
-        s.nodes.empty() ? std::vector<std::string>{server->address()}
-                        : s.nodes);
     absl::MutexLock lock(&server->web_mu_);
     server->web_channel_ =
         server->server_->InProcessChannel(grpc::ChannelArguments());

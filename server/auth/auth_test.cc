@@ -60,11 +60,11 @@ TEST(RpcTableTest, CoversEveryMethodOfEveryServiceAndNothingElse) {
     }
   }
   EXPECT_EQ(RpcTable().size(), methods);
-  // Summon gained MapSession (issue 11, P3), the four Watch calls (issue
-  // 21) and ClusterStatus (33); Peer NodeSetGenerations and NodeHealth
-  // (issue 20) and NodeWatchPartials, NodeWatchVersions, NodeWatchFetch and
-  // NodeWatchApply (21).
-  EXPECT_EQ(methods, 21u + 7u + 24u);
+  // Summon gained MapSession (issue 11, P3) and the four Watch calls (issue
+  // 21); Peer NodeSetGenerations and NodeHealth (issue 20) and
+  // NodeWatchPartials, NodeWatchVersions, NodeWatchFetch and NodeWatchApply
+  // (21).
+  EXPECT_EQ(methods, 20u + 7u + 24u);
 }
 
 TEST(RpcTableTest, AWritableSessionNeedsAnEditor) {

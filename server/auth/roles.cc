@@ -116,7 +116,6 @@ const std::vector<RpcRule>& RpcTable() {
       {"/summon.v1.Summon/ListWatches", Role::kViewer},
       {"/summon.v1.Summon/RemoveWatch", Role::kEditor},
       {"/summon.v1.Summon/ShowWatch", Role::kViewer},
-      {"/summon.v1.Summon/ClusterStatus", Role::kViewer},
       {"/summon.v1.Trainer/Attach", Role::kTrainer},
       {"/summon.v1.Trainer/Heartbeat", Role::kTrainer},
       {"/summon.v1.Trainer/Detach", Role::kTrainer},

@@ -7,7 +7,6 @@
 #include <string>
 #include <utility>
 
-#include "absl/synchronization/mutex.h"
 #include "server/auth/authorizer.h"
 #include "server/checkpoint/checkpoint_roots.h"
 #include "server/cluster/membership.h"
@@ -98,9 +97,6 @@ class SummonServiceImpl final : public v1::Summon::Service {
   grpc::Status ShowWatch(grpc::ServerContext* context,
                          const v1::ShowWatchRequest* request,
                          v1::ShowWatchResponse* response) override;
-  grpc::Status ClusterStatus(grpc::ServerContext* context,
-                             const v1::ClusterStatusRequest* request,
-                             v1::ClusterStatusResponse* response) override;
   // The leader's (or single node's) watches; null: watch calls answer
   // FAILED_PRECONDITION. `replication` (a cluster): every change reaches
   // the followers' copies.
@@ -108,14 +104,6 @@ class SummonServiceImpl final : public v1::Summon::Service {
                   WatchReplication* replication = nullptr) {
     watches_ = watches;
     watch_replication_ = replication;
-  }
-
-  // HOST:PORT of every node by node rank, for ClusterStatus (a single
-  // node: its own address).
-  // Set once the listener is bound, while calls may already arrive.
-  void SetNodeAddresses(std::vector<std::string> addresses) {
-    absl::MutexLock lock(&node_addresses_mu_);
-    node_addresses_ = std::move(addresses);
   }
 
   grpc::Status MapSession(grpc::ServerContext* context,
@@ -167,14 +155,6 @@ class SummonServiceImpl final : public v1::Summon::Service {
   // within kHealthTimeout.
   std::vector<int> FoldReachableHealth(
       std::map<std::string, std::pair<v1::ModelState, std::string>>* states);
-  // Peer.NodeHealth of `request` on every node but this one, at once, each
-  // within kHealthTimeout; by node rank (this node's slot stays empty and
-  // OK).
-  struct NodeAnswers {
-    std::vector<v1::NodeHealthResponse> answers;
-    std::vector<grpc::Status> results;
-  };
-  NodeAnswers AskOtherNodes(const v1::NodeHealthRequest& request);
   // FAILED_PRECONDITION ("model 'M' is MISSING_SHARDS: node N: ...") when
   // a follower has no shards of `model`; OK when it is unknown here (the
   // open then says so).
@@ -199,9 +179,6 @@ class SummonServiceImpl final : public v1::Summon::Service {
   const CheckpointRoots checkpoint_roots_;
   const auth::Authorizer* const authorizer_;
   Membership* const cluster_;
-  absl::Mutex node_addresses_mu_;
-  std::vector<std::string> node_addresses_
-      ABSL_GUARDED_BY(node_addresses_mu_);
   LeaderForwarder forwarder_;
   const int max_open_streams_;
   LocalFdBroker* const fd_broker_;  // Null: no same-node mappings.

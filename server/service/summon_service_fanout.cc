@@ -191,40 +191,33 @@ absl::Status SummonServiceImpl::FoldClusterHealth(
   return absl::OkStatus();
 }
 
-SummonServiceImpl::NodeAnswers SummonServiceImpl::AskOtherNodes(
-    const v1::NodeHealthRequest& request) {
-  NodeAnswers asked;
-  asked.answers.resize(cluster_->size());
-  asked.results.resize(cluster_->size());
-  std::vector<std::thread> threads;
-  for (int node = 0; node < cluster_->size(); ++node) {
-    if (node == cluster_->node_rank()) continue;
-    threads.emplace_back([&, node] {
-      auto stub = v1::Peer::NewStub(cluster_->ChannelTo(node));
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + kHealthTimeout));
-      asked.results[node] =
-          stub->NodeHealth(&context, request, &asked.answers[node]);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  return asked;
-}
-
 std::vector<int> SummonServiceImpl::FoldReachableHealth(
     std::map<std::string, std::pair<v1::ModelState, std::string>>* states) {
   if (cluster_ == nullptr) return {};
   v1::NodeHealthRequest request;
   for (const auto& [name, unused] : *states) request.add_models(name);
-  const NodeAnswers asked = AskOtherNodes(request);
+  const int self = cluster_->node_rank();
+  std::vector<v1::NodeHealthResponse> answers(cluster_->size());
+  std::vector<grpc::Status> results(cluster_->size());
+  std::vector<std::thread> threads;
+  for (int node = 0; node < cluster_->size(); ++node) {
+    if (node == self) continue;
+    threads.emplace_back([&, node] {
+      auto stub = v1::Peer::NewStub(cluster_->ChannelTo(node));
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + kHealthTimeout));
+      results[node] = stub->NodeHealth(&context, request, &answers[node]);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
   std::vector<int> down;
   for (int node = 0; node < cluster_->size(); ++node) {
-    if (node == cluster_->node_rank()) continue;
-    if (!asked.results[node].ok()) {
+    if (node == self) continue;
+    if (!results[node].ok()) {
       down.push_back(node);
       continue;
     }
-    FoldNodeHealth(node, asked.answers[node], states);
+    FoldNodeHealth(node, answers[node], states);
   }
   return down;
 }

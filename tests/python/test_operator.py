@@ -120,17 +120,6 @@ def test_a_one_shot_read_leaves_no_session(client: summon.Client) -> None:
     assert client.list_sessions() == []
 
 
-def test_cluster_status_of_a_single_node(daemon: LocalDaemon,
-                                         client: summon.Client) -> None:
-    net = tiny()
-    st.register(client, MODEL, net, [net[0], net[1]])
-    status = client.cluster_status()
-    assert (status.node_rank, status.leader, status.epoch, status.ready, status.failure) == (
-        0, 0, 0, True, "")
-    assert status.nodes == (summon.NodeStatus(0, daemon.tcp_address, True, True, True, "",
-                                              {MODEL: "READY"}),)
-
-
 def test_a_mistyped_model_name_gets_a_suggestion(client: summon.Client) -> None:
     net = tiny()
     st.register(client, MODEL, net, [net[0], net[1]])

@@ -637,13 +637,3 @@ class Client:
         with self.summon_full_params(model, params=[fqn], writeback=False,
                                      with_grads=grad) as session:
             return session.read(fqn, grad=grad, raw=raw, dtype=dtype)
-
-    # Cluster ---------------------------------------------------------------
-
-    def cluster_status(self) -> "ClusterStatus":
-        """Every node as the node this client talks to sees it now: the leader,
-        the epoch, each node up or down and its state of each model. Answered
-        with nodes down too."""
-        from summon.messages import ClusterStatus
-        return ClusterStatus.from_proto(self._call(
-            self._summon.ClusterStatus, summon_pb2.ClusterStatusRequest()))

@@ -444,37 +444,3 @@ class ShardMap:
                    m.incarnation,
                    m.device_ordinal if m.HasField("device_ordinal") else None,
                    m.params_ipc_handle, m.grads_ipc_handle, m.device_bytes)
-
-
-@dataclass(frozen=True)
-class NodeStatus:
-    """One node as ClusterStatus sees it: up or down (and why), and its
-    ranks' state of each model, by model name."""
-    node: int
-    address: str
-    leader: bool
-    self: bool
-    up: bool
-    down_reason: str
-    models: dict[str, str]
-
-    @classmethod
-    def from_proto(cls, m: summon_pb2.NodeStatus) -> "NodeStatus":
-        return cls(m.node, m.address, m.leader, getattr(m, "self"), m.up, m.down_reason,
-                   {held.model: state_name(held.state) for held in m.models})
-
-
-@dataclass(frozen=True)
-class ClusterStatus:
-    """Summon.ClusterStatus: the cluster as the node asked sees it."""
-    node_rank: int
-    leader: int
-    epoch: int
-    ready: bool
-    failure: str
-    nodes: tuple[NodeStatus, ...]
-
-    @classmethod
-    def from_proto(cls, m: summon_pb2.ClusterStatusResponse) -> "ClusterStatus":
-        return cls(m.node_rank, m.leader, m.epoch, m.ready, m.failure,
-                   tuple(NodeStatus.from_proto(n) for n in m.nodes))
