@@ -17,7 +17,6 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator
 
-import numpy as np
 import pytest
 import torch
 
@@ -103,21 +102,6 @@ def test_a_lease_of_zero_is_refused(client: summon.Client) -> None:
     opened = client.open_session(MODEL, scope="0", writeback=False, lease_seconds=7)
     assert opened.options.lease_seconds == 7
     client.close_session(opened.id)
-
-
-def test_a_one_shot_read_leaves_no_session(client: summon.Client) -> None:
-    """client.get_tensor: open, read, close in one call, the values those of
-    a session's read; a failed read closes its session too."""
-    net = tiny()
-    st.register(client, MODEL, net, [net[0], net[1]])
-    got = client.get_tensor(MODEL, PARAM)
-    assert got.dtype == np.float32 and got.shape == (16, 8)
-    assert np.array_equal(got, net[0].weight.detach().numpy())
-    assert client.list_sessions() == []
-    with pytest.raises(summon.SummonError) as missing:
-        client.get_tensor(MODEL, "0.wieght")
-    assert missing.value.code == "NOT_FOUND"
-    assert client.list_sessions() == []
 
 
 def test_a_mistyped_model_name_gets_a_suggestion(client: summon.Client) -> None:

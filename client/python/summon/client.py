@@ -626,14 +626,3 @@ class Client:
         return UnitWatch(self._trainer.WatchUnits(
             trainer_pb2.WatchUnitsRequest(model=model, every_change=every_change),
             metadata=self._metadata))
-
-    # One-shot reads --------------------------------------------------------
-
-    def get_tensor(self, model: str, fqn: str, grad: bool = False,
-                   dtype: Optional[str] = None, raw: bool = False) -> np.ndarray:
-        """One parameter (or, with grad, its gradient) as NumPy in one call:
-        opens a read-only session over `fqn` alone, reads it and closes the
-        session, also when the read fails, so a script leaves nothing open."""
-        with self.summon_full_params(model, params=[fqn], writeback=False,
-                                     with_grads=grad) as session:
-            return session.read(fqn, grad=grad, raw=raw, dtype=dtype)
