@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/closest_name.h"
 #include "nlohmann/json.hpp"
 
 namespace summon::core {
@@ -82,6 +84,20 @@ std::string JsonSyntaxError(absl::string_view text) {
   const TextPosition where = PositionOf(text, handler.offset);
   return absl::StrCat("line ", where.line, ", column ", where.column, ": ",
                       Reason(handler.what));
+}
+
+absl::Status CheckKnownFields(const nlohmann::json& object,
+                              absl::string_view where,
+                              const std::vector<std::string>& known) {
+  for (const auto& [key, unused] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    const std::string closest = ClosestName(key, known);
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": unknown field '", key, "'",
+        closest.empty() ? "" : absl::StrCat(" (did you mean '", closest, "'?)"),
+        "; known: ", absl::StrJoin(known, ", ")));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace summon::core

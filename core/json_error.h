@@ -2,8 +2,11 @@
 #define SUMMON_CORE_JSON_ERROR_H_
 
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace summon::core {
 
@@ -18,6 +21,13 @@ struct TextPosition {
   int column = 1;
 };
 TextPosition PositionOf(absl::string_view text, size_t offset);
+
+// A field of `object` that is not in `known` is a typo or a misunderstanding,
+// never something to ignore silently: INVALID_ARGUMENT "WHERE: unknown field
+// 'K' (did you mean 'C'?); known: ..." for the first one; OK when none.
+absl::Status CheckKnownFields(const nlohmann::json& object,
+                              absl::string_view where,
+                              const std::vector<std::string>& known);
 
 }  // namespace summon::core
 

@@ -138,6 +138,11 @@ absl::StatusOr<ParamEntry> ParseParamEntry(const Json& param,
   if (!fqn.ok()) return fqn.status();
   entry.fqn = *std::move(fqn);
   const std::string where = absl::StrCat("parameter '", entry.fqn, "'");
+  if (absl::Status known = CheckKnownFields(
+          param, where, {"fqn", "shape", "dtype", "alias_of", "shard_dim"});
+      !known.ok()) {
+    return known;
+  }
   if (entry.fqn.empty() || !IsWellFormedModulePath(entry.fqn)) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, " in ", unit_where,
@@ -198,6 +203,10 @@ absl::StatusOr<std::vector<UnitEntry>> ParseUnitEntries(const Json& units) {
     if (!fqn.ok()) return fqn.status();
     entry.fqn = *std::move(fqn);
     const std::string where = UnitName(entry.fqn);
+    if (absl::Status known = CheckKnownFields(unit, where, {"fqn", "params"});
+        !known.ok()) {
+      return known;
+    }
     if (!IsWellFormedModulePath(entry.fqn)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where,
@@ -439,6 +448,13 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
     return absl::InvalidArgumentError(absl::StrCat(
         "layout has JSON type ", root.type_name(), ", expected an object"));
   }
+  if (absl::Status known = CheckKnownFields(
+          root, "layout",
+          {"strategy", "kind", "use_orig_params", "compute_dtype",
+           "shard_group_size", "units"});
+      !known.ok()) {
+    return known;
+  }
   ModelSpec spec;
   // The file's strategy is validated even when overridden: a typo in the file
   // is still a broken file.
@@ -506,6 +522,11 @@ absl::StatusOr<ModelSpec> ParseModelLayout(
   const Json* units = FindField(root, "units");
   if (units == nullptr || !units->is_array()) {
     return FieldError("layout", "units", "an array", units);
+  }
+  if (units->empty()) {
+    return absl::InvalidArgumentError(
+        "layout: units lists no unit (a model has at least one, e.g. the root "
+        "unit \"\" holding every parameter)");
   }
   absl::StatusOr<std::vector<UnitEntry>> entries = ParseUnitEntries(*units);
   if (!entries.ok()) return entries.status();

@@ -493,6 +493,33 @@ TEST(ModelSpecTest, ValidationErrorsAreInvalidArgumentNamingTheOffender) {
   }
 }
 
+// Fields the format does not have, and a model without units, are refused
+// (issue 33: they were accepted silently), naming the field and the closest
+// known one.
+TEST(ModelSpecTest, UnknownFieldsAndNoUnitsAreRefused) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"strategy": "FULL_SHARD", "shardgroup_size": 2, "units": [
+           {"fqn": "", "params": []}]})",
+       "layout: unknown field 'shardgroup_size' (did you mean "
+       "'shard_group_size'?); known: strategy, kind, use_orig_params, "
+       "compute_dtype, shard_group_size, units"},
+      {R"({"units": [{"fqn": "", "parms": []}]})",
+       "unit '': unknown field 'parms' (did you mean 'params'?); "
+       "known: fqn, params"},
+      {R"({"units": [{"fqn": "", "params": [
+           {"fqn": "w", "shape": [2], "dtype": "float32", "dims": 1}]}]})",
+       "parameter 'w': unknown field 'dims'; known: fqn, shape, dtype, "
+       "alias_of, shard_dim"},
+      {R"({"units": []})",
+       "layout: units lists no unit (a model has at least one, e.g. the root "
+       "unit \"\" holding every parameter)"},
+  };
+  for (const auto& [json, message] : cases) {
+    absl::StatusOr<ModelSpec> spec = ParseModelLayout(json, kTwoByTwo);
+    EXPECT_EQ(spec.status(), absl::InvalidArgumentError(message)) << json;
+  }
+}
+
 TEST(ModelSpecTest, UnitOrderErrorNamesBothUnits) {
   absl::StatusOr<ModelSpec> spec =
       ParseModelLayout(R"({"units": [{"fqn": "a.b", "params": []},

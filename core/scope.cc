@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace summon::core {
 namespace {
@@ -57,6 +58,38 @@ absl::StatusOr<Scope> ResolveParamList(const ModelSpec& model,
   return scope;
 }
 
+// What an empty module scope's warning points at (as FSDP, such a scope
+// summons nothing): with recurse=false the units below the module; else the
+// unit its parameters live in, and the parameter list that names them.
+std::string WhereInstead(const ModelSpec& model, absl::string_view module_fqn,
+                         bool recurse) {
+  std::vector<std::string> below;
+  for (const UnitSpec& unit : model.units) {
+    if (IsUnderModule(unit.fqn, module_fqn)) below.push_back(unit.fqn);
+  }
+  if (!recurse && !below.empty()) {
+    return absl::StrCat("; without --no-recurse it holds the units below it (",
+                        absl::StrJoin(below, ", "), ")");
+  }
+  std::set<std::string> owners;
+  std::vector<std::string> params;
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    for (const FlatParamEntry& param : model.units[u].layout.params()) {
+      if (!IsUnderModule(param.fqn, module_fqn)) continue;
+      owners.insert(model.units[u].fqn);
+      params.push_back(param.fqn);
+    }
+  }
+  if (params.empty()) return "";
+  std::vector<std::string> scopes;
+  for (const std::string& owner : owners) {
+    scopes.push_back(absl::StrCat("--scope ", owner.empty() ? "''" : owner));
+  }
+  return absl::StrCat("; its parameters live in ", absl::StrJoin(scopes, ", "),
+                      ", or name just them: --params ",
+                      absl::StrJoin(params, ","));
+}
+
 }  // namespace
 
 absl::StatusOr<Scope> ResolveScope(const ModelSpec& model,
@@ -86,7 +119,8 @@ absl::StatusOr<Scope> ResolveScope(const ModelSpec& model,
     scope.warnings.push_back(absl::StrCat(
         "module '", module_fqn, "' is not a unit",
         request.recurse ? " and has no unit below it" : " (recurse=false)",
-        ": the session holds no parameters"));
+        ": the session holds no parameters", WhereInstead(model, module_fqn,
+                                                          request.recurse)));
   }
   return scope;
 }

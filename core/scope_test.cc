@@ -77,6 +77,31 @@ TEST_F(ScopeTest, NonUnitModuleGivesEmptyScopeWithWarning) {
   }
 }
 
+// The warning points where the parameters are (issue 33): the units below
+// a container, or the unit a non-unit module's parameters live in and the
+// parameter list naming them.
+TEST_F(ScopeTest, NonUnitModuleWarningPointsAtTheUnitAndTheParams) {
+  const std::pair<ScopeRequest, const char*> cases[] = {
+      {{"layers", false, {}},
+       "module 'layers' is not a unit (recurse=false): the session holds no "
+       "parameters; without --no-recurse it holds the units below it "
+       "(layers.0, layers.1)"},
+      {{"layers.0.attn", true, {}},
+       "module 'layers.0.attn' is not a unit and has no unit below it: the "
+       "session holds no parameters; its parameters live in --scope "
+       "layers.0, or name just them: --params layers.0.attn.w"},
+      {{"layers.0.attn", false, {}},
+       "module 'layers.0.attn' is not a unit (recurse=false): the session "
+       "holds no parameters; its parameters live in --scope layers.0, or "
+       "name just them: --params layers.0.attn.w"},
+  };
+  for (const auto& [request, warning] : cases) {
+    absl::StatusOr<Scope> scope = ResolveScope(model_, request);
+    ASSERT_TRUE(scope.ok()) << scope.status();
+    EXPECT_EQ(scope->warnings, std::vector<std::string>{warning});
+  }
+}
+
 TEST_F(ScopeTest, ExplicitParamsResolveAliasesDeduplicateAndSortGlobally) {
   absl::StatusOr<Scope> scope = ResolveScope(
       model_, {"", true, {"layers.1.attn.w", "head.w", "embed.w"}});

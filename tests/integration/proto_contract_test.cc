@@ -41,14 +41,19 @@ TEST_F(ProtoContractTest, VeryLongNamesGetTheStatusOfWhatTheyAre) {
   });
 }
 
-// SessionOptions.lease_seconds: "Unset or 0: 60".
-TEST_F(ProtoContractTest, LeaseSecondsZeroMeansTheSixtySecondDefault) {
+// SessionOptions.lease_seconds: "Unset: 60"; "0 is refused
+// (INVALID_ARGUMENT)" (issue 33: it was taken for the default).
+TEST_F(ProtoContractTest, LeaseSecondsUnsetIsSixtyAndZeroIsRefused) {
   pb::SessionOptions options = ReadOnly();
-  options.set_lease_seconds(0);
   pb::Session session;
-  const grpc::Status status = TryOpen("m", options, &session);
+  grpc::Status status = TryOpen("m", options, &session);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(session.options().lease_seconds(), 60u);
+  options.set_lease_seconds(0);
+  status = TryOpen("m", options, &session);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(),
+            "lease must be in (0, 24h] (--lease SECONDS, lease_seconds), got 0");
 }
 
 // ReadTensorRequest.chunk_bytes: "clamped ... so that every message stays
