@@ -187,6 +187,7 @@ absl::Status ClusterNodeOps::Read(const std::string& gather_id,
   request.set_element_offset(offset);
   request.set_element_count(count);
   request.set_chunk_bytes(chunk_bytes);
+  request.set_epoch(membership_->epoch());
   absl::Status last = absl::NotFoundError(
       absl::StrCat("no node holds a copy of gather ", gather_id));
   for (int node = 0; node < membership_->size(); ++node) {
@@ -223,6 +224,7 @@ absl::StatusOr<std::vector<core::TensorStatistics>> ClusterNodeOps::Stats(
   for (int tensor : tensors) request.add_tensors(tensor);
   request.set_grad(grad);
   request.set_bins(bins);
+  request.set_epoch(membership_->epoch());
   for (int node = 0; node < membership_->size(); ++node) {
     if (node == membership_->node_rank()) continue;
     grpc::ClientContext context;
@@ -331,6 +333,7 @@ absl::Status ClusterNodeOps::SetGenerations(const GenerationsOp& op) {
 void ClusterNodeOps::Abort(const std::string& session_id) {
   v1::NodeAbortRequest request;
   request.set_session_id(session_id);
+  request.set_epoch(membership_->epoch());
   OnEveryNode([&](int node) -> absl::Status {
     if (node == membership_->node_rank()) {
       local_->Abort(session_id);
@@ -358,6 +361,9 @@ void ClusterNodeOps::ReleaseSession(const std::string& session_id) {
 }
 
 void ClusterNodeOps::ReleaseOnPeers(v1::NodeReleaseRequest request) {
+  // The epoch the release was decided in, not the one it is sent in: a
+  // re-form in between already dropped the copies on every node.
+  request.set_epoch(membership_->epoch());
   Enqueue([this, request = std::move(request)] {
     for (int node = 0; node < membership_->size(); ++node) {
       if (node == membership_->node_rank()) continue;

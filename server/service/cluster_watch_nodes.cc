@@ -105,8 +105,8 @@ core::WatchPartial WatchPartialFromProto(const v1::WatchPartial& partial) {
 
 absl::StatusOr<std::vector<std::vector<core::WatchPartial>>>
 ClusterWatchNodes::Partials(const WatchPartialsRequest& request) {
-  const v1::NodeWatchPartialsRequest proto =
-      WatchPartialsRequestToProto(request);
+  v1::NodeWatchPartialsRequest proto = WatchPartialsRequestToProto(request);
+  proto.set_epoch(membership_->epoch());
   // The other nodes read their shards while this one reads its own.
   std::vector<std::future<absl::StatusOr<std::vector<core::WatchPartial>>>>
       remote;

@@ -100,7 +100,8 @@ absl::StatusOr<std::vector<WatchVersion>> ClusterWatchReplicas::Versions(
     int node) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-  const v1::NodeWatchVersionsRequest request;
+  v1::NodeWatchVersionsRequest request;
+  request.set_epoch(membership_->epoch());
   v1::NodeWatchVersionsResponse response;
   if (absl::Status status =
           Named(node, v1::Peer::NewStub(membership_->ChannelTo(node))
@@ -121,6 +122,7 @@ absl::StatusOr<std::vector<WatchChunk>> ClusterWatchReplicas::Fetch(
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   v1::NodeWatchFetchRequest request;
   request.set_model(model);
+  request.set_epoch(membership_->epoch());
   std::unique_ptr<grpc::ClientReader<v1::WatchChunk>> reader =
       v1::Peer::NewStub(membership_->ChannelTo(node))
           ->NodeWatchFetch(&context, request);

@@ -198,6 +198,9 @@ grpc::Status PeerServiceImpl::NodeRead(
       !denied.ok()) {
     return denied;
   }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
   absl::StatusOr<core::DType> dtype = DTypeFromProto(request->dtype(), "dtype");
   if (!dtype.ok()) return ToGrpcStatus(dtype.status());
   return ToGrpcStatus(runtime_->Read(
@@ -221,6 +224,9 @@ grpc::Status PeerServiceImpl::NodeStats(grpc::ServerContext* context,
       !denied.ok()) {
     return denied;
   }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
   absl::StatusOr<std::vector<core::TensorStatistics>> stats =
       runtime_->Stats(request->gather_id(), request->session_id(),
                       {request->tensors().begin(), request->tensors().end()},
@@ -240,6 +246,9 @@ grpc::Status PeerServiceImpl::NodeWatchPartials(
           Allow(*context, "/summon.v1.Peer/NodeWatchPartials", *request);
       !denied.ok()) {
     return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
   }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
@@ -276,6 +285,9 @@ grpc::Status PeerServiceImpl::NodeWatchVersions(
       !denied.ok()) {
     return denied;
   }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
   if (watches_ == nullptr) return NoWatches();
   for (const WatchVersion& version : watches_->Versions()) {
     WatchVersionToProto(version, response->add_watches());
@@ -290,6 +302,9 @@ grpc::Status PeerServiceImpl::NodeWatchFetch(
           Allow(*context, "/summon.v1.Peer/NodeWatchFetch", *request);
       !denied.ok()) {
     return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
   }
   if (watches_ == nullptr) return NoWatches();
   const std::vector<WatchChunk> chunks =
@@ -401,6 +416,9 @@ grpc::Status PeerServiceImpl::NodeAbort(grpc::ServerContext* context,
       !denied.ok()) {
     return denied;
   }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
   runtime_->Abort(request->session_id());
   return grpc::Status::OK;
 }
@@ -412,6 +430,9 @@ grpc::Status PeerServiceImpl::NodeRelease(grpc::ServerContext* context,
           Allow(*context, "/summon.v1.Peer/NodeRelease", *request);
       !denied.ok()) {
     return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
   }
   if (!request->session_id().empty()) {
     runtime_->ReleaseSession(request->session_id());
@@ -428,6 +449,9 @@ grpc::Status PeerServiceImpl::NodeCreateModel(
       !denied.ok()) {
     return denied;
   }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
   return ToGrpcStatus(
       CreateModelFromRequest(*registry_, request->create()).status());
 }
@@ -439,6 +463,9 @@ grpc::Status PeerServiceImpl::NodeLoadModel(
           Allow(*context, "/summon.v1.Peer/NodeLoadModel", *request);
       !denied.ok()) {
     return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
   }
   if (absl::StatusOr<std::string> here =
           checkpoint_roots_.Resolve(request->path());
@@ -456,12 +483,15 @@ grpc::Status PeerServiceImpl::NodeLoadModel(
 }
 
 grpc::Status PeerServiceImpl::NodeChecksum(
-    grpc::ServerContext* context, const v1::ModelChecksumRequest* request,
+    grpc::ServerContext* context, const v1::NodeChecksumRequest* request,
     v1::ModelChecksumResponse* response) {
   if (grpc::Status denied =
           Allow(*context, "/summon.v1.Peer/NodeChecksum", *request);
       !denied.ok()) {
     return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
   }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());
@@ -470,12 +500,15 @@ grpc::Status PeerServiceImpl::NodeChecksum(
 }
 
 grpc::Status PeerServiceImpl::NodeDeleteModel(
-    grpc::ServerContext* context, const v1::DeleteModelRequest* request,
+    grpc::ServerContext* context, const v1::NodeDeleteModelRequest* request,
     v1::NodeModelResponse*) {
   if (grpc::Status denied =
           Allow(*context, "/summon.v1.Peer/NodeDeleteModel", *request);
       !denied.ok()) {
     return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
   }
   return ToGrpcStatus(registry_->Remove(request->model()));
 }
@@ -487,6 +520,9 @@ grpc::Status PeerServiceImpl::NodeSaveModel(
           Allow(*context, "/summon.v1.Peer/NodeSaveModel", *request);
       !denied.ok()) {
     return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
   }
   if (absl::StatusOr<std::string> here =
           checkpoint_roots_.Resolve(request->path());

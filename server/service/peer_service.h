@@ -95,10 +95,10 @@ class PeerServiceImpl final : public KvStoreService {
                              const v1::NodeLoadModelRequest* request,
                              v1::NodeModelResponse* response) override;
   grpc::Status NodeChecksum(grpc::ServerContext* context,
-                            const v1::ModelChecksumRequest* request,
+                            const v1::NodeChecksumRequest* request,
                             v1::ModelChecksumResponse* response) override;
   grpc::Status NodeDeleteModel(grpc::ServerContext* context,
-                               const v1::DeleteModelRequest* request,
+                               const v1::NodeDeleteModelRequest* request,
                                v1::NodeModelResponse* response) override;
   grpc::Status NodeSaveModel(grpc::ServerContext* context,
                              const v1::NodeSaveModelRequest* request,
@@ -113,7 +113,8 @@ class PeerServiceImpl final : public KvStoreService {
                      const google::protobuf::Message& request) const {
     return auth::CheckCall(*authorizer_, context, method, request);
   }
-  // FAILED_PRECONDITION unless `epoch` is this node's current epoch.
+  // FAILED_PRECONDITION unless `epoch` is this node's current epoch: every
+  // Node* handler but NodeHealth calls it first (peer.proto, "Fencing").
   grpc::Status Fence(uint64_t epoch) const;
 
   const auth::Authorizer* const authorizer_;

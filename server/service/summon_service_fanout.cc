@@ -73,6 +73,7 @@ absl::Status SummonServiceImpl::CreateEverywhere(
   if (!model.ok() || cluster_ == nullptr) return model.status();
   v1::NodeCreateModelRequest create;
   *create.mutable_create() = request;
+  create.set_epoch(cluster_->epoch());
   const std::vector<absl::Status> results = OnFollowers(
       *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
         v1::NodeModelResponse response;
@@ -105,6 +106,7 @@ absl::StatusOr<std::vector<std::string>> SummonServiceImpl::SaveEverywhere(
   save.set_model(model.name);
   save.set_path(path);
   save.set_max_file_bytes(max_file_bytes);
+  save.set_epoch(cluster_->epoch());
   const std::vector<absl::Status> results = OnFollowers(
       *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
         v1::NodeModelResponse response;
@@ -139,6 +141,7 @@ absl::StatusOr<int64_t> SummonServiceImpl::LoadEverywhere(
   load.set_model(model.name);
   load.set_path(std::filesystem::absolute(path).string());
   load.set_convert(convert);
+  load.set_epoch(cluster_->epoch());
   const std::vector<absl::Status> results = OnFollowers(
       *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
         v1::NodeModelResponse response;
@@ -155,8 +158,9 @@ absl::Status SummonServiceImpl::DeleteEverywhere(const std::string& model) {
     return status;
   }
   if (cluster_ == nullptr) return absl::OkStatus();
-  v1::DeleteModelRequest remove;
+  v1::NodeDeleteModelRequest remove;
   remove.set_model(model);
+  remove.set_epoch(cluster_->epoch());
   for (const absl::Status& status : OnFollowers(
            *cluster_, [&](v1::Peer::Stub&stub, grpc::ClientContext&context) {
              v1::NodeModelResponse response;

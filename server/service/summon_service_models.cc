@@ -302,11 +302,13 @@ grpc::Status SummonServiceImpl::ModelChecksum(
     return ToGrpcStatus(appended);
   }
   if (cluster_ == nullptr) return grpc::Status::OK;
-  std::vector<v1::ModelChecksumResponse> parts(cluster_->size());
+  v1::NodeChecksumRequest checksum;
+  checksum.set_model(request->model());
+  checksum.set_epoch(cluster_->epoch());
   const std::vector<absl::Status> results = OnFollowers(
       *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
         v1::ModelChecksumResponse part;
-        grpc::Status status = stub.NodeChecksum(&context, *request, &part);
+        grpc::Status status = stub.NodeChecksum(&context, checksum, &part);
         absl::MutexLock lock(&checksum_mu_);
         for (const v1::ShardChecksum& shard : part.shards()) {
           *response->add_shards() = shard;

@@ -19,7 +19,9 @@
 //  - CreateModel layouts over kMaxModelBytes are not sent (the shards would
 //    be allocated and filled);
 //  - ReportPhase waits at most kMaxPhaseWaitMs;
-//  - a read stream is cancelled after kMaxReadChunks chunks.
+//  - a read stream is cancelled after kMaxReadChunks chunks;
+//  - Peer requests carry the node's epoch (0, never formed), so a mutated
+//    epoch does not stop inputs at the fence (cluster_fence_test tests it).
 // Failures besides the sanitizers': a status of UNKNOWN (a handler threw or
 // mapped an error to nothing), and anything left after the cleanup —
 // sessions, session memory, models or shared-memory segments.
@@ -352,6 +354,7 @@ class Daemon {
     v1::Trainer::Stub& trainer = *trainer_stub_;
     v1::Peer::Stub& peer = *peer_stub_;
     const auto keep = [](auto&) { return true; };
+    const auto in_epoch = [](auto& r) { r.set_epoch(0); return true; };
     const auto session = [this](auto& request) {
       UseLastSession(request.mutable_session_id());
       return true;
@@ -444,15 +447,15 @@ class Daemon {
                     "ShowWatch", keep);
       case Rpc::kNodeWatchPartials:
         return Call(peer, &v1::Peer::Stub::NodeWatchPartials, frame.payload,
-                    "NodeWatchPartials", keep);
+                    "NodeWatchPartials", in_epoch);
       case Rpc::kNodeWatchVersions:
         return Call(peer, &v1::Peer::Stub::NodeWatchVersions, frame.payload,
-                    "NodeWatchVersions", keep);
+                    "NodeWatchVersions", in_epoch);
       case Rpc::kNodeWatchFetch:
         return NodeWatchFetch(frame.payload);
       case Rpc::kNodeWatchApply:
         return Call(peer, &v1::Peer::Stub::NodeWatchApply, frame.payload,
-                    "NodeWatchApply", keep);
+                    "NodeWatchApply", in_epoch);
       case Rpc::kWriteTensor:
         return;  // Streams are sent by WriteStream.
     }
@@ -483,6 +486,7 @@ class Daemon {
   void NodeWatchFetch(absl::string_view payload) {
     v1::NodeWatchFetchRequest request;
     if (!Parse(payload, &request)) return;
+    request.set_epoch(0);
     grpc::ClientContext context;
     auto reader = peer_stub_->NodeWatchFetch(&context, request);
     v1::WatchChunk chunk;
