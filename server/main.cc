@@ -8,11 +8,13 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -23,9 +25,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "grpc/support/log.h"
 #include "server/comm/nccl_communicator.h"
 #include "server/gpu/cuda_shard_memory.h"
 #include "server/server.h"
+#include "server/summond_flags.h"
 #include "spdlog/spdlog.h"
 #include "version.h"
 
@@ -141,6 +145,19 @@ ABSL_FLAG(std::string, log_level, "info",
 namespace summon::server {
 namespace {
 
+// Until SummonServer::Start returns, gRPC's own log lines (e.g. its bind
+// error for a port in use, printed raw before summond's clean "cannot
+// listen on ...") go to the debug level; after that its errors are
+// summond's errors.
+std::atomic<bool> grpc_started{false};
+
+void GrpcLogToSpdlog(gpr_log_func_args* args) {
+  const bool error = args->severity == GPR_LOG_SEVERITY_ERROR;
+  spdlog::log(error && grpc_started.load() ? spdlog::level::err
+                                           : spdlog::level::debug,
+              "grpc {}:{}: {}", args->file, args->line, args->message);
+}
+
 // The daemon's exit code: the gRPC/absl code number, as summonctl does.
 int ExitCode(const absl::Status& status) { return status.raw_code(); }
 
@@ -249,6 +266,12 @@ int Run(int argc, char** argv) {
       "/tmp/summond.port --local-ranks 4\n"
       "Flag names take dashes or underscores alike (--port-file, "
       "--port_file).");
+  if (absl::Status vetted = CheckFlagArgs(
+          std::vector<std::string>(argv, argv + argc), __FILE__);
+      !vetted.ok()) {
+    spdlog::error("{}", std::string(vetted.message()));
+    return ExitCode(vetted);
+  }
   std::vector<std::string> args = UnderscoreFlagNames(argc, argv);
   std::vector<char*> arg_pointers;
   for (std::string& arg : args) arg_pointers.push_back(arg.data());
@@ -263,6 +286,17 @@ int Run(int argc, char** argv) {
     spdlog::error("{}", level.ToString());
     return ExitCode(level);
   }
+  for (const auto& [flag, address] :
+       {std::pair<const char*, std::string>{"--listen",
+                                            absl::GetFlag(FLAGS_listen)},
+        {"--metrics-listen", absl::GetFlag(FLAGS_metrics_listen)},
+        {"--health-listen", absl::GetFlag(FLAGS_health_listen)}}) {
+    if (absl::Status named = CheckPortNamed(flag, address); !named.ok()) {
+      spdlog::error("{}", std::string(named.message()));
+      return ExitCode(named);
+    }
+  }
+  gpr_set_log_function(GrpcLogToSpdlog);
 
   // SIGINT, SIGTERM (stop) and SIGHUP (re-read the tokens file) are taken
   // by a dedicated thread (sigwait), so they are blocked before gRPC starts
@@ -319,6 +353,7 @@ int Run(int argc, char** argv) {
   }
   absl::StatusOr<std::unique_ptr<SummonServer>> server =
       SummonServer::Start(std::move(spec_from_flags));
+  grpc_started.store(true);
   if (!server.ok()) {
     spdlog::error("summond failed to start: {}", server.status().ToString());
     return ExitCode(server.status());
@@ -335,10 +370,12 @@ int Run(int argc, char** argv) {
                  (*server)->health_port());
   }
   if ((*server)->metrics_port() != 0) {
-    spdlog::info("summond serving metrics on {}://{}:{}/metrics",
-                 spec.security.tls() ? "https" : "http",
-                 spec.metrics_listen.substr(0, spec.metrics_listen.rfind(':')),
-                 (*server)->metrics_port());
+    const std::string base = absl::StrCat(
+        spec.security.tls() ? "https" : "http", "://",
+        spec.metrics_listen.substr(0, spec.metrics_listen.rfind(':')), ":",
+        (*server)->metrics_port());
+    spdlog::info("summond serving metrics on {}/metrics and the web view on {}/",
+                 base, base);
   }
   const std::string metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
   if (!metrics_port_file.empty()) {

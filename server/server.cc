@@ -18,6 +18,7 @@
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
 #include "server/metrics/summon_metrics.h"
+#include "server/model/data_dir_lock.h"
 #include "server/model/model_registry.h"
 #include "server/rpc/reflection_v1.h"
 #include "server/runtime/buffer_pool.h"
@@ -115,6 +116,15 @@ SummonServer::~SummonServer() {
 
 absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   if (absl::Status valid = ValidateSpec(spec); !valid.ok()) return valid;
+  // Before anything reads or writes the data dir: a second daemon on it
+  // would re-attach the first one's models and take over their shards.
+  std::unique_ptr<DataDirLock> data_dir_lock;
+  if (!spec.data_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<DataDirLock>> locked =
+        DataDirLock::Acquire(spec.data_dir);
+    if (!locked.ok()) return locked.status();
+    data_dir_lock = *std::move(locked);
+  }
 
   // Both are process-wide switches read when a server is built.
   grpc::EnableDefaultHealthCheckService(true);
@@ -133,6 +143,7 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   if (!security.ok()) return security.status();
   auto server =
       absl::WrapUnique(new SummonServer(std::move(spec), std::move(*security)));
+  server->data_dir_lock_ = std::move(data_dir_lock);
   // Models recorded in the data directory come back with their shards.
   if (absl::Status recovered = server->registry_->Recover(); !recovered.ok()) {
     return recovered;

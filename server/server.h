@@ -26,6 +26,7 @@ namespace web {
 class WebView;
 }  // namespace web
 class BufferPool;
+class DataDirLock;
 class ModelRegistry;
 class NodeRuntime;
 class PeerServiceImpl;
@@ -194,6 +195,9 @@ class SummonServer {
   // Marks the server and its services SERVING or not, on both listeners.
   void SetServing(bool serving);
 
+  // Held from before anything touches the data dir until after everything
+  // else is gone (declared first, destroyed last). Null without a data dir.
+  std::unique_ptr<DataDirLock> data_dir_lock_;
   Spec spec_;
   std::unique_ptr<auth::ServerSecurity> security_;
   int port_ = 0;

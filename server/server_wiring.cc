@@ -170,6 +170,9 @@ void SummonServer::BuildServices(
       registry_.get(), sessions_.get(), trainers_.get(), checkpoint_roots,
       authorizer, membership_.get(), spec_.max_open_streams, fd_broker_.get());
   summon_service_->SetWatches(watch_store_.get(), watch_replication_.get());
+  if (peer_service_ != nullptr) {
+    peer_service_->SetCheckpointRoots(checkpoint_roots);
+  }
   trainer_service_ = std::make_unique<TrainerServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), authorizer,
       membership_.get());

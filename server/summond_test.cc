@@ -1,6 +1,7 @@
 // Runs the summond binary as a child process.
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -8,13 +9,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -30,14 +35,26 @@ std::string SummondPath() {
   return absl::StrCat(std::getenv("TEST_SRCDIR"), "/summon/server/summond");
 }
 
-pid_t Spawn(std::vector<std::string> args) {
+// Starts summond with `args`; its stdout and stderr go to `stderr_path`
+// when given.
+pid_t Spawn(std::vector<std::string> args,
+            const std::string& stderr_path = "") {
   args.insert(args.begin(), SummondPath());
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    // spdlog's default logger writes to stdout: both into the one file.
+    posix_spawn_file_actions_adddup2(&actions, 2, 1);
+  }
   pid_t pid = -1;
   const int error =
-      posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+      posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
   EXPECT_EQ(error, 0) << "cannot start " << argv[0];
   return pid;
 }
@@ -57,6 +74,19 @@ int WaitForExit(pid_t pid) {
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   return -1;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
+}
+
+// summond's exit code for `args`, and what it logged.
+std::pair<int, std::string> RunToExit(std::vector<std::string> args) {
+  const std::string log = absl::StrCat(testing::TempDir(), "/summond.stderr");
+  const int code = WaitForExit(Spawn(std::move(args), log));
+  return {code, ReadFile(log)};
 }
 
 // The port summond wrote, or 0 when the file did not appear within 20 s.
@@ -155,11 +185,102 @@ TEST(SummondFlagsTest, TakenAddressExitsWithUnavailable) {
             0);
   ASSERT_EQ(listen(fd, 1), 0);
   ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  EXPECT_EQ(WaitForExit(Spawn(
-                {"--insecure-local", absl::StrCat("--listen=127.0.0.1:",
-                                                  ntohs(address.sin_port))})),
-            kUnavailable);
+  const std::string taken = absl::StrCat("127.0.0.1:", ntohs(address.sin_port));
+  const auto [code, log] =
+      RunToExit({"--insecure-local", absl::StrCat("--listen=", taken)});
+  EXPECT_EQ(code, kUnavailable);
+  // One clean line, not gRPC's raw bind error before it.
+  EXPECT_TRUE(absl::StrContains(
+      log, absl::StrCat("summond failed to start: UNAVAILABLE: cannot listen "
+                        "on ",
+                        taken, " (in use, or not a local address?)")))
+      << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
   close(fd);
+}
+
+// Flag errors name the flag as typed (dashes), suggest the flag meant, and
+// exit INVALID_ARGUMENT like every other bad flag.
+TEST(SummondFlagsTest, FlagErrorsNameTheFlagAsTyped) {
+  const int kInvalidArgument = 3;
+  auto expect = [&](std::vector<std::string> args, const std::string& says) {
+    const auto [code, log] = RunToExit(std::move(args));
+    EXPECT_EQ(code, kInvalidArgument) << log;
+    EXPECT_TRUE(absl::StrContains(log, says)) << log;
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  };
+  expect({"--insecure-local", "--local-rnaks=2"},
+         "unknown flag --local-rnaks; did you mean --local-ranks? (summond "
+         "--help lists the flags)");
+  expect({"--insecure-local", "--lisen", "127.0.0.1:0"},
+         "unknown flag --lisen; did you mean --listen?");
+  expect({"--insecure-local", "--metrics-listn=127.0.0.1:0"},
+         "unknown flag --metrics-listn; did you mean --metrics-listen?");
+  expect({"--insecure-local", "--frobnicate"},
+         "unknown flag --frobnicate (summond --help lists the flags)");
+  expect({"--insecure-local", "--local-ranks=four"},
+         "Illegal value 'four' specified for --local-ranks");
+  expect({"--insecure-local", "--data-dir"}, "--data-dir needs a value");
+  // Abseil's own flags pass the vetting.
+  const auto [code, log] = RunToExit({"--version"});
+  EXPECT_EQ(code, 0) << log;
+  EXPECT_TRUE(absl::StartsWith(log, "summond ")) << log;
+}
+
+// gRPC would listen on a HOST alone at port 443, silently: refused as
+// summonctl and the Python client refuse such an address.
+TEST(SummondFlagsTest, ListenersMustNameTheirPort) {
+  const int kInvalidArgument = 3;
+  for (const std::string flag : {"--listen", "--metrics-listen",
+                                 "--health-listen"}) {
+    const auto [code, log] =
+        RunToExit({"--insecure-local", flag, "127.0.0.1"});
+    EXPECT_EQ(code, kInvalidArgument) << log;
+    EXPECT_TRUE(absl::StrContains(
+        log, absl::StrCat(flag, " '127.0.0.1' names no port: write HOST:PORT "
+                                "(127.0.0.1:7070, [::1]:7070; port 0 picks a "
+                                "free one)")))
+        << log;
+  }
+}
+
+// One summond per --data-dir: a second refuses at once naming the holder;
+// a SIGKILLed holder leaves nothing stuck.
+TEST(SummondDataDirTest, SecondDaemonOnADataDirIsRefusedUntilTheFirstDies) {
+  const std::string dir = absl::StrCat(testing::TempDir(), "/locked-data");
+  const std::string port_file = absl::StrCat(testing::TempDir(), "/first.port");
+  std::remove(port_file.c_str());
+  const pid_t first =
+      Spawn({"--insecure-local", "--data-dir", dir, "--port-file", port_file,
+             "--log-level=warn"});
+  ASSERT_GT(first, 0);
+  const int port = ReadPortFile(port_file);
+  ASSERT_GT(port, 0);
+
+  const auto started = std::chrono::steady_clock::now();
+  const auto [code, log] = RunToExit(
+      {"--insecure-local", "--data-dir", dir, "--listen=127.0.0.1:0"});
+  EXPECT_EQ(code, 9);  // FAILED_PRECONDITION
+  EXPECT_LT(std::chrono::steady_clock::now() - started,
+            std::chrono::seconds(5));
+  EXPECT_TRUE(absl::StrContains(
+      log, absl::StrCat("data dir ", dir, " in use by pid ", first,
+                        " (another summond holds ", dir,
+                        "/summond.lock): stop it first, or give this daemon "
+                        "its own --data-dir")))
+      << log;
+  EXPECT_TRUE(IsServing(port)) << "the holder must be untouched";
+
+  // A crash releases the lock: the next daemon starts on the same dir.
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  waitpid(first, nullptr, 0);
+  std::remove(port_file.c_str());
+  const pid_t next = Spawn({"--insecure-local", "--data-dir", dir,
+                            "--port-file", port_file, "--log-level=warn"});
+  const int next_port = ReadPortFile(port_file);
+  EXPECT_TRUE(next_port > 0 && IsServing(next_port));
+  ASSERT_EQ(kill(next, SIGTERM), 0);
+  EXPECT_EQ(WaitForExit(next), 0);
 }
 
 }  // namespace

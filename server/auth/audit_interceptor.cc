@@ -81,9 +81,14 @@ class AuditInterceptor final : public grpc::experimental::Interceptor {
       // nothing worth auditing.
       const bool closed_without_writeback =
           status.ok() && event_.action == "CloseSession" && event_.bytes == 0;
-      if (status.error_code() != grpc::StatusCode::PERMISSION_DENIED &&
-          status.error_code() != grpc::StatusCode::UNAUTHENTICATED &&
-          !closed_without_writeback) {
+      // A refusal at the role gate has its line from the Authorizer; any
+      // other refusal (a checkpoint path outside the roots, R20) is the
+      // handler's, and audited here like every other outcome.
+      const bool refusal =
+          status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+          status.error_code() == grpc::StatusCode::UNAUTHENTICATED;
+      const bool audited_at_gate = refusal && (!saw_request_ || gate_refused_);
+      if (!audited_at_gate && !closed_without_writeback) {
         event_.result =
             absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                          status.error_message());
@@ -101,6 +106,14 @@ class AuditInterceptor final : public grpc::experimental::Interceptor {
 
  private:
   void OnRequest(const google::protobuf::Message& request) {
+    if (!saw_request_) {
+      saw_request_ = true;
+      const auto* context =
+          dynamic_cast<const grpc::ServerContext*>(info_->server_context());
+      gate_refused_ =
+          context == nullptr ||
+          !authorizer_->Decide(*context, info_->method(), request).ok();
+    }
     if (event_.model.empty()) event_.model = ModelOf(request);
     if (event_.scope.empty()) event_.scope = StringField(request, "path");
     if (event_.scope.empty()) event_.scope = StringField(request, "session_id");
@@ -130,6 +143,10 @@ class AuditInterceptor final : public grpc::experimental::Interceptor {
   grpc::experimental::ServerRpcInfo* const info_;
   const Authorizer* const authorizer_;
   AuditEvent event_;
+  // Whether a request arrived, and whether the Authorizer's gate refuses
+  // it (decided on the first message, as the handler's gate does).
+  bool saw_request_ = false;
+  bool gate_refused_ = false;
 };
 
 }  // namespace

@@ -13,9 +13,11 @@ namespace summon::server::auth {
 // WriteTensor and CloseSession (writeback), with the caller, the model, the
 // scope (checkpoint path or session/tensor), the bytes moved and the final
 // status. An interceptor sees every call's request, response and status in
-// one place, so no handler carries audit code. Refusals are audited by the
-// Authorizer itself and skipped here; so are calls this node only forwards
-// (`decides` false: a follower), which the leader audits.
+// one place, so no handler carries audit code. Refusals at the role gate
+// are audited by the Authorizer itself (for every RPC) and skipped here;
+// refusals past the gate (a checkpoint path outside the roots) are audited
+// here. Calls this node only forwards (`decides` false: a follower) are the
+// leader's to audit.
 class AuditInterceptorFactory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:

@@ -216,6 +216,18 @@ std::string Authorizer::NewInProcessKey() {
 absl::StatusOr<Caller> Authorizer::Authorize(
     const grpc::ServerContext& context, absl::string_view method,
     const google::protobuf::Message& request) const {
+  absl::StatusOr<Caller> decided = Decide(context, method, request);
+  if (decided.ok()) return decided;
+  absl::StatusOr<Caller> caller = Identify(context);
+  Audit({caller.ok() ? caller->principal : "unauthenticated",
+         std::string(ShortName(method)), ModelOf(request), "", 0,
+         decided.status()});
+  return decided;
+}
+
+absl::StatusOr<Caller> Authorizer::Decide(
+    const grpc::ServerContext& context, absl::string_view method,
+    const google::protobuf::Message& request) const {
   const std::string model = ModelOf(request);
   absl::StatusOr<Caller> caller = Identify(context);
   absl::Status refusal;
@@ -242,8 +254,6 @@ absl::StatusOr<Caller> Authorizer::Authorize(
         ")"));
   }
   if (refusal.ok()) return caller;
-  Audit({caller.ok() ? caller->principal : "unauthenticated",
-         std::string(ShortName(method)), model, "", 0, refusal});
   return refusal;
 }
 

@@ -102,6 +102,12 @@ class Authorizer {
   absl::StatusOr<Caller> Authorize(
       const grpc::ServerContext& context, absl::string_view method,
       const google::protobuf::Message& request) const;
+  // Authorize's decision without its audit line: the audit interceptor asks
+  // whether a refused call was refused here (and so already audited) or by
+  // the handler past this gate (a checkpoint path outside the roots).
+  absl::StatusOr<Caller> Decide(
+      const grpc::ServerContext& context, absl::string_view method,
+      const google::protobuf::Message& request) const;
 
   // R12: whether `principal` may operate sessions it does not own: listed
   // in --admins, or granted admin by the tokens file.

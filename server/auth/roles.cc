@@ -22,6 +22,12 @@ bool OpensWritable(const google::protobuf::Message& request) {
          (!open->options().has_writeback() || open->options().writeback());
 }
 
+// Listing every session shows who holds what: an operator's view.
+bool ListsAll(const google::protobuf::Message& request) {
+  const auto* list = dynamic_cast<const v1::ListSessionsRequest*>(&request);
+  return list != nullptr && list->all();
+}
+
 }  // namespace
 
 const char* RoleName(Role role) {
@@ -94,7 +100,8 @@ const std::vector<RpcRule>& RpcTable() {
       {"/summon.v1.Summon/OpenSession", Role::kViewer, OpensWritable,
        Role::kEditor, "a writable session (writeback unset or true)"},
       {"/summon.v1.Summon/GetSession", Role::kViewer},
-      {"/summon.v1.Summon/ListSessions", Role::kViewer},
+      {"/summon.v1.Summon/ListSessions", Role::kViewer, ListsAll,
+       Role::kAdmin, "every session (all)"},
       {"/summon.v1.Summon/RenewSession", Role::kViewer},
       // Closing needs no more than opening did: a writeback at close happens
       // only for a session that an editor opened writable.

@@ -1,5 +1,6 @@
 #include "server/checkpoint/checkpoint_roots.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -73,6 +74,17 @@ FileAdmission CheckpointRoots::Admission() const {
     }
     for (const std::string& root : roots) {
       if (IsBeneath(landed.string(), root)) return absl::OkStatus();
+    }
+    // A path handed over by another node (a cluster's save or load) that
+    // is not beneath this node's roots at all: no symlink involved.
+    const std::string asked = Canonical(path).string();
+    if (std::none_of(roots.begin(), roots.end(), [&](const std::string& root) {
+          return IsBeneath(asked, root);
+        })) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "checkpoint path '", path,
+          "' is not beneath this node's checkpoint roots (--checkpoint-root): ",
+          absl::StrJoin(roots, ", ")));
     }
     return absl::PermissionDeniedError(absl::StrCat(
         "checkpoint path '", path,

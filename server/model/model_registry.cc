@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/closest_name.h"
 #include "core/seeded_init.h"
 #include "core/trainer_rules.h"
 #include "spdlog/spdlog.h"
@@ -269,7 +270,16 @@ absl::StatusOr<std::shared_ptr<ModelEntry>> ModelRegistry::Find(
     const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = models_.find(name);
-  if (it == models_.end()) return core::UnknownModelError(name);
+  if (it == models_.end()) {
+    std::vector<std::string> names;
+    for (const auto& [known, unused] : models_) names.push_back(known);
+    const std::string closest = core::ClosestName(name, names);
+    const absl::Status unknown = core::UnknownModelError(name);
+    if (closest.empty()) return unknown;
+    return absl::Status(unknown.code(),
+                        absl::StrCat(unknown.message(), " (did you mean '",
+                                     closest, "'?)"));
+  }
   return it->second;
 }
 

@@ -73,6 +73,28 @@ class LeaderForwarder {
     return Unary(incoming, stub, method, request, response);
   }
 
+  // Where a read-only listing is answered: as Route while the cluster
+  // serves and the leader answers; otherwise (a node down: not READY, or
+  // the leader unreachable) nullopt, and this node answers from its own
+  // records.
+  template <typename Stub, typename Request, typename Response>
+  std::optional<grpc::Status> RouteListing(
+      const grpc::ServerContext& incoming,
+      grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                   Response*),
+      const Request& request, Response* response) const {
+    if (membership_ == nullptr) return std::nullopt;
+    if (membership_->CheckReady().ok()) {
+      if (membership_->is_leader()) return std::nullopt;
+      Stub stub(membership_->ChannelTo(0));
+      const grpc::Status status =
+          Unary(incoming, stub, method, request, response);
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
+      response->Clear();
+    }
+    return std::nullopt;
+  }
+
   // A transport failure reaching the leader says so (the bare gRPC message
   // would not name the node).
   static grpc::Status FromLeader(grpc::Status status);

@@ -440,6 +440,11 @@ grpc::Status PeerServiceImpl::NodeLoadModel(
       !denied.ok()) {
     return denied;
   }
+  if (absl::StatusOr<std::string> here =
+          checkpoint_roots_.Resolve(request->path());
+      !here.ok()) {
+    return ToGrpcStatus(here.status());
+  }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->GetRecreatingShards(request->model());
   if (!model.ok()) return ToGrpcStatus(model.status());
@@ -482,6 +487,11 @@ grpc::Status PeerServiceImpl::NodeSaveModel(
           Allow(*context, "/summon.v1.Peer/NodeSaveModel", *request);
       !denied.ok()) {
     return denied;
+  }
+  if (absl::StatusOr<std::string> here =
+          checkpoint_roots_.Resolve(request->path());
+      !here.ok()) {
+    return ToGrpcStatus(here.status());
   }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());

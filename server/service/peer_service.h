@@ -2,6 +2,7 @@
 #define SUMMON_SERVER_SERVICE_PEER_SERVICE_H_
 
 #include "server/auth/authorizer.h"
+#include "server/checkpoint/checkpoint_roots.h"
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
 #include "server/model/model_registry.h"
@@ -66,6 +67,11 @@ class PeerServiceImpl final : public KvStoreService {
   // The node's watch store; null: the NodeWatch{Versions,Fetch,Apply} calls
   // answer FAILED_PRECONDITION.
   void SetWatches(WatchStore* watches) { watches_ = watches; }
+  // This node's checkpoint roots (R20): the path of a cluster's load or
+  // save, the leader's, must lie beneath them here too.
+  void SetCheckpointRoots(const std::vector<std::string>& roots) {
+    checkpoint_roots_ = CheckpointRoots(roots);
+  }
   grpc::Status NodePrepare(grpc::ServerContext* context,
                            const v1::NodePrepareRequest* request,
                            v1::NodePrepareResponse* response) override;
@@ -115,6 +121,7 @@ class PeerServiceImpl final : public KvStoreService {
   ModelRegistry* const registry_;
   NodeRuntime* const runtime_;
   WatchStore* watches_ = nullptr;
+  CheckpointRoots checkpoint_roots_{{}};
 };
 
 // Creates a model on this node from a CreateModelRequest (each node fills

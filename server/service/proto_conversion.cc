@@ -79,7 +79,9 @@ absl::StatusOr<SessionOptions> SessionOptionsFromProto(
     if (!dtype.ok()) return dtype.status();
     options.read_dtype = *dtype;
   }
-  if (in.lease_seconds() > 0) {  // Unset or 0: the 60 s default.
+  // Unset: the 60 s default. A lease given is the lease asked for: 0 is
+  // refused by the open's checks, not taken for the default.
+  if (in.has_lease_seconds()) {
     options.lease = absl::Seconds(in.lease_seconds());
   }
   return options;

@@ -126,7 +126,8 @@ grpc::Status SummonServiceImpl::ListSessions(
     if (!model.ok()) return ToGrpcStatus(model.status());
   }
   for (const SessionInfo& info :
-       sessions_->List(request->model(), PrincipalOf(*context))) {
+       sessions_->List(request->model(), PrincipalOf(*context),
+                       request->all())) {
     SessionInfoToProto(info, response->add_sessions());
   }
   return grpc::Status::OK;

@@ -149,6 +149,12 @@ class SummonServiceImpl final : public v1::Summon::Service {
   // within kHealthTimeout fails the call, naming it.
   absl::Status FoldClusterHealth(
       std::map<std::string, std::pair<v1::ModelState, std::string>>* states);
+  // For a listing, which answers with a node down: asks every other node
+  // (none on a single node) as FoldClusterHealth asks the followers,
+  // folding in the answers it gets; returns the nodes that did not answer
+  // within kHealthTimeout.
+  std::vector<int> FoldReachableHealth(
+      std::map<std::string, std::pair<v1::ModelState, std::string>>* states);
   // FAILED_PRECONDITION ("model 'M' is MISSING_SHARDS: node N: ...") when
   // a follower has no shards of `model`; OK when it is unknown here (the
   // open then says so).

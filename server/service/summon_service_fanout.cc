@@ -4,6 +4,7 @@
 // (SummonServiceImpl's second source file).
 
 #include <filesystem>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,36 @@ int Severity(v1::ModelState state) {
       return 1;
     default:
       return 0;
+  }
+}
+
+// A follower that may not open the leader's checkpoint path: every node
+// reads and writes its own ranks' ranges of the same files, so the path
+// must lie on every node beneath its checkpoint roots. The usual cause is
+// each node's default root, <data-dir>/checkpoints, which differs per node.
+absl::Status OnEveryNode(absl::Status follower) {
+  if (follower.code() != absl::StatusCode::kPermissionDenied) return follower;
+  return absl::FailedPreconditionError(absl::StrCat(
+      follower.message(),
+      ". Every node of a cluster writes and reads the same checkpoint files: "
+      "give every node the same --checkpoint-root, a directory all of them "
+      "see at that path (shared storage; on one host any directory), not "
+      "each node's default <data-dir>/checkpoints"));
+}
+
+// Folds node `node`'s answer into `states`: each model keeps the worse
+// state, a follower's detail prefixed "node N: ".
+void FoldNodeHealth(
+    int node, const v1::NodeHealthResponse& answer,
+    std::map<std::string, std::pair<v1::ModelState, std::string>>* states) {
+  for (const v1::NodeModelHealth& health : answer.models()) {
+    auto it = states->find(health.model());
+    if (it == states->end() ||
+        Severity(health.state()) <= Severity(it->second.first)) {
+      continue;
+    }
+    it->second = {health.state(),
+                  absl::StrCat("node ", node, ": ", health.detail())};
   }
 }
 
@@ -83,7 +114,7 @@ absl::StatusOr<std::vector<std::string>> SummonServiceImpl::SaveEverywhere(
         return result;
       });
   for (const absl::Status& result : results) {
-    if (status.ok() && !result.ok()) status = result;
+    if (status.ok() && !result.ok()) status = OnEveryNode(result);
   }
   if (status.ok() && total != plan->tensor_bytes) {
     status = absl::InternalError(absl::StrCat("the nodes wrote ", total, " of ",
@@ -114,7 +145,7 @@ absl::StatusOr<int64_t> SummonServiceImpl::LoadEverywhere(
         return stub.NodeLoadModel(&context, load, &response);
       });
   for (const absl::Status& status : results) {
-    if (!status.ok()) return status;
+    if (!status.ok()) return OnEveryNode(status);
   }
   return *bytes;
 }
@@ -155,17 +186,40 @@ absl::Status SummonServiceImpl::FoldClusterHealth(
   // Node order, and a tie keeps the lower node: the same detail whichever
   // node answers first.
   for (int node = 1; node < cluster_->size(); ++node) {
-    for (const v1::NodeModelHealth& health : answers[node].models()) {
-      auto it = states->find(health.model());
-      if (it == states->end() ||
-          Severity(health.state()) <= Severity(it->second.first)) {
-        continue;
-      }
-      it->second = {health.state(),
-                    absl::StrCat("node ", node, ": ", health.detail())};
-    }
+    FoldNodeHealth(node, answers[node], states);
   }
   return absl::OkStatus();
+}
+
+std::vector<int> SummonServiceImpl::FoldReachableHealth(
+    std::map<std::string, std::pair<v1::ModelState, std::string>>* states) {
+  if (cluster_ == nullptr) return {};
+  v1::NodeHealthRequest request;
+  for (const auto& [name, unused] : *states) request.add_models(name);
+  const int self = cluster_->node_rank();
+  std::vector<v1::NodeHealthResponse> answers(cluster_->size());
+  std::vector<grpc::Status> results(cluster_->size());
+  std::vector<std::thread> threads;
+  for (int node = 0; node < cluster_->size(); ++node) {
+    if (node == self) continue;
+    threads.emplace_back([&, node] {
+      auto stub = v1::Peer::NewStub(cluster_->ChannelTo(node));
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + kHealthTimeout));
+      results[node] = stub->NodeHealth(&context, request, &answers[node]);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::vector<int> down;
+  for (int node = 0; node < cluster_->size(); ++node) {
+    if (node == self) continue;
+    if (!results[node].ok()) {
+      down.push_back(node);
+      continue;
+    }
+    FoldNodeHealth(node, answers[node], states);
+  }
+  return down;
 }
 
 absl::Status SummonServiceImpl::RefuseMissingOnFollowers(

@@ -25,8 +25,8 @@ grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
       !denied.ok()) {
     return denied;
   }
-  if (auto routed =
-          Route(*context, &v1::Summon::Stub::ListModels, *request, response)) {
+  if (auto routed = forwarder_.RouteListing(
+          *context, &v1::Summon::Stub::ListModels, *request, response)) {
     return *routed;
   }
   std::map<std::string, std::pair<v1::ModelState, std::string>> states;
@@ -53,9 +53,10 @@ grpc::Status SummonServiceImpl::ListModels(grpc::ServerContext* context,
     summary->set_open_sessions(model->open_sessions);
   }
   // A follower's segments are the model's too (an unlinked one, shards
-  // lost in its restart): the state is the cluster's, not this node's.
-  if (absl::Status status = FoldClusterHealth(&states); !status.ok()) {
-    return ToGrpcStatus(status);
+  // lost in its restart): the state is the cluster's, not this node's, as
+  // far as the nodes that answer tell.
+  for (int node : FoldReachableHealth(&states)) {
+    response->add_nodes_down(node);
   }
   for (v1::ModelSummary& summary : *response->mutable_models()) {
     const auto& [state, detail] = states[summary.name()];

@@ -147,9 +147,13 @@ grpc::Status SummonServiceImpl::ListWatches(
       !denied.ok()) {
     return denied;
   }
-  if (auto routed = Route(*context, &v1::Summon::Stub::ListWatches, *request,
-                          response)) {
+  if (auto routed = forwarder_.RouteListing(
+          *context, &v1::Summon::Stub::ListWatches, *request, response)) {
     return *routed;
+  }
+  std::map<std::string, std::pair<v1::ModelState, std::string>> no_models;
+  for (int node : FoldReachableHealth(&no_models)) {
+    response->add_nodes_down(node);
   }
   if (watches_ == nullptr) return grpc::Status::OK;
   for (const WatchInfo& info : watches_->List()) {

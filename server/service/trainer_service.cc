@@ -279,7 +279,19 @@ grpc::Status TrainerServiceImpl::MapShards(grpc::ServerContext* context,
   response->set_rank(rank);
   response->set_world_size(model.spec.groups.topology.world_size());
   std::string detail;
-  response->set_state(ModelStateToProto(HealthOf(model, &detail)));
+  const ModelHealth health = HealthOf(model, &detail);
+  if (health == ModelHealth::kDegraded) {
+    // The segment's name is gone from /dev/shm: handing it out would fail
+    // the trainer's shm_open with a bare FileNotFoundError. Only this
+    // daemon's mapping still holds the data, until it exits.
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "model '", model.name, "' is DEGRADED, so its shards are not handed "
+        "out: ", detail, ". Recover: `summonctl model save ", model.name,
+        " --to CKPT` now, `summonctl model delete ", model.name,
+        " --force`, restart the trainer (it creates the model again), then "
+        "`summonctl model load ", model.name, " --from CKPT`")));
+  }
+  response->set_state(ModelStateToProto(health));
   response->set_incarnation(model.store->incarnation());
   const std::vector<ShardStore::SegmentDescription> segments =
       model.store->Describe(rank);

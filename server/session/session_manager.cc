@@ -135,12 +135,13 @@ SessionManager::Usage SessionManager::CurrentUsage() const {
 }
 
 std::vector<SessionInfo> SessionManager::List(const std::string& model,
-                                              const std::string& principal) {
+                                              const std::string& principal,
+                                              bool all) {
   absl::MutexLock lock(&mu_);
   std::vector<SessionInfo> result;
   for (const auto& [id, session] : sessions_) {
     if (!model.empty() && session->model->name != model) continue;
-    if (!FindSession(id, principal).ok()) continue;
+    if (!all && !FindSession(id, principal).ok()) continue;
     result.push_back(Describe(*session));
   }
   std::stable_sort(result.begin(), result.end(),
@@ -167,7 +168,9 @@ absl::StatusOr<SessionInfo> SessionManager::Renew(
     if (*lease <= absl::ZeroDuration() || *lease > options_.max_lease) {
       return absl::InvalidArgumentError(
           absl::StrCat("lease must be in (0, ",
-                       absl::FormatDuration(options_.max_lease), "]"));
+                       absl::FormatDuration(options_.max_lease),
+                       "] (--lease SECONDS, lease_seconds), got ",
+                       absl::FormatDuration(*lease)));
     }
     session.options.lease = *lease;
   }

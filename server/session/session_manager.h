@@ -91,9 +91,11 @@ class SessionManager {
   // reserved per node against the memory budget.
   using Usage = SessionUsage;
   Usage CurrentUsage() const;
-  // Sessions of `model` (all models when empty) visible to `principal`.
+  // Sessions of `model` (all models when empty) visible to `principal`,
+  // or with `all` every one, whoever holds it (the caller's role was
+  // checked: an operator's listing).
   std::vector<SessionInfo> List(const std::string& model,
-                                const std::string& principal);
+                                const std::string& principal, bool all);
   absl::StatusOr<SessionInfo> Renew(const std::string& id,
                                     std::optional<absl::Duration> lease,
                                     const std::string& principal);

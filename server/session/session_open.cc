@@ -64,7 +64,8 @@ absl::Status CheckSessionOptions(const core::ModelSpec& spec,
   if (options.lease <= absl::ZeroDuration() || options.lease > max_lease) {
     return absl::InvalidArgumentError(
         absl::StrCat("lease must be in (0, ", absl::FormatDuration(max_lease),
-                     "], got ", absl::FormatDuration(options.lease)));
+                     "] (--lease SECONDS, lease_seconds), got ",
+                     absl::FormatDuration(options.lease)));
   }
   if (options.read_dtype.has_value() &&
       !core::IsFloatingPoint(*options.read_dtype)) {

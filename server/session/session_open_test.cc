@@ -116,8 +116,9 @@ TEST_F(SessionManagerTest, R11_R12_UnknownIdsAndOtherPrincipals) {
   EXPECT_EQ(sessions_->Close(info.id, true, false, "bob").status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(sessions_->Get(info.id, "root").ok());
-  EXPECT_TRUE(sessions_->List("", "bob").empty());
-  EXPECT_EQ(sessions_->List("", "alice").size(), 1u);
+  EXPECT_TRUE(sessions_->List("", "bob", /*all=*/false).empty());
+  EXPECT_EQ(sessions_->List("", "bob", /*all=*/true).size(), 1u);
+  EXPECT_EQ(sessions_->List("", "alice", /*all=*/false).size(), 1u);
 }
 
 TEST_F(SessionManagerTest, LeaseExpiryAbortsWithoutWriteback) {

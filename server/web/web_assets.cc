@@ -64,6 +64,8 @@ rect.bin { fill: #4a7bd0; } rect.bin:hover { fill: #f29d38; }
 text { font-size: 11px; fill: #555; }
 polyline.series { fill: none; stroke: #4a7bd0; stroke-width: 2; }
 circle.nonfinite { fill: #b3261e; }
+circle.point { fill: #4a7bd0; } circle.point:hover { fill: #f29d38; r: 5; }
+.watched { color: #197a2d; }
 )css";
 
 const char kAppJs[] = R"js('use strict';
@@ -81,7 +83,11 @@ const $ = (tag, attrs = {}, ...kids) => {
 const api = async (path) => {
   const response = await fetch(path, {credentials: 'same-origin'});
   const body = await response.json();
-  if (!response.ok) throw new Error(body.error ? body.error.message : path);
+  if (!response.ok) {
+    const error = new Error(body.error ? body.error.message : path);
+    error.code = body.error ? body.error.code : String(response.status);
+    throw error;
+  }
   return body;
 };
 const table = (id, heads, rows) => $('table', {id},
@@ -92,12 +98,15 @@ const link = (href, text) => $('a', {href}, text);
 const enc = encodeURIComponent;
 const fmt = (x) => typeof x === 'number' ? x.toPrecision(6) : String(x);
 const ageOf = (ms) => Math.round((Date.now() - Number(ms)) / 1000) + ' s';
+const leftOf = (ms) => Math.max(0, Math.round((Number(ms) - Date.now()) / 1000)) +
+  ' s';
 const scopeOf = (o) => o.params ? o.params.fqns.join(', ')
   : 'module "' + ((o.module && o.module.fqn) || '') + '"';
 
 async function overview(main) {
-  const [cluster, models, sessions] = await Promise.all([
-    api('/api/cluster'), api('/api/models'), api('/api/sessions')]);
+  const [cluster, models, sessions, watches] = await Promise.all([
+    api('/api/cluster'), api('/api/models'), api('/api/sessions'),
+    api('/api/watches')]);
   main.replaceChildren(
     $('h2', {}, 'Cluster — epoch ' + cluster.epoch + ', leader node ' +
       cluster.leader, cluster.ready ? '' : ' (' + cluster.failure + ')'),
@@ -115,14 +124,25 @@ async function overview(main) {
         m.strategy.replace('SHARDING_STRATEGY_', ''), m.world_size,
         m.unit_count, m.param_count, Number(m.numel), m.open_sessions])),
     $('h2', {}, 'Open sessions'),
-    table('sessions', ['session', 'model', 'owner', 'scope', 'writeback',
-      'state', 'age'], sessions.sessions.map((s) => [s.id, s.model, s.owner,
-      scopeOf(s.options), String(s.options.writeback),
-      s.state.replace('SESSION_STATE_', ''), ageOf(s.created_at_unix_ms)])));
+    table('sessions', ['session', 'model', 'held by', 'scope', 'writeback',
+      'state', 'open for', 'lease left'], sessions.sessions.map((s) => [s.id,
+      s.model, s.owner, scopeOf(s.options), String(s.options.writeback),
+      s.state.replace('SESSION_STATE_', ''), ageOf(s.created_at_unix_ms),
+      leftOf(s.expires_at_unix_ms)])),
+    $('h2', {}, 'Watches'),
+    table('watches', ['model', 'parameters', 'every', 'last step', 'by'],
+      watches.watches.map((w) => [link('#/model/' + enc(w.model), w.model),
+        $('span', {}, ...w.watched.flatMap((fqn, i) => [i ? ', ' : '',
+          link('#/param/' + enc(w.model) + '/' + enc(fqn), fqn)])),
+        w.every, Number(w.last_step) < 0 ? '—' : Number(w.last_step),
+        w.created_by])));
 }
 
 async function model(main, name) {
-  const m = await api('/api/models/' + enc(name));
+  const [m, watches] = await Promise.all([api('/api/models/' + enc(name)),
+    api('/api/watches')]);
+  const watched = new Set(watches.watches.filter((w) => w.model === name)
+    .flatMap((w) => w.watched));
   const params = [];
   for (const u of m.units) {
     for (const p of u.params) params.push([u.fqn || '(root)', p]);
@@ -139,49 +159,75 @@ async function model(main, name) {
       m.units.map((u) => [u.fqn || '(root)', Number(u.generation),
         Number(u.external_writes), Number(u.unpadded_numel)])),
     $('h2', {}, 'Parameters'),
-    table('params', ['parameter', 'unit', 'shape', 'dtype'],
+    table('params', ['parameter', 'unit', 'shape', 'dtype', 'watched'],
       params.map(([unit, p]) => [
         link('#/param/' + enc(name) + '/' + enc(p.info.fqn), p.info.fqn), unit,
         '[' + p.info.shape.join(', ') + ']',
-        p.info.dtype.replace('DTYPE_', '').toLowerCase()])));
+        p.info.dtype.replace('DTYPE_', '').toLowerCase(),
+        watched.has(p.info.fqn) ? $('span', {class: 'watched'}, 'watched')
+          : ''])));
 }
 
 function histogram(h) {
-  const width = 640, height = 200, pad = 24;
+  const width = 640, height = 200, pad = 24, left = 56;
   const counts = h.counts.map(Number);
   const top = Math.max(1, ...counts);
-  const w = (width - 2 * pad) / Math.max(1, counts.length);
+  const w = (width - left - pad) / Math.max(1, counts.length);
   const svg = $('svg', {id: 'histogram', width, height,
     viewBox: `0 0 ${width} ${height}`});
   counts.forEach((c, i) => {
     const barHeight = (height - 2 * pad) * c / top;
-    const bar = $('rect', {class: 'bin', 'data-count': c, x: pad + i * w,
+    const bar = $('rect', {class: 'bin', 'data-count': c, x: left + i * w,
       y: height - pad - barHeight, width: Math.max(1, w - 1),
       height: barHeight});
     bar.append($('title', {}, c + ' in bin ' + i));
     svg.append(bar);
   });
-  svg.append($('text', {x: pad, y: height - 6}, fmt(h.lower)),
+  svg.append($('text', {x: left, y: height - 6}, fmt(h.lower)),
     $('text', {x: width - pad, y: height - 6, 'text-anchor': 'end'},
-      fmt(h.upper)));
+      fmt(h.upper)),
+    ...axis(left, pad, height - pad, 0, top, 'count'));
   return svg;
+}
+
+// A value axis at x = `left` from y0 (the value `lo`) up to y1 (`hi`):
+// the line, three ticks with their values (g.tick, the value in
+// data-value) and the axis's name.
+function axis(left, y1, y0, lo, hi, name) {
+  const ticks = [lo, (lo + hi) / 2, hi].map((v) => {
+    const y = y0 - (y0 - y1) * (v - lo) / ((hi - lo) || 1);
+    return $('g', {class: 'tick', 'data-value': v},
+      $('line', {x1: left - 4, x2: left, y1: y, y2: y, stroke: '#999'}),
+      $('text', {x: left - 6, y: y + 4, 'text-anchor': 'end'}, fmt(v)));
+  });
+  return [$('line', {class: 'axis', x1: left, x2: left, y1, y2: y0,
+    stroke: '#999'}), ...ticks,
+  $('text', {class: 'axis-name', x: 2, y: y1 - 8}, name)];
 }
 
 // One watched series over steps: a line, and a red marker (circle.nonfinite,
 // its step in data-step) at every record with a NaN or Inf.
 function plot(id, records, value, label) {
-  const width = 640, height = 160, pad = 28;
+  const width = 640, height = 180, pad = 28, left = 64;
   const steps = records.map((r) => Number(r.step));
   const values = records.map((r) => value(r)).filter(Number.isFinite);
   const lo = Math.min(...steps), hi = Math.max(lo + 1, ...steps);
   const bottom = Math.min(0, ...values), top = Math.max(bottom + 1e-30, ...values);
-  const x = (s) => pad + (width - 2 * pad) * (s - lo) / (hi - lo);
+  const x = (s) => left + (width - left - pad) * (s - lo) / (hi - lo);
   const y = (v) => height - pad - (height - 2 * pad) * (v - bottom) / (top - bottom);
   const svg = $('svg', {id, width, height, viewBox: `0 0 ${width} ${height}`});
   const points = records.filter((r) => Number.isFinite(value(r)))
     .map((r) => x(Number(r.step)) + ',' + y(value(r))).join(' ');
   svg.append($('polyline', {class: 'series', points,
     'data-points': records.length}));
+  // Hover: every finite record is a point whose title is its step and value.
+  for (const r of records.filter((r) => Number.isFinite(value(r)))) {
+    const point = $('circle', {class: 'point', 'data-step': r.step,
+      cx: x(Number(r.step)), cy: y(value(r)), r: 3});
+    point.append($('title', {}, 'step ' + r.step + ': ' + label + ' ' +
+      fmt(value(r))));
+    svg.append(point);
+  }
   for (const r of records) {
     if (Number(r.nan_count) + Number(r.inf_count) > 0) {
       const marker = $('circle', {class: 'nonfinite', 'data-step': r.step,
@@ -191,10 +237,12 @@ function plot(id, records, value, label) {
       svg.append(marker);
     }
   }
-  svg.append($('text', {x: pad, y: height - 8}, 'step ' + lo),
-    $('text', {x: width - pad, y: height - 8, 'text-anchor': 'end'},
-      'step ' + Math.max(...steps)),
-    $('text', {x: pad, y: pad - 2}, label + ' ' + fmt(top)));
+  svg.append($('line', {class: 'axis', x1: left, x2: width - pad,
+    y1: height - pad, y2: height - pad, stroke: '#999'}),
+  $('text', {x: left, y: height - 8}, 'step ' + lo),
+  $('text', {x: width - pad, y: height - 8, 'text-anchor': 'end'},
+    'step ' + Math.max(...steps)),
+  ...axis(left, pad, height - pad, bottom, top, label));
   return svg;
 }
 
@@ -270,10 +318,18 @@ async function route() {
       parts.slice(2).join('/'));
     else await overview(main);
     status.textContent = '';
+    delete document.body.dataset.error;
     document.body.dataset.loaded = location.hash || '#/';
   } catch (error) {
     // A trainer mid-step refuses sessions (R1): show it and try again.
     status.textContent = error.message;
+    document.body.dataset.error = error.code;
+    // A page that never drew, or one that names nothing that exists, says
+    // why in place of "loading…" (a drawn page keeps its last numbers).
+    if (error.code === 'NOT_FOUND' ||
+        document.body.dataset.loaded !== (location.hash || '#/')) {
+      main.replaceChildren($('p', {id: 'error', class: 'bad'}, error.message));
+    }
   }
 }
 window.addEventListener('hashchange', route);

@@ -135,6 +135,8 @@ class Caller {
     return (stub_.get()->*method)(&context, request, response);
   }
 
+  const auth::RoleSet& roles() const { return caller_.roles; }
+
  private:
   const auth::Authorizer& authorizer_;
   const auth::Caller caller_;
@@ -342,6 +344,9 @@ void WebView::Register(httplib::Server& http) const {
                      httplib::Response& response) {
              v1::ListSessionsRequest list;
              list.set_model(request.get_param_value("model"));
+             // An operator (admin role: everyone with --insecure-local)
+             // sees every session and who holds it; a viewer its own.
+             list.set_all(caller.roles().Allows(auth::Role::kAdmin));
              rpc(caller, &v1::Summon::Stub::ListSessions, list,
                  v1::ListSessionsResponse(), response);
            }));

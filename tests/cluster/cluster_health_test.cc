@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -118,8 +119,12 @@ TYPED_TEST(ClusterHealthTest, FollowersSegmentsDecideTheModelsState) {
   ASSERT_TRUE(restarted.ok()) << restarted;
   // The leader hears the re-join within a few heartbeats.
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
-  while (absl::Now() < give_up &&
-         !this->cluster().client(0).ListModels().ok()) {
+  auto everyone_answers = [this] {
+    const absl::StatusOr<v1::ListModelsResponse> listed =
+        this->cluster().client(0).ListModels();
+    return listed.ok() && listed->nodes_down_size() == 0;
+  };
+  while (absl::Now() < give_up && !everyone_answers()) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   // The follower's re-attach names what it found: with another rank's
@@ -173,6 +178,46 @@ TYPED_TEST(ClusterHealthTest, FollowersSegmentsDecideTheModelsState) {
   CreateSeeded(this->cluster().client(0), "m", kUnevenLayout,
                v1::SHARDING_STRATEGY_FULL_SHARD);
   this->ExpectEverywhere("m", v1::MODEL_STATE_READY, "");
+}
+
+// Read-only listings with a follower down (issue 33): `model list` and
+// `watch list` answer from what the cluster knows, naming the node that is
+// down, instead of UNAVAILABLE; and once it is back, nothing is marked.
+TYPED_TEST(ClusterHealthTest, ListingsWithAFollowerDownNameIt) {
+  CreateSeeded(this->cluster().client(0), "m", kUnevenLayout,
+               v1::SHARDING_STRATEGY_FULL_SHARD);
+  v1::AddWatchRequest watch;
+  watch.set_model("m");
+  watch.add_params("layers.1.w");
+  ASSERT_TRUE(this->cluster().client(0).AddWatch(watch).ok());
+  ASSERT_TRUE(this->cluster().Kill(this->follower()).ok());
+  for (int node = 0; node < this->cluster().nodes(); ++node) {
+    if (node == this->follower()) continue;
+    const absl::StatusOr<v1::ListModelsResponse> models =
+        this->cluster().client(node).ListModels();
+    ASSERT_TRUE(models.ok()) << "node " << node << ": " << models.status();
+    ASSERT_EQ(models->models_size(), 1);
+    EXPECT_EQ(models->models(0).name(), "m");
+    EXPECT_EQ(std::vector<int>(models->nodes_down().begin(),
+                               models->nodes_down().end()),
+              std::vector<int>{this->follower()})
+        << "node " << node;
+    const absl::StatusOr<v1::ListWatchesResponse> watches =
+        this->cluster().client(node).ListWatches();
+    ASSERT_TRUE(watches.ok()) << "node " << node << ": " << watches.status();
+    ASSERT_EQ(watches->watches_size(), 1);
+    EXPECT_EQ(watches->watches(0).model(), "m");
+    EXPECT_EQ(std::vector<int>(watches->nodes_down().begin(),
+                               watches->nodes_down().end()),
+              std::vector<int>{this->follower()})
+        << "node " << node;
+  }
+  ASSERT_TRUE(this->cluster().StartNode(this->follower()).ok());
+  const absl::StatusOr<v1::ListModelsResponse> back =
+      this->cluster().client(this->follower()).ListModels();
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->nodes_down_size(), 0);
+  EXPECT_EQ(back->models(0).state(), v1::MODEL_STATE_READY);
 }
 
 }  // namespace

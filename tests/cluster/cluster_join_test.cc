@@ -1,9 +1,11 @@
 // A cluster whose other node never joins: the started daemon keeps reporting
-// NOT_SERVING and answers every operation with UNAVAILABLE quickly, never
+// NOT_SERVING and answers every operation with UNAVAILABLE quickly (a
+// listing from what it knows, naming the missing node), never
 // hanging, and still stops cleanly on SIGTERM.
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -75,8 +77,18 @@ TEST_P(ClusterJoinTest, ALoneNodeStaysNotServingAndRefusesPromptly) {
   ExpectPromptlyUnavailable("OpenSession", [&] {
     return node.OpenSession("m", v1::SessionOptions()).status();
   });
-  ExpectPromptlyUnavailable("ListModels",
-                            [&] { return node.ListModels().status(); });
+  // A listing is read-only: it answers from what the node knows, naming
+  // the node it cannot reach (issue 33), and as promptly.
+  {
+    const absl::Time start = absl::Now();
+    const absl::StatusOr<v1::ListModelsResponse> listed = node.ListModels();
+    EXPECT_LT(absl::Now() - start, kRefusalBound);
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    EXPECT_EQ(listed->models_size(), 0);
+    EXPECT_EQ(std::vector<int>(listed->nodes_down().begin(),
+                               listed->nodes_down().end()),
+              std::vector<int>{1 - started_node});
+  }
   ExpectPromptlyUnavailable("ReportPhase", [&] {
     return node.ReportPhase("m", 0, v1::TRAINING_PHASE_FORWARD).status();
   });

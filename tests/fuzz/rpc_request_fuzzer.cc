@@ -514,7 +514,7 @@ class Daemon {
     last_session_.clear();
     FreshWatches();
     for (const summon::server::SessionInfo& session :
-         sessions_->List(/*model=*/"", kPrincipal)) {
+         sessions_->List(/*model=*/"", kPrincipal, /*all=*/false)) {
       const absl::Status status =
           sessions_
               ->Close(session.id, /*abort=*/true, /*force=*/false, kPrincipal)

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/summond_fixture.h"
 
@@ -142,6 +143,42 @@ TEST_F(CheckpointPathsTest, R20_APlantedTemporaryNameIsNotFollowed) {
   EXPECT_EQ(kept, "precious bytes\n");
   EXPECT_TRUE(Load("back", "m.safetensors").ok());
   EXPECT_TRUE(Load("back-dir", "dir").ok());
+}
+
+// Every refused call has its audit line (docs/operations.md, "Audit log"):
+// a load or save refused past the role gate for its path (R20) too, with
+// the principal, the RPC, the model and the reason, never the file's
+// contents.
+TEST_F(CheckpointPathsTest, R20_RefusedPathsAreAuditedWithoutContents) {
+  StartServer(2);
+  CreateSeeded("m");
+  const fs::path secret = fs::path(data_dir_) / "secret.txt";
+  std::ofstream(secret) << "password=hunter2\n";
+  EXPECT_CODE(Load("leak", secret.string()), PERMISSION_DENIED);
+  EXPECT_CODE(Save("/etc/summon-escape.safetensors"), PERMISSION_DENIED);
+  std::ifstream file(fs::path(data_dir_) / "audit.log");
+  const std::string audit((std::istreambuf_iterator<char>(file)),
+                          std::istreambuf_iterator<char>());
+  EXPECT_TRUE(absl::StrContains(
+      audit, absl::StrCat(R"("action":"LoadModel","bytes":0,"message":)"
+                          R"("checkpoint path ')",
+                          secret.string(), "' resolves outside")))
+      << audit;
+  EXPECT_TRUE(absl::StrContains(
+      audit, absl::StrCat(R"("model":"leak","principal":"anonymous",)"
+                          R"("result":"PERMISSION_DENIED","scope":")",
+                          secret.string(), "\"")))
+      << audit;
+  EXPECT_TRUE(absl::StrContains(
+      audit, R"("action":"SaveModel","bytes":0,"message":"checkpoint path )"
+             R"('/etc/summon-escape.safetensors' resolves outside)"))
+      << audit;
+  EXPECT_TRUE(absl::StrContains(
+      audit, R"("model":"m","principal":"anonymous",)"
+             R"("result":"PERMISSION_DENIED","scope":)"
+             R"("/etc/summon-escape.safetensors")"))
+      << audit;
+  EXPECT_FALSE(absl::StrContains(audit, "hunter2"));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
+import summon
 from seeded import seeded_float32
 from summon.local import LocalDaemon, daemon_binary, summonctl_binary
 
@@ -53,7 +54,8 @@ with summon.Client(address, timeout=30) as client:
     with client.summon_full_params("smoke", writeback=False) as session:
         w = session.read("w")
     client.delete_model("smoke")
-print(json.dumps({"version": metadata.version("summon"), "shape": list(w.shape),
+print(json.dumps({"version": metadata.version("summon"), "dunder": summon.__version__,
+                  "shape": list(w.shape),
                   "bits": w.astype(np.float32).view(np.uint32).ravel().tolist()}))
 '''
 
@@ -145,7 +147,7 @@ def test_wheel_installs_into_a_fresh_venv_and_serves_a_session(
                             capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     smoke = json.loads(result.stdout)
-    assert smoke["version"] == VERSION
+    assert smoke["version"] == VERSION and smoke["dunder"] == VERSION
     assert smoke["shape"] == [6, 5]
     assert smoke["bits"] == seeded_float32("w", 42, 30).view("uint32").tolist()
 
@@ -176,6 +178,7 @@ def test_version_is_summond_and_summonctls() -> None:
         out = subprocess.run([binary, "--version"], check=True, capture_output=True,
                              text=True).stdout
         assert out == f"{name} {VERSION} (API summon.v1)\n"
+    assert summon.__version__ == VERSION
 
 
 def test_a_checkout_regenerates_stale_stubs_on_import(tmp_path: Path) -> None:

@@ -183,7 +183,8 @@ def test_api_answers_as_the_rpcs_do(web: dict) -> None:
     assert get(f"{base}/api/models/absent", viewer)[0] == 404
     # Watches (ListWatches, ShowWatch): none here, and an unwatched
     # parameter's history is NOT_FOUND.
-    assert json.loads(get(f"{base}/api/watches", viewer)[1]) == {"watches": []}
+    assert json.loads(get(f"{base}/api/watches", viewer)[1]) == {
+        "watches": [], "nodes_down": []}
     status, body = get(f"{base}/api/watch?model={MODEL}&param={PARAM}", viewer)
     assert status == 404 and json.loads(body)["error"]["code"] == "NOT_FOUND"
     assert get(f"{base}/api/watch?model={MODEL}&param={PARAM}&since=x", viewer)[0] == 400

@@ -81,10 +81,13 @@ TEST_F(SecureClusterTest, RoleTableHoldsForEveryRpcAndRole) {
                                           "admin", "peer"};
   v1::OpenSessionRequest read_only;
   read_only.mutable_options()->set_writeback(false);
+  v1::ListSessionsRequest every_session;
+  every_session.set_all(true);
   int denied = 0;
   int allowed = 0;
   for (const server::auth::RpcRule& rule : server::auth::RpcTable()) {
-    // OpenSession twice: writable (the default) and read-only.
+    // OpenSession twice: writable (the default) and read-only; ListSessions
+    // twice: the caller's own and every one (admin).
     std::vector<const google::protobuf::Message*> requests;
     std::unique_ptr<google::protobuf::Message> empty(
         google::protobuf::MessageFactory::generated_factory()
@@ -96,6 +99,9 @@ TEST_F(SecureClusterTest, RoleTableHoldsForEveryRpcAndRole) {
     requests.push_back(empty.get());
     if (absl::EndsWith(rule.method, "/OpenSession")) {
       requests.push_back(&read_only);
+    }
+    if (absl::EndsWith(rule.method, "/ListSessions")) {
+      requests.push_back(&every_session);
     }
     for (const google::protobuf::Message* request : requests) {
       const Role needed = server::auth::RequiredRole(rule, *request);
@@ -129,11 +135,12 @@ TEST_F(SecureClusterTest, RoleTableHoldsForEveryRpcAndRole) {
       }
     }
   }
-  // 52 rows (OpenSession twice; MapSession added by issue 11, Peer's
+  // 53 rows (OpenSession and ListSessions twice; MapSession added by issue 11, Peer's
   // NodeSetGenerations and NodeHealth by issue 20, AddWatch, ListWatches,
   // RemoveWatch, ShowWatch and Peer's NodeWatchPartials, NodeWatchVersions,
-  // NodeWatchFetch and NodeWatchApply by issue 21) x 5 roles x 2 nodes.
-  EXPECT_EQ(allowed + denied, 52 * 5 * 2);
+  // NodeWatchFetch and NodeWatchApply by issue 21; ListSessions with all by
+  // issue 33) x 5 roles x 2 nodes.
+  EXPECT_EQ(allowed + denied, 53 * 5 * 2);
   EXPECT_GT(allowed, 0);
   EXPECT_GT(denied, 0);
 }

@@ -12,6 +12,20 @@ first import (see summon._stubs).
 
 from summon._stubs import ensure_stubs as _ensure_stubs
 
+
+def _version() -> str:
+    """summon's one version number (summond --version's): the checkout's
+    VERSION file, else the installed distribution's."""
+    from pathlib import Path
+    checkout = Path(__file__).resolve().parents[2] / "VERSION"
+    if checkout.is_file():
+        return checkout.read_text().strip()
+    from importlib import metadata
+    return metadata.version("summon")
+
+
+__version__ = _version()
+
 _ensure_stubs()
 
 from summon.client import Client, UnitWatch  # noqa: E402

@@ -272,9 +272,11 @@ class Client:
         return Session.from_proto(self._call(
             self._summon.GetSession, summon_pb2.GetSessionRequest(session_id=session_id)))
 
-    def list_sessions(self, model: str = "") -> list[Session]:
+    def list_sessions(self, model: str = "", all: bool = False) -> list[Session]:
+        """The sessions the caller may operate; with all, every open session
+        and who holds it (operators: the admin role)."""
         response = self._call(self._summon.ListSessions,
-                              summon_pb2.ListSessionsRequest(model=model))
+                              summon_pb2.ListSessionsRequest(model=model, all=all))
         return [Session.from_proto(s) for s in response.sessions]
 
     def renew_session(self, session_id: str,

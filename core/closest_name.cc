@@ -1,0 +1,46 @@
+#include "core/closest_name.h"
+
+#include <algorithm>
+#include <cstddef>
+
+#include "absl/strings/match.h"
+
+namespace summon::core {
+namespace {
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string ClosestName(absl::string_view typed,
+                        const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, typed.size() / 3) + 1;
+  for (const std::string& name : names) {
+    if (name == typed) return "";
+    const size_t distance = typed.size() >= 3 && absl::StartsWith(name, typed)
+                                ? 1
+                                : EditDistance(typed, name);
+    if (distance < best_distance) {
+      best = name;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+}  // namespace summon::core
