@@ -19,11 +19,12 @@
 
 namespace summon::client {
 
-// Prints `response` in the context's format (`table` renders the table).
-template <typename Message>
+// Prints `response` in the context's format (`table`, a function of the
+// message returning a string, renders the table).
+template <typename Message, typename TableFn>
 absl::Status Print(const CommandContext& context,
                    const absl::StatusOr<Message>& response,
-                   std::string (*table)(const Message&)) {
+                   const TableFn& table) {
   if (!response.ok()) return response.status();
   switch (context.format) {
     case OutputFormat::kJson:
@@ -48,6 +49,19 @@ absl::StatusOr<std::optional<T>> OptionalNumber(const Invocation& args,
   absl::StatusOr<T> value = ParseNumber<T>(absl::StrCat("--", flag), *text);
   if (!value.ok()) return value.status();
   return std::optional<T>(*value);
+}
+
+// --lease SECONDS; nullopt when absent. summonctl refuses 0 itself, naming
+// the flag, instead of leaving it to the server's message about the field.
+inline absl::StatusOr<std::optional<uint32_t>> LeaseFlag(
+    const Invocation& args) {
+  absl::StatusOr<std::optional<uint32_t>> lease =
+      OptionalNumber<uint32_t>(args, "lease");
+  if (lease.ok() && *lease && **lease == 0) {
+    return absl::InvalidArgumentError(
+        "--lease: must be at least 1 second (at most 86400)");
+  }
+  return lease;
 }
 
 // An enum flag's value; `absent` when the flag is not given.
