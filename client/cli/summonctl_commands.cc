@@ -242,6 +242,16 @@ FlagSpec OnlyWith(absl::string_view name, absl::string_view value_name,
 constexpr absl::string_view kGradHelp =
     "the tensor's gradient instead of the parameter";
 
+// tensor read's and tensor get's: where the bytes go and how they come.
+std::vector<FlagSpec> ReadFlags() {
+  return {Required("out", "FILE.npy|-",
+                   "the .npy to write (- for stdout); FIFOs and devices are "
+                   "written in place"),
+          Switch("grad", kGradHelp),
+          Valued("dtype", "D", "convert to this floating dtype"),
+          Switch("no-map", "always stream, even on the daemon's host")};
+}
+
 }  // namespace
 
 const std::vector<FlagSpec>& SummonctlGlobalFlags() {
@@ -383,13 +393,15 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {"ID", "FQN"},
        "",
        false,
-       {Required("out", "FILE.npy|-",
-                 "the .npy to write (- for stdout); FIFOs and devices are "
-                 "written in place"),
-        Switch("grad", kGradHelp),
-        Valued("dtype", "D", "convert to this floating dtype"),
-        Switch("no-map", "always stream, even on the daemon's host")},
+       ReadFlags(),
        &TensorRead},
+      {"tensor",
+       "get",
+       {"M", "FQN"},
+       "",
+       false,
+       ReadFlags(),
+       &TensorGet},
       {"tensor",
        "write",
        {"ID", "FQN"},
@@ -429,6 +441,7 @@ const std::vector<CommandSpec>& SummonctlCommands() {
         Switch("grads", "also record the gradients (the grads segment)")},
        &WatchAdd},
       {"watch", "list", {}, "", false, {}, &WatchList},
+      {"cluster", "status", {}, "", false, {}, &ClusterStatus},
       {"watch", "remove", {"M"}, "", false, {}, &WatchRemove},
       {"watch",
        "show",

@@ -108,7 +108,16 @@ void WarnIfLeaseEndsSoon(std::ostream& err, const v1::Session& session);
 
 // The tensor commands (summonctl_tensors.cc).
 absl::Status TensorRead(const CommandContext& c);
+// tensor read's body for any session: streams `tensor` into --out (a .npy
+// or - for stdout), honouring --dtype and --no-map.
+absl::Status ReadTensorToFile(const CommandContext& c, const TensorRef& tensor);
+// tensor get (summonctl_get.cc): a read-only session of exactly one
+// parameter, read into --out and closed, on error and on Ctrl-C too.
+absl::Status TensorGet(const CommandContext& c);
 absl::Status TensorWrite(const CommandContext& c);
+
+// summonctl cluster status (summonctl_cluster.cc).
+absl::Status ClusterStatus(const CommandContext& c);
 
 // The watch commands (summonctl_watches.cc).
 absl::Status WatchAdd(const CommandContext& c);

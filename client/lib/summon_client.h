@@ -193,6 +193,9 @@ class SummonClient {
       const std::string& model) const;
   absl::StatusOr<v1::ShowWatchResponse> ShowWatch(
       const v1::ShowWatchRequest& request) const;
+
+  // The cluster as the node asked sees it (docs/api.md#getclusterstatus).
+  absl::StatusOr<v1::ClusterStatus> GetClusterStatus() const;
   // Unset `lease_seconds`: the session's current lease length.
   absl::StatusOr<v1::Session> RenewSession(
       const std::string& session_id,

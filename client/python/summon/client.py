@@ -24,7 +24,8 @@ from summon.errors import SummonError
 from summon.inits import InitSpec
 from summon.inits import gradient_shards as _gradient_shards
 from summon.inits import init_method as _init_method
-from summon.messages import (Attachment, CloseResult, LoadResult, Model, ModelSummary,
+from summon.messages import (Attachment, CloseResult, ClusterStatus, LoadResult, Model,
+                          ModelSummary,
                           PhaseReport, Renewal, SaveResult, Session, ShardChecksum,
                           ShardMap, TensorInfo, TensorStats, UnitGeneration,
                           phase_value, strategy_value)
@@ -175,6 +176,11 @@ class Client:
         response = self._call(self._summon.ListModels, summon_pb2.ListModelsRequest())
         return [ModelSummary.from_proto(m) for m in response.models]
 
+    def cluster_status(self) -> ClusterStatus:
+        """The nodes, leader, epoch and each node's state as the node asked sees them."""
+        return ClusterStatus.from_proto(self._call(self._summon.GetClusterStatus,
+                                                   summon_pb2.GetClusterStatusRequest()))
+
     def describe_model(self, name: str) -> Model:
         return Model.from_proto(self._call(
             self._summon.DescribeModel, summon_pb2.DescribeModelRequest(model=name)))
@@ -314,6 +320,17 @@ class Client:
             with_grads, read_dtype, lease_seconds), force=force)
 
     # Tensors ---------------------------------------------------------------
+
+    def get_tensor(self, model: str, fqn: str, grad: bool = False,
+                   dtype: Optional[str] = None) -> np.ndarray:
+        """One-shot read: a read-only session of exactly `fqn`, read, then closed
+        (on an error or KeyboardInterrupt too), so a script leaves no session."""
+        session = self.open_session(model, params=[fqn], writeback=False,
+                                    with_grads=grad, lease_seconds=30)
+        try:
+            return self.read_tensor(session.id, fqn, grad=grad, dtype=dtype)
+        finally:
+            self.close_session(session.id, abort=True)
 
     def read_tensor(self, session_id: str, fqn: str, grad: bool = False,
                     dtype: Optional[str] = None, offset: int = 0,
