@@ -441,7 +441,6 @@ const std::vector<CommandSpec>& SummonctlCommands() {
         Switch("grads", "also record the gradients (the grads segment)")},
        &WatchAdd},
       {"watch", "list", {}, "", false, {}, &WatchList},
-      {"cluster", "status", {}, "", false, {}, &ClusterStatus},
       {"watch", "remove", {"M"}, "", false, {}, &WatchRemove},
       {"watch",
        "show",
@@ -451,6 +450,7 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {Valued("since", "STEP", "records of steps >= STEP only"),
         Switch("grad", "the gradient's records")},
        &WatchShow},
+      {"cluster", "status", {}, "", false, {}, &ClusterStatus},
   };
   return *kCommands;
 }

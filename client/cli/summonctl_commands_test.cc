@@ -534,4 +534,22 @@ TEST_F(SummonctlTest, LeaseZeroIsRefusedNamingTheFlagBeforeAnyCall) {
   EXPECT_EQ(summon().Count("RenewSession"), 0);
 }
 
+TEST_F(SummonctlTest, DashHAfterAVerbPrintsThatVerbsHelp) {
+  const std::string verb_help = Run({"help", "session", "close"}).out;
+  ASSERT_EQ(verb_help.rfind("summonctl session close ID", 0), 0u) << verb_help;
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"session", "close", "-h"},
+           {"session", "close", "s-1", "--help"},
+           {"--output", "json", "session", "close", "-h"}}) {
+    const SummonctlResult result = Run(args);
+    EXPECT_EQ(result.exit_code, 0) << ::testing::PrintToString(args);
+    EXPECT_EQ(result.out, verb_help) << ::testing::PrintToString(args);
+  }
+  EXPECT_EQ(Run({"trainer", "-h"}).out, Run({"help", "trainer"}).out);
+  EXPECT_EQ(Run({"-h"}).out.rfind("usage: summonctl [--server ADDR]", 0), 0u);
+  EXPECT_EQ(Run({"sesion", "-h"}).exit_code, 3);
+  EXPECT_EQ(summon().Count("CloseSession"), 0);
+}
+
 }  // namespace summon::client

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli_output.h"
 #include "client/cli/cli_values.h"
-#include "client/cli/summonctl_commands.h"
+#include "client/cli/summonctl_context.h"
 
 namespace summon::client {
 
