@@ -490,7 +490,7 @@ TEST_F(SummonctlTest, TrainerPhaseReportsThePhase) {
 }
 
 }  // namespace
-TEST_F(SummonctlTest, SessionListAllShowsWhoHoldsEachSessionSinceWhenAndItsLease) {
+TEST_F(SummonctlTest, SessionListAllShowsWhoHoldsEachSessionAndItsLease) {
   v1::ListSessionsResponse sessions;
   v1::Session* held = sessions.add_sessions();
   held->set_id("s-9");

@@ -110,7 +110,8 @@ void WarnIfLeaseEndsSoon(std::ostream& err, const v1::Session& session);
 absl::Status TensorRead(const CommandContext& c);
 // tensor read's body for any session: streams `tensor` into --out (a .npy
 // or - for stdout), honouring --dtype and --no-map.
-absl::Status ReadTensorToFile(const CommandContext& c, const TensorRef& tensor);
+absl::Status ReadTensorToFile(const CommandContext& c,
+                              const TensorRef& tensor);
 // tensor get (summonctl_get.cc): a read-only session of exactly one
 // parameter, read into --out and closed, on error and on Ctrl-C too.
 absl::Status TensorGet(const CommandContext& c);

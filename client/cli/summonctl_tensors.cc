@@ -148,7 +148,8 @@ absl::Status TensorRead(const CommandContext& c) {
   return ReadTensorToFile(c, TensorFromArgs(c.args));
 }
 
-absl::Status ReadTensorToFile(const CommandContext& c, const TensorRef& tensor) {
+absl::Status ReadTensorToFile(const CommandContext& c,
+                              const TensorRef& tensor) {
   ReadTensorParams params;
   params.tensor = tensor;
   absl::StatusOr<v1::DType> dtype =
