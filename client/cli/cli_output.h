@@ -45,6 +45,10 @@ std::string DeleteModelTable(const v1::DeleteModelResponse& response);
 std::string SessionTable(const v1::Session& session);
 // `session list` and `session renew`: one row per session.
 std::string SessionListTable(const v1::ListSessionsResponse& response);
+// An operator's view (session list --all): who holds each session, since
+// when and how much of its lease is left at `now_unix_ms`.
+std::string SessionHoldersTable(const v1::ListSessionsResponse& response,
+                                int64_t now_unix_ms);
 std::string CloseSessionTable(const v1::CloseSessionResponse& response);
 std::string TensorInfoTable(const v1::TensorInfo& info);
 std::string WriteTensorTable(const v1::WriteTensorResponse& response);

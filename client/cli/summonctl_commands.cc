@@ -6,6 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/cli/cli_output.h"
 #include "client/cli/cli_values.h"
 #include "client/cli/summonctl_internal.h"
@@ -139,14 +141,20 @@ absl::Status SessionOpen(const CommandContext& c) {
 
 absl::Status SessionList(const CommandContext& c) {
   const std::vector<std::string> model = c.args.OptionalPositionals();
+  const bool all = c.args.Has("all");
   absl::StatusOr<v1::ListSessionsResponse> sessions =
-      c.client.ListSessions(model.empty() ? "" : model[0]);
-  if (sessions.ok()) {
+      c.client.ListSessions(model.empty() ? "" : model[0], all);
+  if (!all && sessions.ok()) {
+    // Another's lease is the holder's business, not the operator's.
     for (const v1::Session& session : sessions->sessions()) {
       WarnIfLeaseEndsSoon(c.err, session);
     }
   }
-  return Print(c, sessions, &SessionListTable);
+  if (!all) return Print(c, sessions, &SessionListTable);
+  const int64_t now_unix_ms = absl::ToUnixMillis(absl::Now());
+  return Print(c, sessions, [now_unix_ms](const v1::ListSessionsResponse& r) {
+    return SessionHoldersTable(r, now_unix_ms);
+  });
 }
 
 absl::Status SessionGet(const CommandContext& c) {
@@ -163,8 +171,7 @@ std::string RenewedSessionTable(const v1::Session& session) {
 }
 
 absl::Status SessionRenew(const CommandContext& c) {
-  absl::StatusOr<std::optional<uint32_t>> lease =
-      OptionalNumber<uint32_t>(c.args, "lease");
+  absl::StatusOr<std::optional<uint32_t>> lease = LeaseFlag(c.args);
   if (!lease.ok()) return lease.status();
   return Print(c, c.client.RenewSession(c.args.positionals[0], *lease),
                &RenewedSessionTable);
@@ -234,6 +241,16 @@ FlagSpec OnlyWith(absl::string_view name, absl::string_view value_name,
 
 constexpr absl::string_view kGradHelp =
     "the tensor's gradient instead of the parameter";
+
+// tensor read's and tensor get's: where the bytes go and how they come.
+std::vector<FlagSpec> ReadFlags() {
+  return {Required("out", "FILE.npy|-",
+                   "the .npy to write (- for stdout); FIFOs and devices are "
+                   "written in place"),
+          Switch("grad", kGradHelp),
+          Valued("dtype", "D", "convert to this floating dtype"),
+          Switch("no-map", "always stream, even on the daemon's host")};
+}
 
 }  // namespace
 
@@ -342,7 +359,15 @@ const std::vector<CommandSpec>& SummonctlCommands() {
                "how long the session lives without a renew (default 600; "
                "summonctl does not renew)")},
        &SessionOpen},
-      {"session", "list", {}, "M", false, {}, &SessionList},
+      {"session",
+       "list",
+       {},
+       "M",
+       false,
+       {Switch("all",
+               "every open session, whoever holds it, since when and its "
+               "lease left (operators: needs the admin role)")},
+       &SessionList},
       {"session", "get", {"ID"}, "", false, {}, &SessionGet},
       {"session",
        "renew",
@@ -368,13 +393,15 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {"ID", "FQN"},
        "",
        false,
-       {Required("out", "FILE.npy|-",
-                 "the .npy to write (- for stdout); FIFOs and devices are "
-                 "written in place"),
-        Switch("grad", kGradHelp),
-        Valued("dtype", "D", "convert to this floating dtype"),
-        Switch("no-map", "always stream, even on the daemon's host")},
+       ReadFlags(),
        &TensorRead},
+      {"tensor",
+       "get",
+       {"M", "FQN"},
+       "",
+       false,
+       ReadFlags(),
+       &TensorGet},
       {"tensor",
        "write",
        {"ID", "FQN"},
@@ -423,6 +450,7 @@ const std::vector<CommandSpec>& SummonctlCommands() {
        {Valued("since", "STEP", "records of steps >= STEP only"),
         Switch("grad", "the gradient's records")},
        &WatchShow},
+      {"cluster", "status", {}, "", false, {}, &ClusterStatus},
   };
   return *kCommands;
 }
@@ -462,8 +490,7 @@ absl::StatusOr<v1::SessionOptions> SessionOptionsFromFlags(
       EnumFlag(args, "read-dtype", v1::DTYPE_UNSPECIFIED);
   if (!read_dtype.ok()) return read_dtype.status();
   options.set_read_dtype(*read_dtype);
-  absl::StatusOr<std::optional<uint32_t>> lease =
-      OptionalNumber<uint32_t>(args, "lease");
+  absl::StatusOr<std::optional<uint32_t>> lease = LeaseFlag(args);
   if (!lease.ok()) return lease.status();
   options.set_lease_seconds(lease->value_or(kCliSessionLeaseSeconds));
   return options;

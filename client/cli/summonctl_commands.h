@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/cli_parser.h"
+#include "client/cli/summonctl_context.h"
 #include "client/lib/summon_client.h"
 #include "summon/v1/types.pb.h"
 
@@ -26,20 +27,6 @@ namespace summon::client {
 
 inline constexpr char kDefaultServer[] = "127.0.0.1:7070";
 inline constexpr char kServerEnvironmentVariable[] = "SUMMON_SERVER";
-
-enum class OutputFormat { kTable, kJson, kYaml };
-
-// What a command's handler works with.
-struct CommandContext {
-  const Invocation& args;
-  const SummonClient& client;
-  OutputFormat format;
-  std::ostream& out;
-  std::ostream& err;
-  std::istream& in;  // `tensor write --in -` reads it.
-  // Tensor transfers draw a progress line on `err` (a terminal, no --quiet).
-  bool progress = false;
-};
 
 const std::vector<FlagSpec>& SummonctlGlobalFlags();
 const std::vector<CommandSpec>& SummonctlCommands();

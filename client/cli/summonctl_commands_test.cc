@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/testing/summonctl_test_fixture.h"
 #include "gtest/gtest.h"
 
@@ -488,4 +490,66 @@ TEST_F(SummonctlTest, TrainerPhaseReportsThePhase) {
 }
 
 }  // namespace
+TEST_F(SummonctlTest, SessionListAllShowsWhoHoldsEachSessionAndItsLease) {
+  v1::ListSessionsResponse sessions;
+  v1::Session* held = sessions.add_sessions();
+  held->set_id("s-9");
+  held->set_model("gpt");
+  held->set_owner("bob");
+  held->set_state(v1::SESSION_STATE_OPEN);
+  held->set_created_at_unix_ms(1'700'000'000'000);
+  // 125.5 s from now: two whole minutes left whatever the run's speed.
+  held->set_expires_at_unix_ms(absl::ToUnixMillis(absl::Now()) + 125'500);
+  summon().SetResponse("ListSessions", sessions);
+
+  const SummonctlResult all = Run({"session", "list", "--all", "gpt"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  const auto request =
+      summon().LastRequest<v1::ListSessionsRequest>("ListSessions");
+  EXPECT_TRUE(request.all());
+  EXPECT_EQ(request.model(), "gpt");
+  EXPECT_EQ(all.out,
+            "ID   MODEL  OWNER  SINCE                     LEASE_LEFT  STATE  "
+            "SCOPE   BYTES\n"
+            "s-9  gpt    bob    2023-11-14T22:13:20.000Z  2m          OPEN   "
+            "<root>  0\n");
+
+  ASSERT_EQ(Run({"session", "list"}).exit_code, 0);
+  EXPECT_FALSE(
+      summon().LastRequest<v1::ListSessionsRequest>("ListSessions").all());
+}
+
+TEST_F(SummonctlTest, LeaseZeroIsRefusedNamingTheFlagBeforeAnyCall) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"session", "open", "m", "--lease", "0"},
+           {"session", "renew", "s-1", "--lease", "0"}}) {
+    const SummonctlResult result = Run(args);
+    EXPECT_EQ(result.exit_code, 3) << result.err;
+    EXPECT_EQ(result.err,
+              "ERROR INVALID_ARGUMENT: --lease: must be at least 1 second (at "
+              "most 86400)\n");
+  }
+  EXPECT_EQ(summon().Count("OpenSession"), 0);
+  EXPECT_EQ(summon().Count("RenewSession"), 0);
+}
+
+TEST_F(SummonctlTest, DashHAfterAVerbPrintsThatVerbsHelp) {
+  const std::string verb_help = Run({"help", "session", "close"}).out;
+  ASSERT_EQ(verb_help.rfind("summonctl session close ID", 0), 0u) << verb_help;
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"session", "close", "-h"},
+           {"session", "close", "s-1", "--help"},
+           {"--output", "json", "session", "close", "-h"}}) {
+    const SummonctlResult result = Run(args);
+    EXPECT_EQ(result.exit_code, 0) << ::testing::PrintToString(args);
+    EXPECT_EQ(result.out, verb_help) << ::testing::PrintToString(args);
+  }
+  EXPECT_EQ(Run({"trainer", "-h"}).out, Run({"help", "trainer"}).out);
+  EXPECT_EQ(Run({"-h"}).out.rfind("usage: summonctl [--server ADDR]", 0), 0u);
+  EXPECT_EQ(Run({"sesion", "-h"}).exit_code, 3);
+  EXPECT_EQ(summon().Count("CloseSession"), 0);
+}
+
 }  // namespace summon::client

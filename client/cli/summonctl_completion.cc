@@ -102,7 +102,8 @@ _summonctl() {
     --dtype|--read-dtype) words="float32 float64 float16 bfloat16" ;;
     --output) words="table json yaml" ;;
     --init|--grad-init) words="zeros seeded: external" ;;
-    --scope|--params) words="$(_summonctl_daemon modules "${pos[0]}")" ;;
+    --scope) words="$(_summonctl_daemon units "${pos[0]}")" ;;
+    --params) words="$(_summonctl_daemon params "${pos[0]}")" ;;
     @VALUED@) ;;
     *) prev="" ;;
   esac

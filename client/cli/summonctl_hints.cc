@@ -3,6 +3,7 @@
 // NOT_FOUND (did-you-mean for FQNs, how `model load` creates a model).
 
 #include <algorithm>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -43,14 +44,17 @@ std::vector<std::string> SessionFqns(const SummonClient& client,
   return fqns;
 }
 
-// The model's unit (module) and parameter FQNs, aliases included.
+// The model's unit (module) FQNs and/or its parameter FQNs, aliases
+// included: --scope takes only units, --params only parameters.
 std::vector<std::string> ModelFqns(const SummonClient& client,
-                                   const std::string& model_name) {
+                                   const std::string& model_name,
+                                   bool units = true, bool params = true) {
   std::vector<std::string> fqns;
   absl::StatusOr<v1::Model> model = client.DescribeModel(model_name);
   if (!model.ok()) return fqns;
   for (const v1::Unit& unit : model->units()) {
-    fqns.push_back(unit.fqn());
+    if (units) fqns.push_back(unit.fqn());
+    if (!params) continue;
     for (const v1::Parameter& param : unit.params()) {
       fqns.push_back(param.info().fqn());
       for (const std::string& alias : param.aliases()) fqns.push_back(alias);
@@ -99,8 +103,10 @@ int RunDaemonCompletion(const std::vector<std::string>& words,
     }
   } else if (kind == "fqns" && !arg.empty()) {
     found = SessionFqns(client, arg);
-  } else if (kind == "modules" && !arg.empty()) {
-    found = ModelFqns(client, arg);
+  } else if (kind == "units" && !arg.empty()) {
+    found = ModelFqns(client, arg, /*units=*/true, /*params=*/false);
+  } else if (kind == "params" && !arg.empty()) {
+    found = ModelFqns(client, arg, /*units=*/false, /*params=*/true);
   }
   std::sort(found.begin(), found.end());
   found.erase(std::unique(found.begin(), found.end()), found.end());
@@ -158,12 +164,52 @@ void WarnIfLeaseEndsSoon(std::ostream& err, const v1::Session& session) {
       << " [--lease SECONDS]) or its edits are dropped\n";
 }
 
+// For a name the session lacks but its model has, says so: a did-you-mean
+// would point at a near name instead of at the session's scope.
+std::optional<absl::Status> OutOfScope(const SummonClient& client,
+                                       const absl::Status& status,
+                                       const std::string& session_id,
+                                       const std::vector<std::string>& given) {
+  absl::StatusOr<v1::Session> session = client.GetSession(session_id);
+  if (!session.ok()) return std::nullopt;
+  const std::vector<std::string> in_model =
+      ModelFqns(client, session->model(), /*units=*/false, /*params=*/true);
+  const std::vector<std::string> in_session = SessionFqns(client, session_id);
+  const auto has = [](const std::vector<std::string>& names,
+                      const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  for (const std::string& name : given) {
+    if (absl::StrContains(status.message(), absl::StrCat("'", name, "'")) &&
+        has(in_model, name) && !has(in_session, name)) {
+      return absl::Status(
+          status.code(),
+          absl::StrCat(status.message(), ": '", name,
+                       "' is a parameter of model '", session->model(),
+                       "' outside this session's scope (open one with "
+                       "--params ",
+                       name, " or a --scope that holds it)"));
+    }
+  }
+  return std::nullopt;
+}
+
 absl::Status WithHints(const CommandContext& c, const absl::Status& status) {
   if (!absl::IsNotFound(status) || c.args.command == nullptr) return status;
   const CommandSpec& command = *c.args.command;
   const std::vector<std::string>& words = c.args.positionals;
+  if (command.noun == "tensor" && command.verb == "get") {
+    // tensor get M FQN: the name is the model's to know.
+    return WithSuggestion(status, {words[1]},
+                          ModelFqns(c.client, words[0], /*units=*/false,
+                                    /*params=*/true));
+  }
   if (command.noun == "tensor" && words.size() > 1) {
     const std::vector<std::string> fqns(words.begin() + 1, words.end());
+    if (std::optional<absl::Status> outside =
+            OutOfScope(c.client, status, words[0], fqns)) {
+      return *outside;
+    }
     return WithSuggestion(status, fqns, SessionFqns(c.client, words[0]));
   }
   if (command.noun == "session" && command.verb == "open") {

@@ -185,8 +185,10 @@ TEST_F(SummonctlHintsTest, CompleteListsTheDaemonsNames) {
   EXPECT_EQ(Run({"__complete", "fqns", "s-1"}).out,
             "layers.1.attn.qkv.weight\nlayers.1.mlp.fc.weight\n"
             "lm_head.weight\n");
-  EXPECT_EQ(Run({"__complete", "modules", "gpt"}).out,
-            "layers.1\nlayers.1.attn.qkv.weight\nlm_head.weight\n");
+  // --scope takes units, --params parameters: each completes only those.
+  EXPECT_EQ(Run({"__complete", "units", "gpt"}).out, "layers.1\n");
+  EXPECT_EQ(Run({"__complete", "params", "gpt"}).out,
+            "layers.1.attn.qkv.weight\nlm_head.weight\n");
   summon().SetError("ListSessions",
                     grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"));
   const SummonctlResult down = Run({"__complete", "sessions"});
@@ -195,4 +197,40 @@ TEST_F(SummonctlHintsTest, CompleteListsTheDaemonsNames) {
 }
 
 }  // namespace
+TEST_F(SummonctlHintsTest, AParameterOutsideTheSessionsScopeIsSaidSo) {
+  SessionAndModel();
+  // The model has layers.2's weight too, one edit from the session's
+  // layers.1 weight: no did-you-mean, the scope is the problem.
+  v1::Model model;
+  model.set_name("gpt");
+  for (const std::string unit_fqn : {"layers.1", "layers.2"}) {
+    v1::Unit& unit = *model.add_units();
+    unit.set_fqn(unit_fqn);
+    unit.add_params()->mutable_info()->set_fqn(unit_fqn + ".attn.qkv.weight");
+  }
+  summon().SetResponse("DescribeModel", model);
+  summon().SetError("TensorStats",
+                    grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                 "session s-1 has no parameter "
+                                 "'layers.2.attn.qkv.weight'"));
+  const SummonctlResult stats =
+      Run({"tensor", "stats", "s-1", "layers.2.attn.qkv.weight"});
+  EXPECT_EQ(stats.exit_code, 5);
+  EXPECT_EQ(stats.err,
+            "ERROR NOT_FOUND: session s-1 has no parameter "
+            "'layers.2.attn.qkv.weight': 'layers.2.attn.qkv.weight' is a "
+            "parameter of model 'gpt' outside this session's scope (open one "
+            "with --params layers.2.attn.qkv.weight or a --scope that holds "
+            "it)\n");
+  // A typo is still a typo.
+  summon().SetError("TensorStats",
+                    grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                 "session s-1 has no parameter "
+                                 "'layers.1.attn.qkv.weigth'"));
+  EXPECT_EQ(Run({"tensor", "stats", "s-1", "layers.1.attn.qkv.weigth"}).err,
+            "ERROR NOT_FOUND: session s-1 has no parameter "
+            "'layers.1.attn.qkv.weigth' (did you mean "
+            "'layers.1.attn.qkv.weight'?)\n");
+}
+
 }  // namespace summon::client

@@ -15,15 +15,16 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli_output.h"
 #include "client/cli/cli_values.h"
-#include "client/cli/summonctl_commands.h"
+#include "client/cli/summonctl_context.h"
 
 namespace summon::client {
 
-// Prints `response` in the context's format (`table` renders the table).
-template <typename Message>
+// Prints `response` in the context's format (`table`, a function of the
+// message returning a string, renders the table).
+template <typename Message, typename TableFn>
 absl::Status Print(const CommandContext& context,
                    const absl::StatusOr<Message>& response,
-                   std::string (*table)(const Message&)) {
+                   const TableFn& table) {
   if (!response.ok()) return response.status();
   switch (context.format) {
     case OutputFormat::kJson:
@@ -48,6 +49,19 @@ absl::StatusOr<std::optional<T>> OptionalNumber(const Invocation& args,
   absl::StatusOr<T> value = ParseNumber<T>(absl::StrCat("--", flag), *text);
   if (!value.ok()) return value.status();
   return std::optional<T>(*value);
+}
+
+// --lease SECONDS; nullopt when absent. summonctl refuses 0 itself, naming
+// the flag, instead of leaving it to the server's message about the field.
+inline absl::StatusOr<std::optional<uint32_t>> LeaseFlag(
+    const Invocation& args) {
+  absl::StatusOr<std::optional<uint32_t>> lease =
+      OptionalNumber<uint32_t>(args, "lease");
+  if (lease.ok() && *lease && **lease == 0) {
+    return absl::InvalidArgumentError(
+        "--lease: must be at least 1 second (at most 86400)");
+  }
+  return lease;
 }
 
 // An enum flag's value; `absent` when the flag is not given.
@@ -94,7 +108,17 @@ void WarnIfLeaseEndsSoon(std::ostream& err, const v1::Session& session);
 
 // The tensor commands (summonctl_tensors.cc).
 absl::Status TensorRead(const CommandContext& c);
+// tensor read's body for any session: streams `tensor` into --out (a .npy
+// or - for stdout), honouring --dtype and --no-map.
+absl::Status ReadTensorToFile(const CommandContext& c,
+                              const TensorRef& tensor);
+// tensor get (summonctl_get.cc): a read-only session of exactly one
+// parameter, read into --out and closed, on error and on Ctrl-C too.
+absl::Status TensorGet(const CommandContext& c);
 absl::Status TensorWrite(const CommandContext& c);
+
+// summonctl cluster status (summonctl_cluster.cc).
+absl::Status ClusterStatus(const CommandContext& c);
 
 // The watch commands (summonctl_watches.cc).
 absl::Status WatchAdd(const CommandContext& c);

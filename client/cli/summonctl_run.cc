@@ -104,6 +104,23 @@ int RunSummonctl(const std::vector<std::string>& raw_args,
     out << *text;
     return 0;
   }
+  // NOUN [VERB] -h (--help): that noun's or verb's help, as `summonctl help
+  // NOUN VERB` prints it, not the global usage.
+  if (const auto help = std::find(args.begin() + first, args.end(), "--help");
+      help != args.end()) {
+    std::vector<std::string> words;
+    for (auto word = args.begin() + first; word != help && words.size() < 2 &&
+                                           !absl::StartsWith(*word, "-");
+         ++word) {
+      words.push_back(*word);
+    }
+    if (!words.empty()) {
+      absl::StatusOr<std::string> text = HelpText(words);
+      if (!text.ok()) return Fail(err, text.status(), *format).raw_code();
+      out << *text;
+      return 0;
+    }
+  }
   if (first < args.size() && args[first] == "__complete") {
     // The completion script's questions to the daemon: the global flags as
     // given, quickly, and silently.

@@ -145,8 +145,13 @@ std::optional<absl::Status> ReadThroughMapping(const SummonClient& client,
 // (or a symlink's target) is written under a temporary name and renamed once
 // complete; a device, FIFO or socket is written in place.
 absl::Status TensorRead(const CommandContext& c) {
+  return ReadTensorToFile(c, TensorFromArgs(c.args));
+}
+
+absl::Status ReadTensorToFile(const CommandContext& c,
+                              const TensorRef& tensor) {
   ReadTensorParams params;
-  params.tensor = TensorFromArgs(c.args);
+  params.tensor = tensor;
   absl::StatusOr<v1::DType> dtype =
       EnumFlag(c.args, "dtype", v1::DTYPE_UNSPECIFIED);
   if (!dtype.ok()) return dtype.status();

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/cli/summonctl_commands.h"
+#include "client/cli/summonctl_context.h"
 
 namespace summon::client {
 

@@ -181,9 +181,10 @@ class SummonClient {
   absl::StatusOr<std::unique_ptr<Session>> Open(
       const std::string& model, const v1::SessionOptions& options) const;
   absl::StatusOr<v1::Session> GetSession(const std::string& session_id) const;
-  // Empty `model`: every model's sessions.
+  // Empty `model`: every model's sessions. `all`: every open session, whoever
+  // holds it (operators: needs the admin role).
   absl::StatusOr<v1::ListSessionsResponse> ListSessions(
-      const std::string& model = "") const;
+      const std::string& model = "", bool all = false) const;
 
   // Watches (docs/api.md#watches).
   absl::StatusOr<v1::Watch> AddWatch(const v1::AddWatchRequest& request) const;
@@ -192,6 +193,9 @@ class SummonClient {
       const std::string& model) const;
   absl::StatusOr<v1::ShowWatchResponse> ShowWatch(
       const v1::ShowWatchRequest& request) const;
+
+  // The cluster as the node asked sees it (docs/api.md#getclusterstatus).
+  absl::StatusOr<v1::ClusterStatus> GetClusterStatus() const;
   // Unset `lease_seconds`: the session's current lease length.
   absl::StatusOr<v1::Session> RenewSession(
       const std::string& session_id,

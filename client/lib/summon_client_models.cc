@@ -105,4 +105,9 @@ absl::StatusOr<v1::ShowWatchResponse> SummonClient::ShowWatch(
   return Unary(*summon_, &v1::Summon::Stub::ShowWatch, NewContext(), request);
 }
 
+absl::StatusOr<v1::ClusterStatus> SummonClient::GetClusterStatus() const {
+  return Unary(*summon_, &v1::Summon::Stub::GetClusterStatus, NewContext(),
+               v1::GetClusterStatusRequest());
+}
+
 }  // namespace summon::client

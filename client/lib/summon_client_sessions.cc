@@ -24,9 +24,10 @@ absl::StatusOr<v1::Session> SummonClient::GetSession(
 }
 
 absl::StatusOr<v1::ListSessionsResponse> SummonClient::ListSessions(
-    const std::string& model) const {
+    const std::string& model, bool all) const {
   v1::ListSessionsRequest request;
   request.set_model(model);
+  request.set_all(all);
   return Unary(*summon_, &v1::Summon::Stub::ListSessions, NewContext(),
                request);
 }

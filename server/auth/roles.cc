@@ -116,6 +116,7 @@ const std::vector<RpcRule>& RpcTable() {
       {"/summon.v1.Summon/ListWatches", Role::kViewer},
       {"/summon.v1.Summon/RemoveWatch", Role::kEditor},
       {"/summon.v1.Summon/ShowWatch", Role::kViewer},
+      {"/summon.v1.Summon/GetClusterStatus", Role::kViewer},
       {"/summon.v1.Trainer/Attach", Role::kTrainer},
       {"/summon.v1.Trainer/Heartbeat", Role::kTrainer},
       {"/summon.v1.Trainer/Detach", Role::kTrainer},

@@ -206,6 +206,34 @@ std::map<int, absl::Duration> Membership::HeartbeatAges() const {
   return ages;
 }
 
+std::vector<Membership::NodeView> Membership::Nodes() const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  const auto recent = [&](std::optional<absl::Time> last) {
+    return last.has_value() && now - *last <= spec_.failure_timeout
+               ? NodeHealth::kUp
+               : NodeHealth::kDown;
+  };
+  std::vector<NodeView> nodes;
+  for (int node = 0; node < size(); ++node) {
+    NodeView view{node, spec_.nodes[node], NodeHealth::kUnknown};
+    if (node == spec_.node_rank) {
+      view.health = NodeHealth::kUp;
+    } else if (is_leader()) {
+      auto it = last_heartbeat_.find(node);
+      view.health = joined_.count(node) == 0 || it == last_heartbeat_.end()
+                        ? NodeHealth::kDown
+                        : recent(it->second);
+    } else if (node == 0) {
+      view.health = recent(leader_answer_);
+    } else if (ready_) {
+      view.health = NodeHealth::kUp;
+    }
+    nodes.push_back(std::move(view));
+  }
+  return nodes;
+}
+
 uint64_t Membership::epoch() const {
   absl::MutexLock lock(&mu_);
   return epoch_;
@@ -234,6 +262,7 @@ std::optional<uint64_t> Membership::JoinLeader(uint64_t previous_epoch) {
       for (const v1::NodeInfo& info : response.nodes()) {
         joined_[info.node_rank()] = info;
       }
+      leader_answer_ = absl::Now();
       epoch_ = response.membership_epoch();
       return epoch_;
     }
@@ -445,6 +474,7 @@ void Membership::HeartbeatLoop(uint64_t epoch) {
                    status.error_message());
     }
     mu_.Lock();
+    if (status.ok()) leader_answer_ = absl::Now();
   }
 }
 

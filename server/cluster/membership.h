@@ -82,6 +82,19 @@ class Membership {
   // Leader: time since each follower's last heartbeat (for metrics).
   std::map<int, absl::Duration> HeartbeatAges() const;
 
+  // A node as this node sees it (cluster status). Up: heard from within
+  // failure_timeout (this node: always); down: silent past it or never
+  // joined; unknown: a follower cannot tell of another follower while the
+  // cluster is not READY (it hears only from the leader).
+  enum class NodeHealth { kUp, kDown, kUnknown };
+  struct NodeView {
+    int node = 0;
+    std::string address;
+    NodeHealth health = NodeHealth::kUnknown;
+  };
+  std::vector<NodeView> Nodes() const;
+  int local_ranks() const { return spec_.local_ranks; }
+
   // Leader side of the Peer RPCs.
   absl::StatusOr<v1::JoinResponse> HandleJoin(const v1::JoinRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> HandleHeartbeat(
@@ -118,6 +131,8 @@ class Membership {
   mutable absl::Mutex mu_;
   std::map<int, v1::NodeInfo> joined_ ABSL_GUARDED_BY(mu_);
   std::map<int, absl::Time> last_heartbeat_ ABSL_GUARDED_BY(mu_);
+  // Follower: when the leader last answered a join or heartbeat.
+  std::optional<absl::Time> leader_answer_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

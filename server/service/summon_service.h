@@ -106,6 +106,11 @@ class SummonServiceImpl final : public v1::Summon::Service {
     watch_replication_ = replication;
   }
 
+  // The node's membership view (summon_service_cluster.cc), never routed.
+  grpc::Status GetClusterStatus(grpc::ServerContext* context,
+                                const v1::GetClusterStatusRequest* request,
+                                v1::ClusterStatus* response) override;
+
   grpc::Status MapSession(grpc::ServerContext* context,
                           const v1::MapSessionRequest* request,
                           v1::MapSessionResponse* response) override;

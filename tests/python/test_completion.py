@@ -82,8 +82,8 @@ def test_names_come_from_the_daemon(complete, client: summon.Client) -> None:
         "layers.0.attn.qkv.bias", "layers.0.attn.qkv.weight"]
     assert complete(f"summonctl tensor stats {session.id} layers.0.attn.qkv.bias l") == [
         "layers.0.attn.qkv.bias", "layers.0.attn.qkv.weight"]
-    assert complete("summonctl session open gpt --scope lay") == [
-        "layers.0", "layers.0.attn.qkv.bias", "layers.0.attn.qkv.weight"]
+    # --scope takes a unit: parameter names would be refused.
+    assert complete("summonctl session open gpt --scope lay") == ["layers.0"]
     assert complete("summonctl session open gpt --params he") == ["head.weight"]
     assert complete("summonctl trainer phase gpt 0 for") == ["forward"]
     client.close_session(session.id)

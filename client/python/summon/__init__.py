@@ -30,14 +30,15 @@ _ensure_stubs()
 
 from summon.client import Client, UnitWatch  # noqa: E402
 from summon.errors import SummonError  # noqa: E402
-from summon.messages import (Attachment, CloseResult, Model, ModelSummary,  # noqa: E402
+from summon.messages import (Attachment, CloseResult, ClusterNode,  # noqa: E402
+                             ClusterStatus, Model, ModelSummary,
                              Parameter, PhaseReport, Session, SessionOptions,
                              ShardChecksum, ShardMap, TensorInfo, TensorStats, Unit,
                              UnitGeneration, UnitShard)
 from summon.session import FullParams  # noqa: E402
 
 __all__ = [
-    "Attachment", "Client", "CloseResult", "FullParams", "Model", "ModelSummary",
+    "Attachment", "Client", "CloseResult", "ClusterNode", "ClusterStatus", "FullParams", "Model", "ModelSummary",
     "Parameter", "PhaseReport", "Session", "SessionOptions", "ShardChecksum", "ShardMap",
     "SummonError", "TensorInfo", "TensorStats", "Unit", "UnitGeneration", "UnitShard",
     "UnitWatch",

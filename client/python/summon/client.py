@@ -24,8 +24,8 @@ from summon.errors import SummonError
 from summon.inits import InitSpec
 from summon.inits import gradient_shards as _gradient_shards
 from summon.inits import init_method as _init_method
-from summon.messages import (CloseResult, LoadResult, Model, ModelSummary, SaveResult,
-                             Session, ShardChecksum, TensorInfo, TensorStats,
+from summon.messages import (CloseResult, ClusterStatus, LoadResult, Model, ModelSummary,
+                             SaveResult, Session, ShardChecksum, TensorInfo, TensorStats,
                              strategy_value)
 from summon.trainer_calls import TrainerCalls, UnitWatch  # noqa: F401 (UnitWatch: re-exported)
 from summon.v1 import summon_pb2, summon_pb2_grpc, trainer_pb2_grpc, types_pb2
@@ -156,6 +156,11 @@ class Client(TrainerCalls):
     def list_models(self) -> list[ModelSummary]:
         response = self._call(self._summon.ListModels, summon_pb2.ListModelsRequest())
         return [ModelSummary.from_proto(m) for m in response.models]
+
+    def cluster_status(self) -> ClusterStatus:
+        """The nodes, leader, epoch and each node's state as the node asked sees them."""
+        return ClusterStatus.from_proto(self._call(self._summon.GetClusterStatus,
+                                                   summon_pb2.GetClusterStatusRequest()))
 
     def describe_model(self, name: str) -> Model:
         return Model.from_proto(self._call(
@@ -296,6 +301,17 @@ class Client(TrainerCalls):
             with_grads, read_dtype, lease_seconds), force=force)
 
     # Tensors ---------------------------------------------------------------
+
+    def get_tensor(self, model: str, fqn: str, grad: bool = False,
+                   dtype: Optional[str] = None) -> np.ndarray:
+        """One-shot read: a read-only session of exactly `fqn`, read, then closed
+        (on an error or KeyboardInterrupt too), so a script leaves no session."""
+        session = self.open_session(model, params=[fqn], writeback=False,
+                                    with_grads=grad, lease_seconds=30)
+        try:
+            return self.read_tensor(session.id, fqn, grad=grad, dtype=dtype)
+        finally:
+            self.close_session(session.id, abort=True)
 
     def read_tensor(self, session_id: str, fqn: str, grad: bool = False,
                     dtype: Optional[str] = None, offset: int = 0,

@@ -195,6 +195,37 @@ class ModelSummary:
 
 
 @dataclass(frozen=True)
+class ClusterNode:
+    node: int
+    address: str
+    state: str  # "UP", "DOWN" or "UNKNOWN" (the node asked cannot tell)
+    leader: bool
+    ranks: tuple[int, ...]  # the global ranks whose shards live on the node
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.ClusterNode) -> "ClusterNode":
+        return cls(m.node, m.address, _enum(summon_pb2.NodeState, m.state, "NODE_STATE_"),
+                   m.leader, tuple(range(m.first_rank, m.first_rank + m.local_ranks)))
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """The cluster as the node asked sees it (Client.cluster_status)."""
+    answered_by: int
+    leader: int
+    epoch: int
+    ready: bool
+    detail: str
+    nodes: tuple[ClusterNode, ...]
+    models: tuple[str, ...]
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.ClusterStatus) -> "ClusterStatus":
+        return cls(m.answered_by, m.leader, m.epoch, m.ready, m.detail,
+                   tuple(ClusterNode.from_proto(n) for n in m.nodes), tuple(m.models))
+
+
+@dataclass(frozen=True)
 class ShardChecksum:
     rank: int
     unit: str
