@@ -6,7 +6,6 @@
 #include "absl/strings/match.h"
 
 namespace summon::core {
-namespace {
 
 size_t EditDistance(absl::string_view a, absl::string_view b) {
   std::vector<size_t> row(b.size() + 1);
@@ -23,8 +22,6 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
   }
   return row[b.size()];
 }
-
-}  // namespace
 
 std::string ClosestName(absl::string_view typed,
                         const std::vector<std::string>& names) {

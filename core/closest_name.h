@@ -1,12 +1,17 @@
 #ifndef SUMMON_CORE_CLOSEST_NAME_H_
 #define SUMMON_CORE_CLOSEST_NAME_H_
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
 #include "absl/strings/string_view.h"
 
 namespace summon::core {
+
+// Levenshtein distance: the fewest single-character insertions, deletions
+// and substitutions that turn `a` into `b`.
+size_t EditDistance(absl::string_view a, absl::string_view b);
 
 // The name of `names` closest to a mistyped `typed`, for a "did you mean":
 // within max(2, a third of `typed`'s length) edits (Levenshtein), or one

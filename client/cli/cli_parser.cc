@@ -4,26 +4,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/closest_name.h"
 
 namespace summon::client {
 namespace {
-
-// Levenshtein distance, for "did you mean".
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
 
 // " (did you mean 'x'?)" for the closest candidate within `max_edits`
 // edits, else "".
@@ -33,7 +17,7 @@ std::string Suggestion(absl::string_view given,
   absl::string_view best;
   size_t best_distance = max_edits + 1;
   for (absl::string_view candidate : candidates) {
-    const size_t distance = EditDistance(given, candidate);
+    const size_t distance = core::EditDistance(given, candidate);
     if (distance < best_distance) {
       best = candidate;
       best_distance = distance;

@@ -6,9 +6,7 @@
 // (exit 73, printed as CANTCREAT).
 
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +19,7 @@
 #include "client/files/npy.h"
 #include "client/testing/fifo_reader.h"
 #include "client/testing/summonctl_test_fixture.h"
+#include "client/testing/without_dac_override.h"
 #include "gtest/gtest.h"
 
 namespace summon::client {
@@ -130,16 +129,9 @@ TEST_F(SummonctlOutputTest, UnwritablePlacesAreLocalErrorsWithTheirExitCode) {
   // aside for the check: it runs as root (CI) as for any other user.
   fs::create_directories(dir + "/ro");
   ::chmod((dir + "/ro").c_str(), 0555);
-  __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3] = {};
-  ASSERT_EQ(::syscall(SYS_capget, &header, caps), 0);
-  const __u32 effective = caps[0].effective;
-  caps[0].effective &= ~(1u << CAP_DAC_OVERRIDE);
-  ASSERT_EQ(::syscall(SYS_capset, &header, caps), 0);
-  const SummonctlResult read_only =
-      Run({"tensor", "read", "s-1", "w", "--out", dir + "/ro/w.npy"});
-  caps[0].effective = effective;
-  ASSERT_EQ(::syscall(SYS_capset, &header, caps), 0);
+  const SummonctlResult read_only = testing::WithoutDacOverride([&] {
+    return Run({"tensor", "read", "s-1", "w", "--out", dir + "/ro/w.npy"});
+  });
   EXPECT_EQ(read_only.exit_code, 73);
   EXPECT_EQ(read_only.err, "ERROR CANTCREAT: cannot create " + dir +
                                "/ro/w.npy: Permission denied\n");

@@ -1,10 +1,8 @@
 #include "client/files/output_file.h"
 
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -16,6 +14,7 @@
 #include <string>
 
 #include "client/testing/fifo_reader.h"
+#include "client/testing/without_dac_override.h"
 #include "gtest/gtest.h"
 
 namespace summon::client {
@@ -186,15 +185,8 @@ TEST(OutputFileTest, UnwritableDirectoriesAreClearErrors) {
   // are per thread): it runs as root (CI) as for any other user.
   fs::create_directories(dir + "/ro");
   ::chmod((dir + "/ro").c_str(), 0555);
-  __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3] = {};
-  ASSERT_EQ(::syscall(SYS_capget, &header, caps), 0);
-  const __u32 effective = caps[0].effective;
-  caps[0].effective &= ~(1u << CAP_DAC_OVERRIDE);
-  ASSERT_EQ(::syscall(SYS_capset, &header, caps), 0);
-  absl::StatusOr<OutputFile> read_only = OutputFile::Open(dir + "/ro/w.npy");
-  caps[0].effective = effective;
-  ASSERT_EQ(::syscall(SYS_capset, &header, caps), 0);
+  absl::StatusOr<OutputFile> read_only = testing::WithoutDacOverride(
+      [&] { return OutputFile::Open(dir + "/ro/w.npy"); });
   ASSERT_FALSE(read_only.ok());
   EXPECT_TRUE(absl::IsPermissionDenied(read_only.status()));
   EXPECT_EQ(read_only.status().message(),
