@@ -80,3 +80,33 @@ def daemon(start_daemon: Callable[..., LocalDaemon]) -> LocalDaemon:
 def client(daemon: LocalDaemon) -> Iterator[summon.Client]:
     with summon.Client(daemon.address, timeout=30) as c:
         yield c
+
+
+@pytest.fixture
+def chromium() -> Iterator[Callable[..., object]]:
+    """Starts headless Chromium through selenium with the given extra
+    arguments (skipping the test where selenium or chromedriver is missing);
+    every browser it started is closed at the end of the test."""
+    try:
+        from selenium import webdriver
+    except ImportError:
+        pytest.skip("no selenium: scripts/setup (client/python/requirements.txt)")
+    import shutil
+    chromedriver = shutil.which("chromedriver")
+    if chromedriver is None:
+        pytest.skip("no chromedriver: apt-get install chromium chromium-driver")
+    drivers = []
+
+    def start(*extra_args: str) -> object:
+        options = webdriver.ChromeOptions()
+        for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                    "--window-size=1200,900", *extra_args):
+            options.add_argument(arg)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        drivers.append(webdriver.Chrome(service=webdriver.ChromeService(chromedriver),
+                                        options=options))
+        return drivers[-1]
+
+    yield start
+    for driver in drivers:
+        driver.quit()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 import urllib.error
 import urllib.request
@@ -142,21 +141,10 @@ def test_vanished_segments_refuse_the_trainer_with_the_way_out(
 
 
 @pytest.fixture
-def browser() -> Iterator[object]:
+def browser(chromium) -> object:
     if webdriver is None:
         pytest.skip("no selenium: scripts/setup (client/python/requirements.txt)")
-    chromedriver = shutil.which("chromedriver")
-    if chromedriver is None:
-        pytest.skip("no chromedriver: apt-get install chromium chromium-driver")
-    options = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1200,900"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=webdriver.ChromeService(chromedriver),
-                              options=options)
-    yield driver
-    driver.quit()
+    return chromium()
 
 
 def test_operator_pages_in_a_real_browser(web: dict, browser) -> None:

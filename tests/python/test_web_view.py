@@ -14,7 +14,6 @@ import hashlib
 import http.client
 import json
 import os
-import shutil
 import ssl
 import subprocess
 import time
@@ -218,24 +217,13 @@ def test_the_in_process_headers_are_not_believed_from_outside(web: dict) -> None
 
 
 @pytest.fixture
-def browser() -> Iterator[object]:
+def browser(chromium) -> object:
     if webdriver is None:
         pytest.skip("no selenium: scripts/setup (client/python/requirements.txt)")
-    chromedriver = shutil.which("chromedriver")
-    if chromedriver is None:
-        pytest.skip("no chromedriver: apt-get install chromium chromium-driver")
-    options = webdriver.ChromeOptions()
     # The daemon's certificate is the test CA's, which chromium's NSS store
     # does not hold: this test alone skips the check (urllib's tests above
     # check the certificate against the CA).
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1200,900", "--ignore-certificate-errors"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=webdriver.ChromeService(chromedriver),
-                              options=options)
-    yield driver
-    driver.quit()
+    return chromium("--ignore-certificate-errors")
 
 
 def screenshot(driver, name: str) -> None:
