@@ -257,7 +257,9 @@ def start_daemons(args: argparse.Namespace, run_dir: Path,
                          for other, port in enumerate(ports))
         daemon = LocalDaemon(local_ranks=args.world_size // args.nodes,
                              data_dir=str(run_dir / f"data{node}"),
-                             extra_args=["--nodes", nodes, "--node-rank", str(node)])
+                             extra_args=["--nodes", nodes, "--node-rank", str(node),
+                                         *(["--heartbeat-ms", str(args.heartbeat_ms)]
+                                           if args.heartbeat_ms else [])])
         os.makedirs(daemon.data_dir)
         daemons.append(daemon.start())
     wait_ready(daemons[0])
@@ -504,6 +506,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--stop-seconds", type=float, default=5.0)
     parser.add_argument("--stop-node", type=int, default=0, metavar="N",
                         help="the node --stop-leader-at stops (0: the leader)")
+    parser.add_argument("--heartbeat-ms", type=int, default=0, metavar="MS",
+                        help="summond's --heartbeat-ms on a cluster (a node silent "
+                             "for 3 heartbeats is declared failed); 0: its default")
     parser.add_argument("--cut", action="store_true",
                         help="with --stop-leader-at and --nodes 2: cut the network "
                              "between the nodes (TCP proxies black-hole it) instead "
