@@ -127,10 +127,10 @@ def train_through(trainer: st.Trainer, outage: Callable[[], Any], client: summon
             held = trainer.report_seconds - held_before
         last, n = end, n + 1
     cut.join()
+    assert len(durations) >= 10, f"{len(durations)} steps ended during the outage: {durations}"
     print(f"{len(durations)} steps during the outage; the longest took "
           f"{max(durations):.2f} s, the next {sorted(durations)[-2]:.3f} s; "
           f"{held:.2f} s in phase reports")
-    assert len(durations) >= 10, durations
     # One step waits for the bound; every other goes at its own pace.
     assert max(durations) <= REPORT_TIMEOUT + 2 * WORK + ALLOWANCE, durations
     assert sorted(durations)[-2] <= 2 * WORK + ALLOWANCE, durations
