@@ -117,8 +117,7 @@ absl::Status ClusterNodeOps::FirstFailure(
     if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
         absl::IsCancelled(status) || absl::IsAborted(status)) {
       const absl::Time give_up = absl::Now() + failure_wait_;
-      while (membership_->ready() && absl::Now() < give_up &&
-             !shutting_down_) {
+      while (membership_->ready() && absl::Now() < give_up && !shutting_down_) {
         absl::SleepFor(absl::Milliseconds(20));
       }
       if (absl::Status cluster = membership_->CheckReady(); !cluster.ok()) {
@@ -361,9 +360,9 @@ absl::Status ClusterNodeOps::SetGenerations(const GenerationsOp& op,
     outcome->done = true;
     outcome->status = status;
     if (outcome->abandoned && !status.ok()) {
-      spdlog::error("generations of model {} (operation {}) not set on every "
-                    "node: {}",
-                    op.model, op.sequence, status.ToString());
+      spdlog::error(
+          "generations of model {} (operation {}) not set on every node: {}",
+          op.model, op.sequence, status.ToString());
     }
   };
   {

@@ -1,12 +1,13 @@
 // Node failures on a 3-node x 2-rank cluster (issue 5, scenarios 1, 2, 3
 // and 5): a follower SIGKILLed during a gather, while a session is open,
 // between PREPARE and COMMIT and during COMMIT; a follower frozen (SIGSTOP)
-// past the failure timeout, and while the leader's rank steps (R24); the leader SIGKILLed with sessions open and
-// after it recorded a commit decision; every daemon killed and restarted.
-// Each checks that the calls a failure touches fail within the bound naming
-// the failed node, and every rank's shards: as before the scenario, or, when
-// the leader had recorded the COMMIT decision, the written-back values on
-// every rank once the failed node is back. Never a mix.
+// past the failure timeout, and while the leader's rank steps (R24); the
+// leader SIGKILLed with sessions open and after it recorded a commit
+// decision; every daemon killed and restarted. Each checks that the calls a
+// failure touches fail within the bound naming the failed node, and every
+// rank's shards: as before the scenario, or, when the leader had recorded
+// the COMMIT decision, the written-back values on every rank once the
+// failed node is back. Never a mix.
 
 #include <algorithm>
 #include <string>
