@@ -247,7 +247,10 @@ TEST_F(FaultHarnessTest, S2FollowerStoppedPastFailureTimeout) {
 // failure timeout): the leader sends an optimizer step's generations to it
 // in the background past that wait.
 TEST_F(FaultHarnessTest, S2bFollowerStoppedHoldsNoOtherNodesStep) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster());
+  // 1 s heartbeats: node 2 is declared failed 2-3 s after SIGSTOP, long
+  // after the two steps below even on a loaded machine, so a leader that
+  // waited for it until then would show.
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}, absl::Seconds(1)));
   // SessionManager::Options::step_generations_wait, and a scheduling
   // allowance for the calls a live leader answers (a few ms each here, each
   // persisting the leases) on a loaded 2-core machine.
