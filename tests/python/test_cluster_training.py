@@ -125,6 +125,10 @@ def test_a_stopped_node_never_stops_a_step(tmp_path: Path, undisturbed: dict, no
     # rank alone (the leader is not declaring it failed yet, and its own
     # rank must not notice it).
     assert run["outages"] == ([1, 1] if node == 0 else [0, 1]), run["outages"]
+    # Each met it in a report, which waited the bound (and then no more).
+    for rank, outages in enumerate(run["outages"]):
+        held = sum(run["report_seconds"][rank][2:])
+        assert not outages or held >= REPORT_TIMEOUT - 0.1, (rank, held)
     # ...and computed exactly what the undisturbed run computed.
     assert run["losses"] == undisturbed["losses"]
     # Phases re-established; the final parameters were read through a session.
