@@ -32,7 +32,10 @@ leads), W/N ranks each, and every trainer talks to its own node. With
 trainers' phase reports fail fast, their steps go on (the shards are in
 their node's memory) and their phases are re-established once the node runs
 again; each rank records when its steps ended (`step_ends`, beside the
-stop's `stop_window`). --wait S: steps wait up to S s for a writable session
+stop's `stop_window`, and how long its phase reports held each step,
+`report_seconds`); with --cut the network between the nodes is cut for as
+long instead (TCP proxies between them black-hole it). --wait S: steps wait
+up to S s for a writable session
 (R3; default none). With --restart-nodes-at K a follower and then the
 leader are restarted between two steps.
 
@@ -63,7 +66,7 @@ import torch.distributed as dist  # noqa: E402
 
 import summon  # noqa: E402
 import summon.torch as st  # noqa: E402
-from summon.local import LocalDaemon  # noqa: E402
+from summon.local import LinkProxy, LocalDaemon  # noqa: E402
 from tiny_lm import BATCH, ShardedLM, TinyLM, batch, loss_of, make_optimizer  # noqa: E402
 
 EDITED, EDITED_UNIT = "blocks.0.fc.weight", "blocks.0"
@@ -118,10 +121,11 @@ def train_worker(args: argparse.Namespace) -> None:
         sharded = ShardedLM(module, views, strategy)
         optimizer = make_optimizer(args.optimizer, list(sharded.leaves.values()))
         rows = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
-        losses, views_valid, step_ends = [], None, []
+        losses, views_valid, step_ends, report_seconds = [], None, [], []
         for step in range(1, args.steps + 1):
             step_now[0] = step
             inputs, targets = batch(step)
+            held = trainer.report_seconds
             with trainer.step(step) as phases:           # FORWARD
                 optimizer.zero_grad(set_to_none=False)   # the grads segment, in place
                 loss = loss_of(sharded(inputs[rows]), targets[rows])
@@ -130,6 +134,8 @@ def train_worker(args: argparse.Namespace) -> None:
                 phases.optimizer()                       # OPTIMIZER
                 optimizer.step()
             step_ends.append(time.time())
+            # How long this step's phase reports held this rank (R24).
+            report_seconds.append(trainer.report_seconds - held)
             total = loss.detach().clone()                # IDLE again
             dist.all_reduce(total)
             losses.append(total.item() / world)
@@ -167,7 +173,7 @@ def train_worker(args: argparse.Namespace) -> None:
         results.append({"strategy": strategy, "losses": losses, "external_edits": edits,
                         "views_valid_after_restart": views_valid,
                         "outages": trainer.outages, "reestablished": reestablished,
-                        "step_ends": step_ends})
+                        "step_ends": step_ends, "report_seconds": report_seconds})
         dist.barrier()
     (run_dir / f"worker{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
@@ -230,19 +236,30 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def start_daemons(args: argparse.Namespace, run_dir: Path) -> list[LocalDaemon]:
-    """One summond, or with --nodes N a cluster of N (node 0 leads)."""
+def start_daemons(args: argparse.Namespace, run_dir: Path,
+                  links: list[LinkProxy]) -> list[LocalDaemon]:
+    """One summond, or with --nodes N a cluster of N (node 0 leads); with
+    --cut the links between the nodes go through `links` (filled here)."""
     if args.nodes == 1:
         daemon = LocalDaemon(local_ranks=args.world_size, data_dir=str(run_dir / "data"),
                              unix_socket=str(run_dir / "summond.sock"))
         os.makedirs(daemon.data_dir)
         return [daemon.start()]
-    nodes = ",".join(f"127.0.0.1:{port}" for port in free_ports(args.nodes))
+    ports = free_ports(args.nodes)
+    # With --cut every node reaches the others through a proxy (its --nodes
+    # list names the proxies; its own entry is where it listens), so the
+    # launcher can black-hole the links between nodes and nothing else.
+    if args.cut:
+        links += [LinkProxy(port) for port in ports]
     daemons = []
     for node in range(args.nodes):
+        nodes = ",".join(f"127.0.0.1:{port if other == node or not links else links[other].port}"
+                         for other, port in enumerate(ports))
         daemon = LocalDaemon(local_ranks=args.world_size // args.nodes,
                              data_dir=str(run_dir / f"data{node}"),
-                             extra_args=["--nodes", nodes, "--node-rank", str(node)])
+                             extra_args=["--nodes", nodes, "--node-rank", str(node),
+                                         *(["--heartbeat-ms", str(args.heartbeat_ms)]
+                                           if args.heartbeat_ms else [])])
         os.makedirs(daemon.data_dir)
         daemons.append(daemon.start())
     wait_ready(daemons[0])
@@ -263,8 +280,8 @@ def wait_ready(daemon: LocalDaemon, timeout: float = 60.0) -> None:
                 time.sleep(0.1)
 
 
-def serve_request(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir: Path,
-                  request: Path) -> None:
+def serve_request(args: argparse.Namespace, daemons: list[LocalDaemon],
+                  links: list[LinkProxy], run_dir: Path, request: Path) -> None:
     """A rank asked for a restart or for the leader to be stopped."""
     kind, name = request.name.split("-", 1)
     request.unlink()
@@ -278,6 +295,19 @@ def serve_request(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir:
         for node in (1, 0):
             daemons[node].restart()
         wait_ready(daemons[0])
+    elif args.cut:
+        print(f"[launcher] cutting the network between the nodes for {args.stop_seconds} s "
+              f"after step {args.stop_leader_at} of {name}", flush=True)
+        for link in links:
+            link.cut()
+        window = [time.time()]
+        (run_dir / f"stopped-{name}").touch()
+        time.sleep(args.stop_seconds)
+        window.append(time.time())
+        for link in links:
+            link.heal()
+        (run_dir / f"window-{name}.json").write_text(json.dumps(window))
+        return
     else:
         stopped = daemons[args.stop_node].process
         assert stopped is not None
@@ -294,7 +324,8 @@ def serve_request(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir:
     (run_dir / f"restarted-{name}").touch()
 
 
-def run_workers(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir: Path) -> None:
+def run_workers(args: argparse.Namespace, daemons: list[LocalDaemon],
+                links: list[LinkProxy], run_dir: Path) -> None:
     """Starts the W ranks and serves their requests until they finish."""
     procs = []
     per_node = args.world_size // len(daemons)
@@ -315,7 +346,7 @@ def run_workers(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir: P
     try:
         while any(p.poll() is None for p in procs):
             for request in [*run_dir.glob("restart-*"), *run_dir.glob("stop-*")]:
-                serve_request(args, daemons, run_dir, request)
+                serve_request(args, daemons, links, run_dir, request)
             if any(p.returncode not in (None, 0) for p in procs):
                 break
             if time.monotonic() > deadline:
@@ -326,9 +357,11 @@ def run_workers(args: argparse.Namespace, daemons: list[LocalDaemon], run_dir: P
             if p.poll() is None:
                 p.kill()
             p.wait()
-        for daemon in daemons:  # never leave a node stopped
+        for daemon in daemons:  # never leave a node stopped, or cut off
             if daemon.process is not None:
                 daemon.process.send_signal(signal.SIGCONT)
+        for link in links:
+            link.heal()
     failed = [r for r, p in enumerate(procs) if p.returncode != 0]
     if failed:
         for rank in failed:
@@ -383,10 +416,13 @@ def compare(args: argparse.Namespace, client: summon.Client, strategy: str,
     stop_window = None
     if args.stop_leader_at:
         stop_window = json.loads((run_dir / f"window-{name}.json").read_text())
-        print("steps ended (s after the stop began, per rank): "
+        print(f"steps ended (s after the {'cut' if args.cut else 'stop'} began, per rank): "
               + "; ".join(", ".join(f"{end - stop_window[0]:+.2f}" for end in w["step_ends"])
                           for w in worker_results)
-              + f"; the node ran again at +{stop_window[1] - stop_window[0]:.2f}")
+              + f"; it ended at +{stop_window[1] - stop_window[0]:.2f}")
+        print("s in phase reports per step (per rank): "
+              + "; ".join(", ".join(f"{held:.2f}" for held in w["report_seconds"])
+                          for w in worker_results))
     if args.restart_at or args.restart_nodes_at:
         valid = [w["views_valid_after_restart"] for w in worker_results]
         print(f"views made before the restart still the shards after it: {valid}")
@@ -399,6 +435,7 @@ def compare(args: argparse.Namespace, client: summon.Client, strategy: str,
                                           for w in worker_results],
             "outages": outages, "reestablished": reestablished,
             "step_ends": [w["step_ends"] for w in worker_results],
+            "report_seconds": [w["report_seconds"] for w in worker_results],
             "stop_window": stop_window, "ok": ok}
 
 
@@ -414,14 +451,15 @@ def show_watches(summonctl: str, client: summon.Client, address: str) -> None:
 def launch(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="torch-train-") as tmp:
         run_dir = Path(tmp)
-        daemons = start_daemons(args, run_dir)
+        links: list[LinkProxy] = []
+        daemons = start_daemons(args, run_dir, links)
         try:
             print(f"[launcher] {len(daemons)} summond, {args.world_size // len(daemons)} "
                   f"local ranks each, at {', '.join(d.address for d in daemons)}; "
                   f"{args.world_size} gloo trainers, "
                   f"{args.steps} steps of {', '.join(args.strategies)}", flush=True)
             started = time.monotonic()
-            run_workers(args, daemons, run_dir)
+            run_workers(args, daemons, links, run_dir)
             elapsed = time.monotonic() - started
             per_rank = [json.loads((run_dir / f"worker{r}.json").read_text())
                         for r in range(args.world_size)]
@@ -438,6 +476,8 @@ def launch(args: argparse.Namespace) -> int:
         finally:
             for daemon in daemons:  # the leader first: it deletes everywhere
                 daemon.close()
+            for link in links:
+                link.close()
     ok = all(run["ok"] for run in runs)
     print(f"\ntrainers ran {elapsed:.1f} s; tolerance {args.rtol:g} relative: "
           f"{'MATCH' if ok else 'MISMATCH'}")
@@ -466,6 +506,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--stop-seconds", type=float, default=5.0)
     parser.add_argument("--stop-node", type=int, default=0, metavar="N",
                         help="the node --stop-leader-at stops (0: the leader)")
+    parser.add_argument("--heartbeat-ms", type=int, default=0, metavar="MS",
+                        help="summond's --heartbeat-ms on a cluster (a node silent "
+                             "for 3 heartbeats is declared failed); 0: its default")
+    parser.add_argument("--cut", action="store_true",
+                        help="with --stop-leader-at and --nodes 2: cut the network "
+                             "between the nodes (TCP proxies black-hole it) instead "
+                             "of stopping one")
     parser.add_argument("--wait", type=float, default=None, metavar="S",
                         help="seconds a step waits for a writable session (R3)")
     parser.add_argument("--restart-nodes-at", type=int, default=0, metavar="K",
@@ -486,9 +533,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.worker:
         train_worker(args)
         return 0
-    if args.world_size % args.nodes or (args.restart_nodes_at and args.nodes < 2):
+    if args.world_size % args.nodes or ((args.restart_nodes_at or args.cut)
+                                        and args.nodes < 2):
         parser.error("--world-size must be a multiple of --nodes; --restart-nodes-at "
-                     "needs --nodes 2 or more")
+                     "and --cut need --nodes 2 or more")
     return launch(args)
 
 

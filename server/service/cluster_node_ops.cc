@@ -8,6 +8,7 @@
 #include "core/session_rules.h"
 #include "server/rpc/status_conversion.h"
 #include "server/service/proto_conversion.h"
+#include "spdlog/spdlog.h"
 
 namespace summon::server {
 namespace {
@@ -35,11 +36,25 @@ ClusterNodeOps::ClusterNodeOps(Membership* membership, NodeRuntime* local,
   worker_ = std::thread([this] { Worker(); });
 }
 
+// What a background SetGenerations came to, and whether its caller stopped
+// waiting for it (then the failure is logged here, nobody else hears it).
+struct ClusterNodeOps::Outcome {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  bool abandoned ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);
+};
+
 ClusterNodeOps::~ClusterNodeOps() {
+  shutting_down_ = true;
+  CancelInFlight();
+  std::vector<Background> background;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    background.swap(background_);
   }
+  for (Background& task : background) task.thread.join();
   worker_.join();
 }
 
@@ -58,6 +73,8 @@ class ClusterNodeOps::Call {
     ops_.Deadline(context_);
     absl::MutexLock lock(&ops_.calls_mu_);
     ops_.calls_.insert(&context_);
+    // Started after the destructor's CancelInFlight: nothing waits for it.
+    if (ops_.shutting_down_) context_.TryCancel();
   }
   ~Call() {
     absl::MutexLock lock(&ops_.calls_mu_);
@@ -100,7 +117,7 @@ absl::Status ClusterNodeOps::FirstFailure(
     if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
         absl::IsCancelled(status) || absl::IsAborted(status)) {
       const absl::Time give_up = absl::Now() + failure_wait_;
-      while (membership_->ready() && absl::Now() < give_up) {
+      while (membership_->ready() && absl::Now() < give_up && !shutting_down_) {
         absl::SleepFor(absl::Milliseconds(20));
       }
       if (absl::Status cluster = membership_->CheckReady(); !cluster.ok()) {
@@ -312,7 +329,9 @@ absl::Status ClusterNodeOps::Commit(const CommitOp& op) {
   }));
 }
 
-absl::Status ClusterNodeOps::SetGenerations(const GenerationsOp& op) {
+absl::Status ClusterNodeOps::SetGenerations(const GenerationsOp& op,
+                                            absl::Duration wait) {
+  // The epoch the move was decided in, as every node operation carries.
   v1::NodeSetGenerationsRequest request;
   request.set_sequence(op.sequence);
   request.set_model(op.model);
@@ -321,13 +340,69 @@ absl::Status ClusterNodeOps::SetGenerations(const GenerationsOp& op) {
   for (const auto& [unit, generation] : op.generations) {
     (*request.mutable_generations())[unit] = generation;
   }
-  return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
-    if (node == membership_->node_rank()) return local_->SetGenerations(op);
-    Call call(*this);
-    v1::NodeSetGenerationsResponse response;
-    return FromGrpcStatus(
-        Stub(node)->NodeSetGenerations(call.get(), request, &response));
-  }));
+  auto outcome = std::make_shared<Outcome>();
+  auto set_everywhere = [this, op, request = std::move(request), outcome] {
+    const absl::Status status =
+        FirstFailure(OnEveryNode([&](int node) -> absl::Status {
+          if (node == membership_->node_rank()) {
+            return local_->SetGenerations(op);
+          }
+          Call call(*this);
+          v1::NodeSetGenerationsResponse response;
+          return FromGrpcStatus(
+              Stub(node)->NodeSetGenerations(call.get(), request, &response));
+        }));
+    {
+      absl::MutexLock lock(&mu_);
+      --generations_unanswered_;
+    }
+    absl::MutexLock lock(&outcome->mu);
+    outcome->done = true;
+    outcome->status = status;
+    if (outcome->abandoned && !status.ok()) {
+      spdlog::error(
+          "generations of model {} (operation {}) not set on every node: {}",
+          op.model, op.sequence, status.ToString());
+    }
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("summond is stopping");
+    // A node that has not answered an earlier move is silent: a caller who
+    // may go on without the answer (a trainer's step) is not held for it
+    // again.
+    if (generations_unanswered_ > 0 && wait != absl::InfiniteDuration()) {
+      wait = absl::ZeroDuration();
+    }
+    ++generations_unanswered_;
+    JoinFinished();
+    background_.push_back({std::thread(std::move(set_everywhere)), outcome});
+  }
+  absl::MutexLock lock(&outcome->mu);
+  if (!outcome->mu.AwaitWithTimeout(absl::Condition(&outcome->done), wait)) {
+    outcome->abandoned = true;
+    return absl::DeadlineExceededError(absl::StrCat(
+        "not every node took the generations of model '", op.model,
+        "' (operation ", op.sequence, ") within ", absl::FormatDuration(wait),
+        "; they are still being sent, in sequence"));
+  }
+  return outcome->status;
+}
+
+void ClusterNodeOps::JoinFinished() {
+  for (auto it = background_.begin(); it != background_.end();) {
+    bool done;
+    {
+      absl::MutexLock lock(&it->outcome->mu);
+      done = it->outcome->done;
+    }
+    if (!done) {
+      ++it;
+      continue;
+    }
+    it->thread.join();  // It has only its return left.
+    it = background_.erase(it);
+  }
 }
 
 void ClusterNodeOps::Abort(const std::string& session_id) {

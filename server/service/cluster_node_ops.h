@@ -1,8 +1,10 @@
 #ifndef SUMMON_SERVER_SERVICE_CLUSTER_NODE_OPS_H_
 #define SUMMON_SERVER_SERVICE_CLUSTER_NODE_OPS_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -27,7 +29,9 @@ class ClusterNodeOps final : public NodeOps {
   ClusterNodeOps(Membership* membership, NodeRuntime* local,
                  absl::Duration collective_timeout,
                  absl::Duration failure_wait);
-  ~ClusterNodeOps() override;  // Finishes queued releases.
+  // Finishes queued releases; cancels the calls still in flight and waits
+  // for the generations still being set in the background.
+  ~ClusterNodeOps() override;
 
   absl::Status Gather(const GatherOp& op) override;
   absl::Status Write(const WriteOp& op) override;
@@ -45,7 +49,8 @@ class ClusterNodeOps final : public NodeOps {
   absl::StatusOr<int64_t> Prepare(const PrepareOp& op) override;
   absl::Status Commit(const CommitOp& op) override;
   void Abort(const std::string& session_id) override;
-  absl::Status SetGenerations(const GenerationsOp& op) override;
+  absl::Status SetGenerations(const GenerationsOp& op,
+                              absl::Duration wait) override;
   uint64_t Epoch() const override { return membership_->epoch(); }
   // Cancels every call in flight to any node: after a failure nothing waits
   // for the lost node until its own deadline.
@@ -67,6 +72,14 @@ class ClusterNodeOps final : public NodeOps {
   void ReleaseOnPeers(v1::NodeReleaseRequest request);
   void Enqueue(std::function<void()> task);
   void Worker();
+  // Generations being set in the background (SetGenerations past its wait).
+  struct Outcome;
+  struct Background {
+    std::thread thread;
+    std::shared_ptr<Outcome> outcome;
+  };
+  // Joins the background threads that finished (mu_ held).
+  void JoinFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Membership* const membership_;
   NodeRuntime* const local_;
@@ -80,6 +93,14 @@ class ClusterNodeOps final : public NodeOps {
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread worker_;
+  std::vector<Background> background_ ABSL_GUARDED_BY(mu_);
+  // SetGenerations calls some node has not answered yet: while there is
+  // one, a node is silent, and later calls do not wait for it again (the
+  // caller is held once per outage, not once per step).
+  int generations_unanswered_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set by the destructor: a failed call no longer waits for the
+  // membership to name a failed node.
+  std::atomic<bool> shutting_down_{false};
 };
 
 }  // namespace summon::server

@@ -50,7 +50,9 @@ class LocalNodeOps final : public NodeOps {
   void Abort(const std::string& session_id) override {
     runtime_->Abort(session_id);
   }
-  absl::Status SetGenerations(const GenerationsOp& op) override {
+  // One node: nothing to wait for but its own runtime.
+  absl::Status SetGenerations(const GenerationsOp& op,
+                              absl::Duration /*wait*/) override {
     return runtime_->SetGenerations(op);
   }
   void Release(const std::string& gather_id) override {

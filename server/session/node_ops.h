@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/dtype.h"
 #include "core/tensor_stats.h"
 #include "server/runtime/node_op_types.h"
@@ -47,9 +48,14 @@ class NodeOps {
   virtual absl::StatusOr<int64_t> Prepare(const PrepareOp& op) = 0;
   virtual absl::Status Commit(const CommitOp& op) = 0;
   virtual void Abort(const std::string& session_id) = 0;
-  // Every node, in op.sequence order, before the trainer hears back: an
-  // optimizer step's generations (R7, R23).
-  virtual absl::Status SetGenerations(const GenerationsOp& op) = 0;
+  // Every node, in op.sequence order: generations the leader moved (an
+  // optimizer step's, R7, R23). Returns once every node has them, or after
+  // `wait` with DEADLINE_EXCEEDED: a node that has not answered by then
+  // still gets them in the background, and its later operations wait for
+  // this one's sequence number, so a silent node holds the caller at most
+  // `wait` (R24) and no rule ever reads a node's generations out of order.
+  virtual absl::Status SetGenerations(const GenerationsOp& op,
+                                      absl::Duration wait) = 0;
   // The cluster epoch operations run in (0 on a single node); a session
   // whose gather ran in another epoch cannot be written back.
   virtual uint64_t Epoch() const { return 0; }

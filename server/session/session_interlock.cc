@@ -5,6 +5,7 @@
 // sessions taking the model like a writable session (R15).
 
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -114,9 +115,13 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
   }
   if (step_generations.has_value()) {
     // A node that missed it is logged, not the trainer's failure: the step
-    // goes on, and that node errs on the safe side of R7.
+    // goes on, and that node errs on the safe side of R7. A node that does
+    // not answer at once holds this report step_generations_wait at most,
+    // once while it is silent: one node's silence never holds another
+    // node's step (R24).
     SendGenerations(*step_generations,
-                    absl::StrCat("optimizer step (rank ", rank, ")"))
+                    absl::StrCat("optimizer step (rank ", rank, ")"),
+                    options_.step_generations_wait)
         .IgnoreError();
   }
   if (step_done.has_value() && options_.on_step_done) {
@@ -140,9 +145,14 @@ GenerationsOp SessionManager::NextGenerations(ModelEntry& model) {
 }
 
 absl::Status SessionManager::SendGenerations(const GenerationsOp& op,
-                                             const std::string& why) {
-  absl::Status set = ops_->SetGenerations(op);
-  if (!set.ok()) {
+                                             const std::string& why,
+                                             absl::Duration wait) {
+  absl::Status set = ops_->SetGenerations(op, wait);
+  if (absl::IsDeadlineExceeded(set)) {
+    // Still on its way (NodeOps logs it if it fails there).
+    spdlog::warn("{} of model {}: {}", why, op.model,
+                 std::string(set.message()));
+  } else if (!set.ok()) {
     spdlog::error("{} of model {}: generations not set on every node: {}", why,
                   op.model, set.ToString());
   }
@@ -172,7 +182,7 @@ absl::Status SessionManager::MarkInitialized(const std::string& model_name) {
   }
   // Unlike a step's, an init's move is the caller's answer: a node that
   // missed it would still list the model AWAITING_INIT.
-  return SendGenerations(op, "init external");
+  return SendGenerations(op, "init external", absl::InfiniteDuration());
 }
 
 absl::Status SessionManager::StepCutShort(const std::string& model_name) {
@@ -187,7 +197,9 @@ absl::Status SessionManager::StepCutShort(const std::string& model_name) {
     if (model.store == nullptr) return absl::OkStatus();  // MISSING_SHARDS.
     op = NextGenerations(model);
   }
-  return SendGenerations(op, "optimizer step cut short");
+  // Like a step's: a lease's end (a re-attach) is not held by a silent node.
+  return SendGenerations(op, "optimizer step cut short",
+                         options_.step_generations_wait);
 }
 
 absl::StatusOr<SessionManager::ShardWriteGuard>

@@ -77,6 +77,13 @@ class SessionManager {
     std::function<void(const std::string& model, int64_t step,
                        absl::Time ended)>
         on_step_done;
+    // How long a trainer's report that moves an optimizer step's
+    // generations (and a step cut short) waits for every node to take them
+    // before it answers. A node that has not answered by then gets them in
+    // the background, in sequence, and is not waited for again while it is
+    // silent: one node's silence holds another node's step at most this
+    // long, once per outage, far below a trainer's report_timeout (R24).
+    absl::Duration step_generations_wait = absl::Milliseconds(100);
   };
 
   SessionManager(ModelRegistry* registry, Options options);
@@ -250,8 +257,10 @@ class SessionManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, model.runtime_mu);
   // Every node sets `op`'s generations; `why` names the move in the log of
   // a node that missed it (that node refuses writebacks of the model, the
-  // safe side of R7, until the next move reaches it).
-  absl::Status SendGenerations(const GenerationsOp& op, const std::string& why);
+  // safe side of R7, until the next move reaches it). `wait`: how long the
+  // caller is held for a node that does not answer (NodeOps).
+  absl::Status SendGenerations(const GenerationsOp& op, const std::string& why,
+                               absl::Duration wait);
   // The decision log of pending commits (a no-op without a data dir).
   void RecordDecision(const CommitOp& commit);
   void ForgetDecision(const std::string& session_id);

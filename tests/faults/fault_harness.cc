@@ -66,9 +66,11 @@ std::map<std::string, std::vector<std::string>> Classify(
 
 }  // namespace
 
-void FaultHarnessTest::StartCluster(std::map<int, std::string> fault_points) {
+void FaultHarnessTest::StartCluster(std::map<int, std::string> fault_points,
+                                    absl::Duration heartbeat) {
   StopCluster();
   FaultCluster::Options options;
+  options.heartbeat = heartbeat;
   options.log_prefix =
       testing::UnitTest::GetInstance()->current_test_info()->name();
   for (const auto& [armed, point] : fault_points) {

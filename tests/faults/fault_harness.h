@@ -49,9 +49,10 @@ class FaultHarnessTest : public testing::Test {
   void TearDown() override;
 
   // Starts a cluster (stopping the previous one), nodes in `fault_points`
-  // armed with SUMMON_FAULT_POINT, and creates the seeded model. Use with
-  // ASSERT_NO_FATAL_FAILURE.
-  void StartCluster(std::map<int, std::string> fault_points = {});
+  // armed with SUMMON_FAULT_POINT, heartbeating every `heartbeat`, and
+  // creates the seeded model. Use with ASSERT_NO_FATAL_FAILURE.
+  void StartCluster(std::map<int, std::string> fault_points = {},
+                    absl::Duration heartbeat = absl::Milliseconds(200));
 
   FaultCluster& cluster() { return *cluster_; }
   const client::SummonClient& node(int n) { return cluster_->client(n); }

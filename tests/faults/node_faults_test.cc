@@ -1,16 +1,18 @@
 // Node failures on a 3-node x 2-rank cluster (issue 5, scenarios 1, 2, 3
 // and 5): a follower SIGKILLed during a gather, while a session is open,
 // between PREPARE and COMMIT and during COMMIT; a follower frozen (SIGSTOP)
-// past the failure timeout; the leader SIGKILLed with sessions open and
-// after it recorded a commit decision; every daemon killed and restarted.
-// Each checks that the calls a failure touches fail within the bound naming
-// the failed node, and every rank's shards: as before the scenario, or, when
-// the leader had recorded the COMMIT decision, the written-back values on
-// every rank once the failed node is back. Never a mix.
+// past the failure timeout, and while the leader's rank steps (R24); the
+// leader SIGKILLed with sessions open and after it recorded a commit
+// decision; every daemon killed and restarted. Each checks that the calls a
+// failure touches fail within the bound naming the failed node, and every
+// rank's shards: as before the scenario, or, when the leader had recorded
+// the COMMIT decision, the written-back values on every rank once the
+// failed node is back. Never a mix.
 
 #include <algorithm>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -237,6 +239,70 @@ TEST_F(FaultHarnessTest, S2FollowerStoppedPastFailureTimeout) {
   Report({"2 SIGSTOP follower > failure timeout, SIGCONT",
           "close fails naming node 2 while it is stopped; fenced; rejoins",
           Brief(closed.status()), held, detect, reform});
+}
+
+// R24 on a cluster: a frozen follower holds the phase reports of a rank on
+// another node at most the leader's step_generations_wait (0.1 s), once
+// while it is silent, never until the leader declares it failed (the
+// failure timeout): the leader sends an optimizer step's generations to it
+// in the background past that wait.
+TEST_F(FaultHarnessTest, S2bFollowerStoppedHoldsNoOtherNodesStep) {
+  // 1 s heartbeats: node 2 is declared failed 2-3 s after SIGSTOP, long
+  // after the two steps below even on a loaded machine, so a leader that
+  // waited for it until then would show.
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}, absl::Seconds(1)));
+  // SessionManager::Options::step_generations_wait, and a scheduling
+  // allowance for the calls a live leader answers (a few ms each here, each
+  // persisting the leases) on a loaded 2-core machine.
+  constexpr absl::Duration kGenerationsWait = absl::Milliseconds(100);
+  constexpr absl::Duration kAllowance = absl::Milliseconds(150);
+  const std::vector<v1::TrainingPhase> step_phases = {
+      v1::TRAINING_PHASE_FORWARD, v1::TRAINING_PHASE_BETWEEN,
+      v1::TRAINING_PHASE_BACKWARD, v1::TRAINING_PHASE_OPTIMIZER,
+      v1::TRAINING_PHASE_IDLE};
+  ASSERT_TRUE(cluster().Pause(kVictim).ok());
+  const absl::Time paused = absl::Now();
+  // Two steps of rank 0 (on the leader), each OPTIMIZER moving every unit's
+  // generation on every node, before the leader can declare node 2 failed.
+  std::vector<absl::Duration> optimizer_moves;
+  for (int64_t step = 1; step <= 2; ++step) {
+    for (v1::TrainingPhase phase : step_phases) {
+      const absl::Time asked = absl::Now();
+      const absl::StatusOr<v1::ReportPhaseResponse> reported =
+          node(kLeader).ReportPhase(kModel, 0, phase, step);
+      const absl::Duration took = absl::Now() - asked;
+      ASSERT_TRUE(reported.ok())
+          << "step " << step << " " << v1::TrainingPhase_Name(phase) << ", "
+          << absl::FormatDuration(absl::Now() - paused)
+          << " after SIGSTOP: " << reported.status();
+      if (phase == v1::TRAINING_PHASE_OPTIMIZER) {
+        optimizer_moves.push_back(took);
+      } else {
+        EXPECT_LE(took, kAllowance)
+            << "step " << step << " " << v1::TrainingPhase_Name(phase);
+      }
+    }
+  }
+  const absl::Duration walked = absl::Now() - paused;
+  ASSERT_LT(walked, cluster().failure_timeout())
+      << "the steps must run while node 2 is silent but not yet failed";
+  // The first step's generations waited for node 2 the bound, and no more;
+  // the second's did not wait for it again.
+  EXPECT_GE(optimizer_moves[0], kGenerationsWait);
+  EXPECT_LE(optimizer_moves[0], kGenerationsWait + kAllowance);
+  EXPECT_LE(optimizer_moves[1], kAllowance);
+
+  ASSERT_TRUE(cluster().Resume(kVictim).ok());
+  const absl::Time resumed = absl::Now();
+  const absl::Status serving = cluster().WaitServing(absl::Seconds(20));
+  EXPECT_TRUE(serving.ok()) << "node 2 did not rejoin: " << serving;
+  WaitUsable();
+  Report({"2b SIGSTOP follower, the leader's rank steps",
+          "OPTIMIZER waits 0.1 s once, every other report answered at once",
+          absl::StrCat("OPTIMIZER ", absl::FormatDuration(optimizer_moves[0]),
+                       ", then ", absl::FormatDuration(optimizer_moves[1])),
+          ShardsIntact("after the steps' generations"), std::nullopt,
+          absl::Now() - resumed});
 }
 
 TEST_F(FaultHarnessTest, S3LeaderKilledWithSessionsOpen) {

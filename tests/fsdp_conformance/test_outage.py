@@ -17,8 +17,11 @@ import summon
 from conftest import assert_session_equals, results, run_job
 from summon.local import LocalDaemon
 
-REPORT_TIMEOUT = 2.0  # summon.torch.Trainer's default, which serve keeps
-SLACK = 1.0           # the step's own work and gloo
+REPORT_TIMEOUT = 2.0  # summon.torch.Trainer's default, which serve keeps: the bound
+# Scheduling allowance on top of the bound, not part of it: an FSDP2 step's
+# own work and gloo (20-60 ms here) and a timer firing late on a loaded
+# 2-core machine (measured: the first step ends 2.04-2.05 s after the stop).
+ALLOWANCE = 0.4
 STOP_SECONDS = 6.0
 STEPS = 8
 
@@ -38,17 +41,23 @@ def test_serve_with_defaults_never_waits_for_a_stopped_summond(tmp_path: Path) -
         start, end = json.loads((tmp_path / "outage.stopped.json").read_text())
         assert end - start >= STOP_SECONDS
         for rank in range(2):
-            ends = json.loads((tmp_path / f"outage.ends{rank}.json").read_text())
-            assert len(ends) == STEPS
-            during = ends[2:]
-            print(f"rank {rank}: steps 3.. ended "
-                  f"{[round(e - start, 2) for e in during]} s after the stop began")
-            late = [round(e - start, 2) for e in during if not start < e < end]
+            timed = json.loads((tmp_path / f"outage.ends{rank}.json").read_text())
+            ends, held = timed["ends"], timed["held"]
+            assert len(ends) == len(held) == STEPS
+            during = [round(e - start, 2) for e in ends[2:]]
+            print(f"rank {rank}: steps 3.. ended {during} s after the stop began; "
+                  f"serve's reports held them {[round(h, 2) for h in held[2:]]} s")
+            late = [e for e in during if not 0 < e < end - start]
             assert not late, (f"rank {rank}: steps ended {late} s after the stop "
                               f"began; summond ran again at {end - start:.2f} s")
-            durations = [b - a for a, b in zip(ends[1:], during)]
-            assert max(durations) <= REPORT_TIMEOUT + SLACK, (rank, durations)
-            assert sum(d > 0.5 for d in durations) <= 1, (rank, durations)
+            # The first step within the bound of the stop, every later one
+            # at its own pace: one wait per outage, not per move or step...
+            assert during[0] <= REPORT_TIMEOUT + ALLOWANCE, (rank, during)
+            paces = [round(b - a, 2) for a, b in zip(during, during[1:])]
+            assert max(paces) <= ALLOWANCE, (rank, during, paces)
+            # ...and serve's hooks held this rank the bound, once, in all.
+            assert REPORT_TIMEOUT - 0.1 <= sum(held[2:]) <= REPORT_TIMEOUT + ALLOWANCE, (
+                rank, held)
         served, reference = results(tmp_path, "outage"), results(tmp_path, "outage-plain")
         for got, expected in zip(served["losses"], reference["losses"], strict=True):
             assert torch.equal(got, expected)

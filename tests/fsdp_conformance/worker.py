@@ -39,9 +39,9 @@ saw. A case may also:
   stop: {pid, after, seconds}  after step `after` rank 0 stops summond (pid)
                             with SIGSTOP for `seconds` while the job trains
                             on; every rank writes when each step ended
-                            (time.time()) to OUT/<name>.ends<rank>.json, rank
-                            0 the stop's start and end to
-                            OUT/<name>.stopped.json.
+                            (time.time()) and how long serve's phase reports
+                            held it to OUT/<name>.ends<rank>.json, rank 0 the
+                            stop's start and end to OUT/<name>.stopped.json.
 """
 
 from __future__ import annotations
@@ -224,8 +224,10 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
         dist.barrier()
         return
     ends: list[float] = []
+    held: list[float] = []  # seconds serve's phase reports held each step
     stopper = None
     for step in range(case.get("steps", 3)):
+        held_before = served.trainer.report_seconds if served is not None else 0.0
         if case.get("stop") and step == case["stop"]["after"]:
             dist.barrier()  # every rank starts this step with summond stopped
             if rank == 0:
@@ -252,6 +254,8 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
         optimizer.step()
         optimizer.zero_grad()
         ends.append(time.time())
+        if served is not None:
+            held.append(served.trainer.report_seconds - held_before)
         if case.get("eval"):
             with torch.no_grad():
                 result.setdefault("eval", []).append(
@@ -270,7 +274,8 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
     if stopper is not None:
         stopper.join()
     if case.get("stop"):
-        (out / f"{case['name']}.ends{rank}.json").write_text(json.dumps(ends))
+        (out / f"{case['name']}.ends{rank}.json").write_text(
+            json.dumps({"ends": ends, "held": held}))
     result["params"] = full_params(module, case)
     if case["api"] == "fsdp1":
         if case.get("strategy") != "NO_SHARD":  # FSDP refuses offload_to_cpu there

@@ -7,7 +7,6 @@ holds the next step for as long as it is open (R3), and not longer."""
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -18,11 +17,15 @@ import torch
 
 import summon
 import summon.torch as st
-from summon.local import LocalDaemon
+from summon.local import LinkProxy, LocalDaemon
 
-REPORT_TIMEOUT = 2.0  # summon.torch.Trainer's default
-SLACK = 0.5           # a step's own work and the calls that are answered
+REPORT_TIMEOUT = 2.0  # summon.torch.Trainer's default: R24's bound
 WORK = 0.02           # seconds of "compute" per half step
+# Scheduling allowance on top of the bound (and of the steps' own WORK), not
+# part of it: the calls a live summond answers take 5-20 ms a step here, and
+# a timer fires late on a loaded 2-core machine shared with builds (measured:
+# the step that meets the outage ends 2.04-2.06 s after the one before).
+ALLOWANCE = 0.25
 
 
 @pytest.fixture
@@ -115,18 +118,25 @@ def train_through(trainer: st.Trainer, outage: Callable[[], Any], client: summon
     not wait at all, many end during it, and the phases come back after."""
     last = one_step(trainer, 1)
     cut = outage()
+    held_before = trainer.report_seconds
     durations, n = [], 2
     while cut.running():
         end = one_step(trainer, n)
         if end < cut.window[1]:
             durations.append(end - last)
+            held = trainer.report_seconds - held_before
         last, n = end, n + 1
     cut.join()
+    assert len(durations) >= 10, f"{len(durations)} steps ended during the outage: {durations}"
     print(f"{len(durations)} steps during the outage; the longest took "
-          f"{max(durations):.2f} s, the next {sorted(durations)[-2]:.3f} s")
-    assert len(durations) >= 10, durations
-    assert max(durations) <= REPORT_TIMEOUT + SLACK, durations
-    assert sorted(durations)[-2] <= 2 * WORK + SLACK, durations
+          f"{max(durations):.2f} s, the next {sorted(durations)[-2]:.3f} s; "
+          f"{held:.2f} s in phase reports")
+    # One step waits for the bound; every other goes at its own pace.
+    assert max(durations) <= REPORT_TIMEOUT + 2 * WORK + ALLOWANCE, durations
+    assert sorted(durations)[-2] <= 2 * WORK + ALLOWANCE, durations
+    # The reports of every step during the outage held training the bound,
+    # once, in all (not once per move or per step).
+    assert REPORT_TIMEOUT - 0.1 <= held <= REPORT_TIMEOUT + ALLOWANCE, held
     assert trainer.outages == 1
     settle(trainer)
     assert phases(client, model) == ["IDLE", "IDLE"]
@@ -135,48 +145,14 @@ def train_through(trainer: st.Trainer, outage: Callable[[], Any], client: summon
         step.optimizer()
 
 
-class Proxy:
-    """A TCP proxy to summond whose link can be cut: while cut, bytes are
-    held both ways (a black-holed network: nothing answers, nothing is
-    refused), and delivered once it heals."""
+class Proxy(LinkProxy):
+    """summon.local.LinkProxy as an outage for train_through: cut for
+    `seconds`, then healed."""
 
-    def __init__(self, port: int):
-        self._target = port
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port = self._server.getsockname()[1]
-        self._open = threading.Event()
-        self._open.set()
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                near, _ = self._server.accept()
-            except OSError:
-                return  # closed
-            far = socket.create_connection(("127.0.0.1", self._target))
-            self._sockets += [near, far]
-            for source, sink in ((near, far), (far, near)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(1 << 16):
-                self._open.wait()
-                sink.sendall(data)
-        except OSError:
-            pass
-        for end in (source, sink):
-            try:
-                end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self, seconds: float) -> "Proxy":
-        self._open.clear()
+    def cut_for(self, seconds: float) -> "Proxy":
+        self.cut()
         self.window = (time.monotonic(), time.monotonic() + seconds)
-        self._timer = threading.Timer(seconds, self._open.set)
+        self._timer = threading.Timer(seconds, self.heal)
         self._timer.start()
         return self
 
@@ -185,12 +161,6 @@ class Proxy:
 
     def join(self) -> None:
         self._timer.join()
-
-    def close(self) -> None:
-        self._open.set()
-        self._server.close()
-        for sock in self._sockets:
-            sock.close()
 
 
 def test_a_cut_network_holds_a_step_at_most_the_bound_once(
@@ -203,7 +173,7 @@ def test_a_cut_network_holds_a_step_at_most_the_bound_once(
     try:
         with summon.Client(f"127.0.0.1:{proxy.port}", timeout=30) as through, \
                 st.attach(through, model, [0, 1], wait=60.0) as trainer:
-            train_through(trainer, lambda: proxy.cut(6.0), client, model)
+            train_through(trainer, lambda: proxy.cut_for(6.0), client, model)
     finally:
         proxy.close()
 
@@ -230,7 +200,7 @@ def test_in_every_phase_a_stopped_summond_holds_the_next_move_at_most_the_bound(
                 trainer.report(move, step=index + 1 if move == "FORWARD" else None)
                 taken[move] = time.monotonic() - start
             assert stop is not None and stop.running(), "the step outlasted the stop"
-            assert taken[stopped_before] <= bound + SLACK, (stopped_before, taken)
+            assert taken[stopped_before] <= bound + ALLOWANCE, (stopped_before, taken)
             later = MOVES[MOVES.index(stopped_before) + 1:]
             assert all(taken[m] <= 0.1 for m in later), (stopped_before, taken)
             assert trainer.outages == index + 1
@@ -286,7 +256,7 @@ def test_r3_a_wait_ends_within_the_bound_when_summond_stops(
         timer.join()
         stop = holder[0]
         assert stop.running(), "the step outlasted the stop"
-        assert entered - stop.window[0] <= REPORT_TIMEOUT + SLACK, entered - start
+        assert entered - stop.window[0] <= REPORT_TIMEOUT + ALLOWANCE, entered - start
         assert entered - start >= 1.0  # it did wait while summond answered
         assert trainer.outages == 1
         stop.join()

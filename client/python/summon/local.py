@@ -6,15 +6,18 @@
 The daemon binds port 0 and reports its port through --port-file, so
 concurrent daemons never clash; with `unix_socket` it also serves there, an
 address that stays the same across `restart()`. The binary is $SUMMON_DAEMON,
-else bazel-bin/server/summond of the repository.
+else bazel-bin/server/summond of the repository. LinkProxy: a TCP link to a
+daemon that can be cut (a black-holed network) and healed.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -159,3 +162,59 @@ class LocalDaemon:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class LinkProxy:
+    """A TCP proxy on 127.0.0.1 to `port` whose link can be cut: while cut,
+    bytes are held both ways (a black-holed network: nothing answers,
+    nothing is refused) and delivered once it heals. Tests and examples
+    put it between a client and summond, or between two cluster nodes."""
+
+    def __init__(self, port: int):
+        self._target = port
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._server.getsockname()[1]
+        self._open = threading.Event()
+        self._open.set()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            try:
+                far = socket.create_connection(("127.0.0.1", self._target))
+            except OSError:
+                near.close()  # the target is down: refused, as without a proxy
+                continue
+            self._sockets += [near, far]
+            for source, sink in ((near, far), (far, near)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                self._open.wait()
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        self._open.clear()
+
+    def heal(self) -> None:
+        self._open.set()
+
+    def close(self) -> None:
+        self._open.set()
+        self._server.close()
+        for sock in self._sockets:
+            sock.close()

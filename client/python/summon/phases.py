@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from summon.errors import SummonError
@@ -113,6 +114,9 @@ class PhaseKeeper:
         # counts the times it was set.
         self.interlock_unknown = False
         self.outages = 0
+        # Seconds report() has held the training thread, all calls together
+        # (R24 bounds what an outage adds to it: report_timeout, once).
+        self.held_seconds = 0.0
         # Moves made while summond did not hear them (a re-establishment
         # that started before one is out of date).
         self._unheard = 0
@@ -145,7 +149,16 @@ class PhaseKeeper:
                deadline_ms: Optional[int]) -> list[PhaseReport]:
         """Moves every rank to `phase`: all or none for a refused move into a
         step (SummonError); unheard, [] returned, when summond does not answer."""
-        phase = phase.upper()
+        start = time.monotonic()
+        try:
+            return self._report(phase.upper(), step, deadline_ms)
+        finally:
+            held = time.monotonic() - start
+            with self._state:
+                self.held_seconds += held
+
+    def _report(self, phase: str, step: Optional[int],
+                deadline_ms: Optional[int]) -> list[PhaseReport]:
         with self._state:
             if step is not None:
                 self.step = step

@@ -406,6 +406,13 @@ class Trainer:
         return self._phases.outages
 
     @property
+    def report_seconds(self) -> float:
+        """Seconds the training thread has spent in phase reports (Step's,
+        serve's hooks'), R3 waits included: summon's share of the steps'
+        time. An outage adds at most report_timeout to it, once (R24)."""
+        return self._phases.held_seconds
+
+    @property
     def lease_id(self) -> str:
         return self._phases.lease_id
 
