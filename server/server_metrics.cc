@@ -185,22 +185,6 @@ void SummonServer::StartWebView() {
         absl::MutexLock lock(&web_mu_);
         return web_channel_;
       },
-      [this] {
-        web::ClusterView view;
-        view.node_rank = spec_.node_rank;
-        view.nodes = spec_.nodes;
-        if (view.nodes.empty()) view.nodes.push_back(address());
-        if (membership_ != nullptr) {
-          view.epoch = membership_->epoch();
-          const absl::Status ready = membership_->CheckReady();
-          view.ready = ready.ok();
-          view.failure = std::string(ready.message());
-          for (const auto& [node, age] : membership_->HeartbeatAges()) {
-            view.heartbeat_age_s[node] = absl::ToDoubleSeconds(age);
-          }
-        }
-        return view;
-      },
       serve_page,
       absl::StrCat("without --tls-cert the web view is plain HTTP, so it is "
                    "served only on a loopback --metrics-listen; ",
