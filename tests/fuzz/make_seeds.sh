@@ -46,7 +46,7 @@ seed_layout flat_bf16_compute_3x3 '\x02\x02\x00' <<'EOF'
 EOF
 
 # rpc_request_fuzzer: frames [rpc][length: u16 LE][serialized request]; the
-# rpc numbers are the Rpc enum of rpc_request_fuzzer.cc. A seed is a list of
+# rpc numbers are the Rpc enum of rpc_fuzz_frames.h. A seed is a list of
 # "RPC_NUMBER MESSAGE_TYPE TEXT_PROTO" lines.
 declare -A rpc_numbers=(
   [CreateModel]=0 [DescribeModel]=1 [ListModels]=2 [LoadModel]=3
@@ -57,6 +57,7 @@ declare -A rpc_numbers=(
   [MarkInitialized]=20 [MapSession]=21 [AddWatch]=22 [ListWatches]=23
   [RemoveWatch]=24 [ShowWatch]=25 [NodeWatchPartials]=26
   [NodeWatchVersions]=27 [NodeWatchFetch]=28 [NodeWatchApply]=29
+  [GetClusterStatus]=30
 )
 frame() {
   local rpc=$1 type=$2 text=$3 payload length
@@ -145,6 +146,11 @@ RemoveWatch|RemoveWatchRequest|model: "absent"
 RemoveWatch|RemoveWatchRequest|model: "m"
 RemoveWatch|RemoveWatchRequest|model: "m"
 ShowWatch|ShowWatchRequest|model: "m" param: "layers.0.w"
+EOF
+seed_rpc cluster_status <<'EOF'
+GetClusterStatus|GetClusterStatusRequest|
+DeleteModel|DeleteModelRequest|model: "m"
+GetClusterStatus|GetClusterStatusRequest|
 EOF
 seed_rpc watch_partials_bad_inputs <<'EOF'
 NodeWatchPartials|NodeWatchPartialsRequest|model: "m" params: "layers.0.w" bins: 1073741824 binned: true lower: 0 upper: 1
