@@ -142,6 +142,7 @@ def test_the_web_page_shows_the_cluster_and_a_stopped_follower_as_down(
         cluster: TwoNodes, chromium) -> None:
     """The overview's cluster part in headless chromium: leader, epoch,
     readiness, models, and each node UP, then node 1 DOWN once stopped."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
     nodes, leader = cluster.nodes, cluster.leader
@@ -152,11 +153,17 @@ def test_the_web_page_shows_the_cluster_and_a_stopped_follower_as_down(
                "the leader's --metrics-port-file")
     base = f"http://127.0.0.1:{cluster.port_file.read_text().strip()}"
     driver = chromium()
-    wait = WebDriverWait(driver, 30)
+    wait = WebDriverWait(driver, 30, ignored_exceptions=(StaleElementReferenceException,))
 
     def rows(table_id: str) -> list[list[str]]:
-        return [[c.text for c in row.find_elements(By.TAG_NAME, "td")]
-                for row in driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tr")[1:]]
+        # The page redraws every 5 s: a table read mid-redraw is read again.
+        for _ in range(10):
+            try:
+                return [[c.text for c in row.find_elements(By.TAG_NAME, "td")]
+                        for row in driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tr")[1:]]
+            except StaleElementReferenceException:
+                continue
+        raise AssertionError(f"#{table_id} kept changing")
 
     driver.get(base + "/")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#nodes td"))
@@ -168,11 +175,12 @@ def test_the_web_page_shows_the_cluster_and_a_stopped_follower_as_down(
     # The page refreshes every 5 s: node 1 turns DOWN, the cluster not ready.
     try:
         wait.until(lambda d: len(rows("nodes")) == 2 and rows("nodes")[1][2] == "DOWN")
-    except Exception:
-        raise AssertionError(driver.find_element(By.TAG_NAME, "body").text)
+    except TimeoutException:
+        raise AssertionError("node 1 never shown DOWN; the page: "
+                             + driver.find_element(By.TAG_NAME, "body").text) from None
     assert rows("nodes")[0][2:4] == ["UP", "leader"]
     [summary] = rows("cluster")
     assert summary[0] == "node 0" and summary[2].startswith("no: ") and "node 1" in summary[2]
     assert summary[3] == "—"
-    assert driver.find_element(By.CSS_SELECTOR, "#nodes tr:nth-child(3) span").get_attribute(
-        "class") == "bad"
+    wait.until(lambda d: [s.get_attribute("class") for s in
+                          d.find_elements(By.CSS_SELECTOR, "#nodes span")] == ["ok", "bad"])
