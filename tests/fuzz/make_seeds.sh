@@ -63,7 +63,8 @@ frame() {
   local rpc=$1 type=$2 text=$3 payload length
   payload=$(mktemp)
   printf '%s\n' "$text" | protoc -Iproto --encode="summon.v1.$type" \
-    proto/summon/v1/summon.proto proto/summon/v1/trainer.proto \
+    proto/summon/v1/summon.proto proto/summon/v1/status.proto \
+    proto/summon/v1/trainer.proto \
     proto/summon/v1/peer.proto >"$payload"
   length=$(stat -c %s "$payload")
   printf "\\x$(printf %02x "${rpc_numbers[$rpc]}")"

@@ -28,7 +28,7 @@ from summon.messages import (CloseResult, ClusterStatus, LoadResult, Model, Mode
                              SaveResult, Session, ShardChecksum, TensorInfo, TensorStats,
                              Watch, WatchHistory, strategy_value)
 from summon.trainer_calls import TrainerCalls, UnitWatch  # noqa: F401 (UnitWatch: re-exported)
-from summon.v1 import summon_pb2, summon_pb2_grpc, trainer_pb2_grpc, types_pb2
+from summon.v1 import status_pb2, summon_pb2, summon_pb2_grpc, trainer_pb2_grpc, types_pb2
 
 if TYPE_CHECKING:
     from summon.mapping import SessionMapping
@@ -160,7 +160,7 @@ class Client(TrainerCalls):
     def cluster_status(self) -> ClusterStatus:
         """The nodes, leader, epoch and each node's state as the node asked sees them."""
         return ClusterStatus.from_proto(self._call(self._summon.GetClusterStatus,
-                                                   summon_pb2.GetClusterStatusRequest()))
+                                                   status_pb2.GetClusterStatusRequest()))
 
     def describe_model(self, name: str) -> Model:
         return Model.from_proto(self._call(
@@ -263,7 +263,7 @@ class Client(TrainerCalls):
         """The sessions the caller may operate; with all, every open session
         and who holds it (operators: the admin role)."""
         response = self._call(self._summon.ListSessions,
-                              summon_pb2.ListSessionsRequest(model=model, all=all))
+                              status_pb2.ListSessionsRequest(model=model, all=all))
         return [Session.from_proto(s) for s in response.sessions]
 
     def renew_session(self, session_id: str,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from summon import dtypes
-from summon.v1 import summon_pb2, trainer_pb2, types_pb2
+from summon.v1 import status_pb2, summon_pb2, trainer_pb2, types_pb2
 
 
 def _enum(enum_type, value: int, prefix: str) -> str:
@@ -203,8 +203,8 @@ class ClusterNode:
     ranks: tuple[int, ...]  # the global ranks whose shards live on the node
 
     @classmethod
-    def from_proto(cls, m: summon_pb2.ClusterNode) -> "ClusterNode":
-        return cls(m.node, m.address, _enum(summon_pb2.NodeState, m.state, "NODE_STATE_"),
+    def from_proto(cls, m: status_pb2.ClusterNode) -> "ClusterNode":
+        return cls(m.node, m.address, _enum(status_pb2.NodeState, m.state, "NODE_STATE_"),
                    m.leader, tuple(range(m.first_rank, m.first_rank + m.local_ranks)))
 
 
@@ -220,7 +220,7 @@ class ClusterStatus:
     models: tuple[str, ...]
 
     @classmethod
-    def from_proto(cls, m: summon_pb2.ClusterStatus) -> "ClusterStatus":
+    def from_proto(cls, m: status_pb2.ClusterStatus) -> "ClusterStatus":
         return cls(m.answered_by, m.leader, m.epoch, m.ready, m.detail,
                    tuple(ClusterNode.from_proto(n) for n in m.nodes), tuple(m.models))
 
@@ -292,9 +292,9 @@ class Session:
     network_bytes: int
 
     @classmethod
-    def from_proto(cls, m: summon_pb2.Session) -> "Session":
+    def from_proto(cls, m: status_pb2.Session) -> "Session":
         return cls(m.id, m.model, m.owner, SessionOptions.from_proto(m.options),
-                   summon_pb2.SessionState.Name(m.state)[len("SESSION_STATE_"):],
+                   status_pb2.SessionState.Name(m.state)[len("SESSION_STATE_"):],
                    tuple(UnitGeneration.from_proto(g) for g in m.gathered_generations),
                    tuple(TensorInfo.from_proto(t) for t in m.params),
                    tuple(TensorInfo.from_proto(t) for t in m.grads),
