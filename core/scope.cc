@@ -118,7 +118,8 @@ absl::StatusOr<Scope> ResolveScope(const ModelSpec& model,
   if (scope.units.empty()) {
     scope.warnings.push_back(absl::StrCat(
         "module '", module_fqn, "' is not a unit",
-        request.recurse ? " and has no unit below it" : " (recurse=false)",
+        request.recurse ? " and has no unit below it"
+                        : " (--no-recurse, recurse=false)",
         ": the session holds no parameters", WhereInstead(model, module_fqn,
                                                           request.recurse)));
   }

@@ -83,7 +83,8 @@ TEST_F(ScopeTest, NonUnitModuleGivesEmptyScopeWithWarning) {
 TEST_F(ScopeTest, NonUnitModuleWarningPointsAtTheUnitAndTheParams) {
   const std::pair<ScopeRequest, const char*> cases[] = {
       {{"layers", false, {}},
-       "module 'layers' is not a unit (recurse=false): the session holds no "
+       "module 'layers' is not a unit (--no-recurse, recurse=false): the "
+       "session holds no "
        "parameters; without --no-recurse it holds the units below it "
        "(layers.0, layers.1)"},
       {{"layers.0.attn", true, {}},
@@ -91,8 +92,9 @@ TEST_F(ScopeTest, NonUnitModuleWarningPointsAtTheUnitAndTheParams) {
        "session holds no parameters; its parameters live in --scope "
        "layers.0, or name just them: --params layers.0.attn.w"},
       {{"layers.0.attn", false, {}},
-       "module 'layers.0.attn' is not a unit (recurse=false): the session "
-       "holds no parameters; its parameters live in --scope layers.0, or "
+       "module 'layers.0.attn' is not a unit (--no-recurse, recurse=false): "
+       "the session holds no parameters; its parameters live in --scope "
+       "layers.0, or "
        "name just them: --params layers.0.attn.w"},
   };
   for (const auto& [request, warning] : cases) {

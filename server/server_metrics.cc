@@ -36,6 +36,14 @@ void SummonServer::RegisterMetrics() {
     metric_callbacks_.push_back(registry.CallbackGauge(
         name, help, std::move(labels), std::move(compute)));
   };
+  // Counts the pools keep since start: they only grow, so Prometheus's
+  // rate() and increase() apply (a gauge's would not).
+  auto add_counter = [&](const char* name, const char* help,
+                         std::vector<std::string> labels,
+                         std::function<Samples()> compute) {
+    metric_callbacks_.push_back(registry.CallbackCounter(
+        name, help, std::move(labels), std::move(compute)));
+  };
   add("summon_node_up", "1 while summond runs.", {}, [] {
     return Samples{{{}, 1}};
   });
@@ -75,7 +83,7 @@ void SummonServer::RegisterMetrics() {
       {}, [this] {
         return Samples{{{}, static_cast<double>(copy_pool_->retained_bytes())}};
       });
-  add("summon_copy_pool_acquires",
+  add_counter("summon_copy_pool_acquires_total",
       "Session copies' memory by where it came from: reused from the pool or "
       "freshly mapped (page-faulted on first write), since start.",
       {"source"}, [this] {
@@ -89,13 +97,13 @@ void SummonServer::RegisterMetrics() {
         return Samples{
             {{}, static_cast<double>(staging_pool_->retained_bytes())}};
       });
-  add("summon_staging_pool_reuses",
+  add_counter("summon_staging_pool_reuses_total",
       "Writebacks that staged into a spare segment instead of a fresh one, "
       "since start.",
       {}, [this] {
         return Samples{{{}, static_cast<double>(staging_pool_->reuses())}};
       });
-  add("summon_staging_prefaults",
+  add_counter("summon_staging_prefaults_total",
       "Spare staged segments made and page-faulted when a writable session "
       "opened (done), or skipped for want of room in the staging pool or "
       "the memory budget (refused), since start.",
@@ -176,22 +184,6 @@ void SummonServer::StartWebView() {
       [this]() -> std::shared_ptr<grpc::Channel> {
         absl::MutexLock lock(&web_mu_);
         return web_channel_;
-      },
-      [this] {
-        web::ClusterView view;
-        view.node_rank = spec_.node_rank;
-        view.nodes = spec_.nodes;
-        if (view.nodes.empty()) view.nodes.push_back(address());
-        if (membership_ != nullptr) {
-          view.epoch = membership_->epoch();
-          const absl::Status ready = membership_->CheckReady();
-          view.ready = ready.ok();
-          view.failure = std::string(ready.message());
-          for (const auto& [node, age] : membership_->HeartbeatAges()) {
-            view.heartbeat_age_s[node] = absl::ToDoubleSeconds(age);
-          }
-        }
-        return view;
       },
       serve_page,
       absl::StrCat("without --tls-cert the web view is plain HTTP, so it is "

@@ -49,12 +49,12 @@ std::string GenerationsTable(
   return table.ToString();
 }
 
+}  // namespace
+
 std::vector<std::string> TensorInfoCells(const v1::TensorInfo& info) {
   return {info.fqn(), EnumLabel(info.dtype()), ShapeText(info.shape()),
           absl::StrCat(info.numel())};
 }
-
-}  // namespace
 
 Table::Table(std::vector<std::string> header) {
   if (!header.empty()) rows_.push_back(std::move(header));

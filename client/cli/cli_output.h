@@ -51,6 +51,8 @@ std::string SessionHoldersTable(const v1::ListSessionsResponse& response,
                                 int64_t now_unix_ms);
 std::string CloseSessionTable(const v1::CloseSessionResponse& response);
 std::string TensorInfoTable(const v1::TensorInfo& info);
+// A tensor's row of the tables above: FQN, DTYPE, SHAPE, NUMEL.
+std::vector<std::string> TensorInfoCells(const v1::TensorInfo& info);
 std::string WriteTensorTable(const v1::WriteTensorResponse& response);
 std::string TensorStatsTable(const v1::TensorStatsResponse& response);
 std::string ReportPhaseTable(const v1::ReportPhaseResponse& response);

@@ -119,7 +119,7 @@ TEST_F(SummonctlTest, HelpNounVerbVersionAndCompletion) {
   EXPECT_NE(bash.out.find("complete -F _summonctl summonctl\n"),
             std::string::npos);
   EXPECT_NE(
-      bash.out.find("    session) words=\"open list get renew close\" ;;"),
+      bash.out.find("    session) words=\"open list get export renew close\" ;;"),
       std::string::npos)
       << bash.out;
   EXPECT_NE(bash.out.find("\"session close\") words=\"--abort --force\" ;;"),

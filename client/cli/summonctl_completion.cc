@@ -104,6 +104,8 @@ _summonctl() {
     --init|--grad-init) words="zeros seeded: external" ;;
     --scope) words="$(_summonctl_daemon units "${pos[0]}")" ;;
     --params) words="$(_summonctl_daemon params "${pos[0]}")" ;;
+    --session) words="$(_summonctl_daemon sessions)" ;;
+    --format) words="npz safetensors" ;;
     @VALUED@) ;;
     *) prev="" ;;
   esac

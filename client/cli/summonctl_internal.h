@@ -5,6 +5,7 @@
 // sessions, the trainer and the command table; summonctl_tensors.cc: tensor
 // transfers): printing a response and reading flag values.
 
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -112,10 +113,29 @@ absl::Status TensorRead(const CommandContext& c);
 // or - for stdout), honouring --dtype and --no-map.
 absl::Status ReadTensorToFile(const CommandContext& c,
                               const TensorRef& tensor);
+using InfoSink = std::function<absl::Status(const v1::TensorInfo&)>;
+using BytesSink = std::function<absl::Status(absl::string_view)>;
+// One tensor's description, then its bytes chunk by chunk (about 1 MiB):
+// from the session's copy in shared memory on the daemon's host (a read-only
+// session; `route` says so while it is tried, for a progress line), else,
+// or with --no-map, streamed by ReadTensor.
+absl::Status StreamTensor(const CommandContext& c,
+                          const ReadTensorParams& params, std::string* route,
+                          const InfoSink& on_info, const BytesSink& on_bytes);
 // tensor get (summonctl_get.cc): a read-only session of exactly one
 // parameter, read into --out and closed, on error and on Ctrl-C too.
 absl::Status TensorGet(const CommandContext& c);
 absl::Status TensorWrite(const CommandContext& c);
+// session export (summonctl_export.cc): every tensor of a session into one
+// .npz or safetensors file.
+absl::Status SessionExport(const CommandContext& c);
+// tensor diff (summonctl_diff.cc): a parameter against another session's or
+// a checkpoint's.
+absl::Status TensorDiff(const CommandContext& c);
+// Prints a command's own result (no response message of its own): `json`
+// as JSON or YAML, `table` as the table text.
+absl::Status PrintResult(const CommandContext& c, const std::string& json,
+                         const std::string& table);
 
 // summonctl cluster status (summonctl_cluster.cc).
 absl::Status ClusterStatus(const CommandContext& c);

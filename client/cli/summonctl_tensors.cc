@@ -47,9 +47,6 @@ absl::StatusOr<core::DType> WireTargetFor(absl::string_view fqn,
   return stored.value_or(header.dtype);
 }
 
-using InfoSink = std::function<absl::Status(const v1::TensorInfo&)>;
-using BytesSink = std::function<absl::Status(absl::string_view)>;
-
 // Reads exactly `bytes` at `offset` of `fd`, over short reads and EINTR.
 absl::Status PreadAll(int fd, char* to, int64_t bytes, int64_t offset) {
   while (bytes > 0) {
@@ -138,6 +135,21 @@ std::optional<absl::Status> ReadThroughMapping(const SummonClient& client,
 
 }  // namespace
 
+absl::Status StreamTensor(const CommandContext& c,
+                          const ReadTensorParams& params, std::string* route,
+                          const InfoSink& on_info, const BytesSink& on_bytes) {
+  // On the daemon's host a read-only session's copy is read from memory;
+  // elsewhere, or with --no-map, it streams.
+  if (!c.args.Has("no-map")) {
+    *route = " from shared memory";
+    std::optional<absl::Status> mapped =
+        ReadThroughMapping(c.client, params, on_info, on_bytes);
+    route->clear();
+    if (mapped.has_value()) return *std::move(mapped);
+  }
+  return c.client.ReadTensorChunks(params, on_info, on_bytes);
+}
+
 // Streams the tensor into a .npy file (or stdout for "-") chunk by chunk:
 // the header from the first chunk's description, then each chunk's bytes,
 // so memory stays at one chunk whatever the tensor's size. The file is
@@ -200,17 +212,7 @@ absl::Status ReadTensorToFile(const CommandContext& c,
     if (bar) bar->Add(static_cast<int64_t>(bytes.size()));
     return write(bytes);
   };
-  // On the daemon's host a read-only session's copy is read from memory;
-  // elsewhere, or with --no-map, it streams.
-  std::optional<absl::Status> mapped;
-  if (!c.args.Has("no-map")) {
-    route = " from shared memory";
-    mapped = ReadThroughMapping(c.client, params, on_info, on_bytes);
-    route.clear();
-  }
-  absl::Status read =
-      mapped.has_value() ? *std::move(mapped)
-                         : c.client.ReadTensorChunks(params, on_info, on_bytes);
+  absl::Status read = StreamTensor(c, params, &route, on_info, on_bytes);
   if (bar && read.ok()) bar->Finish();
   if (file && read.ok()) {
     if (absl::Status committed = file->Commit(); !committed.ok()) {

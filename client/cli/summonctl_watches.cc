@@ -43,8 +43,6 @@ std::string WatchListTable(const v1::ListWatchesResponse& response) {
   return table.ToString();
 }
 
-std::string RemoveWatchTable(const v1::RemoveWatchResponse&) { return ""; }
-
 }  // namespace
 
 std::string NormSparkline(const std::vector<double>& norms) {
@@ -130,8 +128,13 @@ absl::Status WatchList(const CommandContext& c) {
 }
 
 absl::Status WatchRemove(const CommandContext& c) {
-  return Print(c, c.client.RemoveWatch(c.args.positionals[0]),
-               &RemoveWatchTable);
+  const std::string& model = c.args.positionals[0];
+  // The reply is empty: say what was done, as model delete does.
+  return Print(c, c.client.RemoveWatch(model),
+               [&model](const v1::RemoveWatchResponse&) {
+                 return absl::StrCat("removed the watch of ", model,
+                                     " and its history\n");
+               });
 }
 
 absl::Status WatchShow(const CommandContext& c) {

@@ -255,7 +255,9 @@ absl::StatusOr<CheckpointFiles> PlanCheckpoint(
     const FileAdmission& admit) {
   if (max_file_bytes < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("max_file_bytes must be >= 1, got ", max_file_bytes));
+        absl::StrCat("the file size cap must be >= 1 (--max-file-bytes N, "
+                     "max_file_bytes), got ",
+                     max_file_bytes));
   }
   std::map<std::string, std::string> file_metadata = metadata;
   file_metadata.emplace("format", "pt");

@@ -61,7 +61,11 @@ class Membership {
   void Start(std::function<absl::Status()> on_ready,
              std::function<void(const absl::Status&)> on_failure);
 
-  bool is_leader() const { return spec_.node_rank == 0; }
+  // The node that leads: the --nodes list's first (a fixed list has no
+  // election), which GetClusterStatus reports.
+  static constexpr int kLeaderNode = 0;
+  int leader_node() const { return kLeaderNode; }
+  bool is_leader() const { return spec_.node_rank == leader_node(); }
   int node_rank() const { return spec_.node_rank; }
   int size() const { return static_cast<int>(spec_.nodes.size()); }
   bool ready() const;

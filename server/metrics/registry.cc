@@ -182,13 +182,25 @@ Family* Registry::Histogram(const std::string& name, const std::string& help,
                                       std::move(labels), std::move(buckets)));
 }
 
+int Registry::AddCallback(Callback callback) {
+  absl::MutexLock lock(&mu_);
+  const int id = next_id_++;
+  callbacks_[id] = std::move(callback);
+  return id;
+}
+
 int Registry::CallbackGauge(const std::string& name, const std::string& help,
                             std::vector<std::string> labels,
                             std::function<Samples()> compute) {
-  absl::MutexLock lock(&mu_);
-  const int id = next_id_++;
-  callbacks_[id] = Callback{name, help, std::move(labels), std::move(compute)};
-  return id;
+  return AddCallback(
+      Callback{name, help, std::move(labels), std::move(compute), "gauge"});
+}
+
+int Registry::CallbackCounter(const std::string& name, const std::string& help,
+                              std::vector<std::string> labels,
+                              std::function<Samples()> compute) {
+  return AddCallback(
+      Callback{name, help, std::move(labels), std::move(compute), "counter"});
 }
 
 void Registry::RemoveCallback(int id) {
@@ -213,7 +225,7 @@ std::string Registry::Render() const {
   }
   for (const auto& [name, samples] : computed) {
     std::string& out = sections[name];
-    Header(&out, name, first[name]->help, "gauge");
+    Header(&out, name, first[name]->help, first[name]->type);
     for (const auto& [labels, value] : samples) {
       absl::StrAppend(&out, name, labels, " ", FormatValue(value), "\n");
     }

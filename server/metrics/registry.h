@@ -74,6 +74,11 @@ class Registry {
   int CallbackGauge(const std::string& name, const std::string& help,
                     std::vector<std::string> labels,
                     std::function<Samples()> compute);
+  // A counter computed at each scrape, from a count the component keeps
+  // since start (it only grows). Same id space as CallbackGauge.
+  int CallbackCounter(const std::string& name, const std::string& help,
+                      std::vector<std::string> labels,
+                      std::function<Samples()> compute);
   void RemoveCallback(int id);
 
   // Every family, sorted by name, in the text exposition format.
@@ -85,7 +90,9 @@ class Registry {
     std::string help;
     std::vector<std::string> labels;
     std::function<Samples()> compute;
+    const char* type;  // "gauge" or "counter".
   };
+  int AddCallback(Callback callback);
   Family* Add(std::unique_ptr<Family> family);
 
   mutable absl::Mutex mu_;

@@ -31,5 +31,18 @@ TEST(RegistryTest, RendersCountersGaugesHistogramsAndCallbacks) {
             "t_seconds_sum 5.55\nt_seconds_count 3\n");
 }
 
+TEST(RegistryTest, CallbackCountersAreDeclaredCountersAndSumPerName) {
+  Registry registry;
+  // Two servers in one process: their counts add up under one header.
+  for (double reuses : {2.0, 3.0}) {
+    registry.CallbackCounter("t_reuses_total", "Reuses.", {}, [reuses] {
+      return Registry::Samples{{{}, reuses}};
+    });
+  }
+  EXPECT_EQ(registry.Render(),
+            "# HELP t_reuses_total Reuses.\n# TYPE t_reuses_total counter\n"
+            "t_reuses_total 5\n");
+}
+
 }  // namespace
 }  // namespace summon::server::metrics

@@ -116,8 +116,11 @@ grpc::Status SummonServiceImpl::ListSessions(
       !denied.ok()) {
     return denied;
   }
-  if (auto routed = Route(*context, &v1::Summon::Stub::ListSessions, *request,
-                          response)) {
+  // A read-only listing: with a node down it answers from this node's
+  // records instead of UNAVAILABLE. A cluster that left READY aborted every
+  // session, so none is hidden by answering here.
+  if (auto routed = forwarder_.RouteListing(
+          *context, &v1::Summon::Stub::ListSessions, *request, response)) {
     return *routed;
   }
   if (!request->model().empty()) {

@@ -235,7 +235,9 @@ grpc::Status SummonServiceImpl::SaveModel(grpc::ServerContext* context,
   absl::StatusOr<std::string> path = checkpoint_roots_.Resolve(request->path());
   if (!path.ok()) return ToGrpcStatus(path.status());
   if (request->max_file_bytes() > static_cast<uint64_t>(INT64_MAX)) {
-    return ToGrpcStatus(absl::InvalidArgumentError("max_file_bytes too large"));
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "the file size cap is too large (--max-file-bytes N, max_file_bytes): "
+        "at most 2^63 - 1"));
   }
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       registry_->Get(request->model());

@@ -288,7 +288,8 @@ grpc::Status SummonServiceImpl::TensorStats(
   }
   if (request->histogram_bins() > 4096) {
     return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("histogram_bins must be at most 4096, got ",
+        absl::StrCat("a histogram has at most 4096 bins (--bins N, "
+                     "histogram_bins), got ",
                      request->histogram_bins())));
   }
   const int bins = request->has_histogram_bins()

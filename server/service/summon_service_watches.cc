@@ -79,7 +79,9 @@ grpc::Status SummonServiceImpl::AddWatch(grpc::ServerContext* context,
   const int every = request->every() == 0 ? 1 : request->every();
   if (every < 1) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("every must be >= 1, got ", every));
+                        absl::StrCat("every must be >= 1 (--every N, every), "
+                                     "got ",
+                                     every));
   }
   // The histogram's limits are the statistics' own (TensorStats); every
   // parameter is floating-point (R14).

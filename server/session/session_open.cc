@@ -58,8 +58,9 @@ absl::Status CheckSessionOptions(const core::ModelSpec& spec,
   const int world = spec.groups.topology.world_size();
   if (options.home_rank < 0 || options.home_rank >= world) {
     return absl::InvalidArgumentError(
-        absl::StrCat("home_rank ", options.home_rank,
-                     " is outside the world of ", world, " ranks"));
+        absl::StrCat("home rank ", options.home_rank,
+                     " is outside the world of ", world,
+                     " ranks (--home-rank R, home_rank)"));
   }
   if (options.lease <= absl::ZeroDuration() || options.lease > max_lease) {
     return absl::InvalidArgumentError(
@@ -70,7 +71,8 @@ absl::Status CheckSessionOptions(const core::ModelSpec& spec,
   if (options.read_dtype.has_value() &&
       !core::IsFloatingPoint(*options.read_dtype)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("read_dtype must be a floating-point dtype, got ",
+        absl::StrCat("the read dtype must be a floating-point dtype "
+                     "(--read-dtype D, read_dtype), got ",
                      core::DTypeName(*options.read_dtype)));
   }
   return absl::OkStatus();

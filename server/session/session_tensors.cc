@@ -57,7 +57,8 @@ absl::StatusOr<int> SessionManager::FindTensor(const SessionRecord& session,
     return absl::NotFoundError(absl::StrCat(
         "session ", session.id, " has no gradients",
         session.options.with_grads ? " (no scoped rank has gradient shards)"
-                                   : " (opened without with_grads)"));
+                                   : " (opened without gradients: "
+                                     "--with-grads, with_grads)"));
   }
   return index;
 }

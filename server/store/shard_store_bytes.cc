@@ -130,7 +130,8 @@ absl::StatusOr<std::unique_ptr<ShardMemory>> ShardStore::AllocateBeside(
         memory.status().code(),
         absl::StrCat("placing a session copy of model '", model_name_,
                      "' beside rank ", rank, "'s shards on ", device_->name(),
-                     " (open with offload_to_cpu for host memory): ",
+                     " (for host memory open with --offload-to-cpu, "
+                     "offload_to_cpu): ",
                      memory.status().message()));
   }
   return memory;

@@ -107,13 +107,23 @@ async function overview(main) {
   const [cluster, models, sessions, watches] = await Promise.all([
     api('/api/cluster'), api('/api/models'), api('/api/sessions'),
     api('/api/watches')]);
+  // GetClusterStatus as the node serving the page sees it: a node down
+  // shows DOWN here while the listings below answer from what it knows.
   main.replaceChildren(
-    $('h2', {}, 'Cluster — epoch ' + cluster.epoch + ', leader node ' +
-      cluster.leader, cluster.ready ? '' : ' (' + cluster.failure + ')'),
-    table('nodes', ['node', 'address', 'role', 'heartbeat age'],
-      cluster.nodes.map((n) => [n.node, n.address + (n.self ? ' (this)' : ''),
+    $('h2', {}, 'Cluster'),
+    table('cluster', ['leader', 'epoch', 'ready', 'models', 'answered by'],
+      [['node ' + cluster.leader, cluster.epoch,
+        $('span', {class: cluster.ready ? 'ok' : 'bad'},
+          cluster.ready ? 'yes' : 'no: ' + cluster.detail),
+        cluster.models.length ? cluster.models.join(', ') : '—',
+        'node ' + cluster.answered_by]]),
+    table('nodes', ['node', 'address', 'state', 'role', 'ranks'],
+      cluster.nodes.map((n) => [n.node, n.address || '—',
+        $('span', {class: n.state === 'NODE_STATE_UP' ? 'ok' : 'bad'},
+          n.state.replace('NODE_STATE_', '')),
         n.leader ? 'leader' : 'follower',
-        n.heartbeat_age_s === undefined ? '—' : fmt(n.heartbeat_age_s) + ' s'])),
+        n.local_ranks === 0 ? '—' : n.local_ranks === 1 ? String(n.first_rank)
+          : n.first_rank + '–' + (n.first_rank + n.local_ranks - 1)])),
     $('h2', {}, 'Models'),
     table('models', ['model', 'state', 'strategy', 'world', 'units',
       'params', 'elements', 'open sessions'],

@@ -169,30 +169,6 @@ grpc::Status ParamStats(const Caller& caller, const std::string& model,
   return status;
 }
 
-std::string ClusterJson(const ClusterView& view) {
-  std::vector<std::string> nodes;
-  for (size_t i = 0; i < view.nodes.size(); ++i) {
-    const int rank = static_cast<int>(i);
-    std::string node =
-        absl::StrCat("{\"node\":", rank, ",\"address\":",
-                     JsonString(view.nodes[i]),
-                     ",\"leader\":", rank == view.leader ? "true" : "false",
-                     ",\"self\":", rank == view.node_rank ? "true" : "false");
-    auto age = view.heartbeat_age_s.find(rank);
-    if (age != view.heartbeat_age_s.end()) {
-      absl::StrAppend(&node, ",\"heartbeat_age_s\":", age->second);
-    }
-    nodes.push_back(node + "}");
-  }
-  return absl::StrCat("{\"node_rank\":", view.node_rank,
-                      ",\"leader\":", view.leader,
-                      // 64-bit, so a string as in protobuf's JSON mapping.
-                      ",\"epoch\":\"", view.epoch, "\"",
-                      ",\"ready\":", view.ready ? "true" : "false",
-                      ",\"failure\":", JsonString(view.failure),
-                      ",\"nodes\":[", absl::StrJoin(nodes, ","), "]}");
-}
-
 }  // namespace
 
 bool MayServePlaintext(const std::string& listen_address) {
@@ -201,11 +177,9 @@ bool MayServePlaintext(const std::string& listen_address) {
 
 WebView::WebView(const auth::Authorizer* authorizer,
                  std::function<std::shared_ptr<grpc::Channel>()> channel,
-                 std::function<ClusterView()> cluster, bool serve_page,
-                 std::string refusal)
+                 bool serve_page, std::string refusal)
     : authorizer_(authorizer),
       channel_(std::move(channel)),
-      cluster_(std::move(cluster)),
       serve_page_(serve_page),
       refusal_(std::move(refusal)) {}
 
@@ -320,10 +294,14 @@ void WebView::Register(httplib::Server& http) const {
     response.set_redirect("/", 303);
   });
 
-  http.Get("/api/cluster",
-           api([this](const Caller&, const httplib::Request&,
-                      httplib::Response& response) {
-             response.set_content(ClusterJson(cluster_()), kJson);
+  // The node this page is served by answers from its own membership view
+  // (GetClusterStatus is never forwarded), so the page shows a node, or the
+  // leader, down.
+  http.Get("/api/cluster", api([rpc](const Caller& caller,
+                                     const httplib::Request&,
+                                     httplib::Response& response) {
+             rpc(caller, &v1::Summon::Stub::GetClusterStatus,
+                 v1::GetClusterStatusRequest(), v1::ClusterStatus(), response);
            }));
   http.Get("/api/models", api([rpc](const Caller& caller,
                                     const httplib::Request&,

@@ -8,12 +8,9 @@
 // in-process channel as the viewer the HTTP request identified, so the role
 // table (server/auth/roles.cc) decides exactly as it does for gRPC.
 
-#include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "grpcpp/channel.h"
 #include "server/auth/authorizer.h"
@@ -24,17 +21,6 @@ class Server;
 
 namespace summon::server::web {
 
-// This node's view of the cluster for /api/cluster.
-struct ClusterView {
-  int node_rank = 0;
-  std::vector<std::string> nodes;  // --nodes, by node rank; one entry alone
-  int leader = 0;
-  uint64_t epoch = 0;
-  bool ready = true;
-  std::string failure;                       // why not ready; empty when it is
-  std::map<int, double> heartbeat_age_s;     // on the leader, per node
-};
-
 class WebView {
  public:
   // `channel` gives the in-process channel to this daemon's Summon service
@@ -43,8 +29,7 @@ class WebView {
   // listener may not carry viewer credentials in plaintext).
   WebView(const auth::Authorizer* authorizer,
           std::function<std::shared_ptr<grpc::Channel>()> channel,
-          std::function<ClusterView()> cluster, bool serve_page,
-          std::string refusal);
+          bool serve_page, std::string refusal);
 
   // Adds GET /, /login, /web/*, /api/* and POST /login to `http`.
   void Register(httplib::Server& http) const;
@@ -52,7 +37,6 @@ class WebView {
  private:
   const auth::Authorizer* const authorizer_;
   const std::function<std::shared_ptr<grpc::Channel>()> channel_;
-  const std::function<ClusterView()> cluster_;
   const bool serve_page_;
   const std::string refusal_;
 };

@@ -46,7 +46,7 @@ seed_layout flat_bf16_compute_3x3 '\x02\x02\x00' <<'EOF'
 EOF
 
 # rpc_request_fuzzer: frames [rpc][length: u16 LE][serialized request]; the
-# rpc numbers are the Rpc enum of rpc_request_fuzzer.cc. A seed is a list of
+# rpc numbers are the Rpc enum of rpc_fuzz_frames.h. A seed is a list of
 # "RPC_NUMBER MESSAGE_TYPE TEXT_PROTO" lines.
 declare -A rpc_numbers=(
   [CreateModel]=0 [DescribeModel]=1 [ListModels]=2 [LoadModel]=3
@@ -57,12 +57,14 @@ declare -A rpc_numbers=(
   [MarkInitialized]=20 [MapSession]=21 [AddWatch]=22 [ListWatches]=23
   [RemoveWatch]=24 [ShowWatch]=25 [NodeWatchPartials]=26
   [NodeWatchVersions]=27 [NodeWatchFetch]=28 [NodeWatchApply]=29
+  [GetClusterStatus]=30
 )
 frame() {
   local rpc=$1 type=$2 text=$3 payload length
   payload=$(mktemp)
   printf '%s\n' "$text" | protoc -Iproto --encode="summon.v1.$type" \
-    proto/summon/v1/summon.proto proto/summon/v1/trainer.proto \
+    proto/summon/v1/summon.proto proto/summon/v1/status.proto \
+    proto/summon/v1/trainer.proto \
     proto/summon/v1/peer.proto >"$payload"
   length=$(stat -c %s "$payload")
   printf "\\x$(printf %02x "${rpc_numbers[$rpc]}")"
@@ -145,6 +147,11 @@ RemoveWatch|RemoveWatchRequest|model: "absent"
 RemoveWatch|RemoveWatchRequest|model: "m"
 RemoveWatch|RemoveWatchRequest|model: "m"
 ShowWatch|ShowWatchRequest|model: "m" param: "layers.0.w"
+EOF
+seed_rpc cluster_status <<'EOF'
+GetClusterStatus|GetClusterStatusRequest|
+DeleteModel|DeleteModelRequest|model: "m"
+GetClusterStatus|GetClusterStatusRequest|
 EOF
 seed_rpc watch_partials_bad_inputs <<'EOF'
 NodeWatchPartials|NodeWatchPartialsRequest|model: "m" params: "layers.0.w" bins: 1073741824 binned: true lower: 0 upper: 1

@@ -66,25 +66,31 @@ expect_sample "$mp" 'summon_trainers_attached' 0
 # The closed sessions' copies stay mapped for the next open (issue 22): three
 # fresh mappings of 12608 bytes, each rounded up to 4 KiB pages; a's
 # writeback left a spare staged segment on each rank.
-expect_sample "$mp" 'summon_copy_pool_acquires{source="fresh"}' 3
-expect_sample "$mp" 'summon_copy_pool_acquires{source="reused"}' 0
+expect_sample "$mp" 'summon_copy_pool_acquires_total{source="fresh"}' 3
+expect_sample "$mp" 'summon_copy_pool_acquires_total{source="reused"}' 0
 expect_sample "$mp" 'summon_copy_pool_retained_bytes' $((3 * 16384))
-expect_sample "$mp" 'summon_staging_pool_reuses' 0
-expect_sample "$mp" 'summon_staging_prefaults{result="done"}' 0
-expect_sample "$mp" 'summon_staging_prefaults{result="refused"}' 0
+expect_sample "$mp" 'summon_staging_pool_reuses_total' 0
+expect_sample "$mp" 'summon_staging_prefaults_total{result="done"}' 0
+expect_sample "$mp" 'summon_staging_prefaults_total{result="refused"}' 0
 # The next writable session reuses a kept copy, and its writeback both
 # ranks' spare staging.
 d="$(ctl session open m --scope layers.1)" || fail "open d"
 ctl tensor write "$d" layers.1.attn.qkv.weight --in "$work/w.npy" >/dev/null ||
   fail "write d"
 ctl session close "$d" >/dev/null || fail "close d"
-expect_sample "$mp" 'summon_copy_pool_acquires{source="reused"}' 1
-expect_sample "$mp" 'summon_copy_pool_acquires{source="fresh"}' 3
-expect_sample "$mp" 'summon_staging_pool_reuses' 2
+expect_sample "$mp" 'summon_copy_pool_acquires_total{source="reused"}' 1
+expect_sample "$mp" 'summon_copy_pool_acquires_total{source="fresh"}' 3
+expect_sample "$mp" 'summon_staging_pool_reuses_total' 2
 
 scrape "$mp" >"$work/metrics.txt"
 grep -q '^# TYPE summon_session_opens_total counter$' "$work/metrics.txt" ||
   fail "no TYPE line for opens"
+# Counts since start are counters (rate() applies), whoever computes them.
+for counter in summon_copy_pool_acquires_total summon_staging_pool_reuses_total \
+  summon_staging_prefaults_total; do
+  grep -q "^# TYPE $counter counter\$" "$work/metrics.txt" ||
+    fail "$counter is not declared a counter: $(grep "$counter" "$work/metrics.txt")"
+done
 promtool check metrics <"$work/metrics.txt" ||
   fail "promtool check metrics rejected: $(cat "$work/metrics.txt")"
 curl -sf -o /dev/null "http://127.0.0.1:$mp/metrics" -H 'Accept: text/plain' ||

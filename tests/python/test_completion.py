@@ -67,6 +67,8 @@ def test_file_flags_complete_paths(complete, tmp_path: Path) -> None:
     assert complete("summonctl model create m --layout layout_") == [
         "layout_a.json", "layout_b.json"]
     assert complete("summonctl tensor read s-1 w --out layout_a") == ["layout_a.json"]
+    assert complete("summonctl tensor diff s-1 w --checkpoint layout_a") == [
+        "layout_a.json"]
     # A daemon-side path (--from) is not completed from local files.
     assert complete("summonctl model load m --from layout_") == []
 
@@ -86,6 +88,11 @@ def test_names_come_from_the_daemon(complete, client: summon.Client) -> None:
     assert complete("summonctl session open gpt --scope lay") == ["layers.0"]
     assert complete("summonctl session open gpt --params he") == ["head.weight"]
     assert complete("summonctl trainer phase gpt 0 for") == ["forward"]
+    # session export and tensor diff: the session to compare with, the format.
+    assert complete(f"summonctl tensor diff {session.id} layers.0.attn.qkv.bias "
+                    "--session ") == [session.id]
+    assert complete(f"summonctl session export {session.id} --format s") == [
+        "safetensors"]
     client.close_session(session.id)
 
 

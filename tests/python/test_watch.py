@@ -58,8 +58,11 @@ def model(client: summon.Client) -> str:
 def test_records_equal_numpy_over_the_seeded_values(client: summon.Client,
                                                     model: str) -> None:
     watch = client.add_watch(model, ["embed.*", "blk.w"], histogram_bins=8)
-    assert list(watch.watched) == ["embed.w", "blk.w"]  # the alias is stored once
-    assert watch.every == 1 and watch.last_step == -1
+    # A plain dataclass, as every reply of the Python client.
+    assert isinstance(watch, summon.Watch)
+    assert watch.watched == ("embed.w", "blk.w")  # the alias is stored once
+    assert watch.params == ("embed.*", "blk.w")
+    assert watch.every == 1 and watch.last_step is None
     step(client, model, 1)
     for fqn in ("embed.w", "blk.w"):
         v = values(fqn)
@@ -72,13 +75,14 @@ def test_records_equal_numpy_over_the_seeded_values(client: summon.Client,
         assert (record.nan_count, record.inf_count) == (0, 0)
         # First record: a first pass fixed the range at [min, max].
         counts, _ = np.histogram(v, bins=8, range=(v.min(), v.max()))
-        assert list(record.histogram.counts) == counts.tolist()
+        assert record.histogram.counts == tuple(counts.tolist())
         assert (record.histogram.lower, record.histogram.upper) == (v.min(), v.max())
     with pytest.raises(summon.SummonError) as error:
         client.show_watch(model, "blk.b")
     assert error.value.code == "NOT_FOUND"
     [listed] = client.list_watches()
-    assert listed.model == model and listed.last_step == 1
+    assert isinstance(listed, summon.Watch)
+    assert listed.model == model and listed.last_step == 1 and listed.histogram_bins == 8
 
 
 def scrape(port_file: Path) -> str:
@@ -105,6 +109,9 @@ def test_nan_written_back_is_seen_at_its_step(start_daemon, tmp_path: Path) -> N
     step(client, model, 3)
     shown_records = records(client, model, "blk.w", 3)
     shown = client.show_watch(model, "blk.w")
+    assert isinstance(shown, summon.WatchHistory)
+    assert isinstance(shown.records[0], summon.WatchRecord)
+    assert (shown.model, shown.param, shown.grad) == (model, "blk.w", False)
     assert shown.first_nonfinite_step == 3
     assert [(r.step, r.nan_count, r.inf_count) for r in shown_records] == [
         (1, 0, 0), (2, 0, 0), (3, 1, 1)]
@@ -115,7 +122,7 @@ def test_nan_written_back_is_seen_at_its_step(start_daemon, tmp_path: Path) -> N
     full = values("blk.w")
     assert (third.histogram.lower, third.histogram.upper) == (full.min(), full.max())
     counts, _ = np.histogram(v, bins=4, range=(full.min(), full.max()))
-    assert list(third.histogram.counts) == counts.tolist()
+    assert third.histogram.counts == tuple(counts.tolist())
     assert client.show_watch(model, "blk.w", since=3).records[0].step == 3
     # Counted once, when first seen; the norm gauge covers watched params only.
     step(client, model, 4)
@@ -140,7 +147,8 @@ def test_every_n_steps_and_the_ring_bound(start_daemon) -> None:
         time.sleep(0.2)  # nothing beyond the bound arrives late
         kept = list(client.show_watch("m", "blk.b").records)
         assert [r.step for r in kept] == [6, 8, 10]
-        assert not kept[0].HasField("histogram")
+        assert kept[0].histogram is None
+        assert client.show_watch("m", "blk.b").first_nonfinite_step is None
         # A restart keeps the history and the watch goes on.
         daemon.restart()
         assert [w.model for w in client.list_watches()] == ["m"]

@@ -160,10 +160,10 @@ def test_without_a_viewer_token_page_and_api_are_refused(web: dict) -> None:
 def test_api_answers_as_the_rpcs_do(web: dict) -> None:
     base, viewer = web["base"], TOKENS["viewer"]
     cluster = json.loads(get(f"{base}/api/cluster", viewer)[1])
-    assert (cluster["node_rank"], cluster["leader"], cluster["epoch"], cluster["ready"]) == (
-        0, 0, "0", True)
-    assert [(n["node"], n["address"], n["leader"], n["self"]) for n in cluster["nodes"]] == [
-        (0, web["address"], True, True)]
+    assert (cluster["answered_by"], cluster["leader"], cluster["epoch"], cluster["ready"],
+            cluster["models"]) == (0, 0, "0", True, [MODEL])
+    assert [(n["node"], n["state"], n["leader"], n["first_rank"], n["local_ranks"])
+            for n in cluster["nodes"]] == [(0, "NODE_STATE_UP", True, 0, 2)]
     train_step(web["trainer"], 1)
     model = json.loads(get(f"{base}/api/models/{MODEL}", viewer)[1])
     assert [(r["rank"], r["phase"], r["step"]) for r in model["ranks"]] == [

@@ -34,12 +34,13 @@ from summon.messages import (Attachment, CloseResult, ClusterNode,  # noqa: E402
                              ClusterStatus, Model, ModelSummary,
                              Parameter, PhaseReport, Session, SessionOptions,
                              ShardChecksum, ShardMap, TensorInfo, TensorStats, Unit,
-                             UnitGeneration, UnitShard)
+                             UnitGeneration, UnitShard, Watch, WatchHistory,
+                             WatchRecord)
 from summon.session import FullParams  # noqa: E402
 
 __all__ = [
     "Attachment", "Client", "CloseResult", "ClusterNode", "ClusterStatus", "FullParams", "Model", "ModelSummary",
     "Parameter", "PhaseReport", "Session", "SessionOptions", "ShardChecksum", "ShardMap",
     "SummonError", "TensorInfo", "TensorStats", "Unit", "UnitGeneration", "UnitShard",
-    "UnitWatch",
+    "UnitWatch", "Watch", "WatchHistory", "WatchRecord",
 ]

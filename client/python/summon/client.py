@@ -26,9 +26,9 @@ from summon.inits import gradient_shards as _gradient_shards
 from summon.inits import init_method as _init_method
 from summon.messages import (CloseResult, ClusterStatus, LoadResult, Model, ModelSummary,
                              SaveResult, Session, ShardChecksum, TensorInfo, TensorStats,
-                             strategy_value)
+                             Watch, WatchHistory, strategy_value)
 from summon.trainer_calls import TrainerCalls, UnitWatch  # noqa: F401 (UnitWatch: re-exported)
-from summon.v1 import summon_pb2, summon_pb2_grpc, trainer_pb2_grpc, types_pb2
+from summon.v1 import status_pb2, summon_pb2, summon_pb2_grpc, trainer_pb2_grpc, types_pb2
 
 if TYPE_CHECKING:
     from summon.mapping import SessionMapping
@@ -160,7 +160,7 @@ class Client(TrainerCalls):
     def cluster_status(self) -> ClusterStatus:
         """The nodes, leader, epoch and each node's state as the node asked sees them."""
         return ClusterStatus.from_proto(self._call(self._summon.GetClusterStatus,
-                                                   summon_pb2.GetClusterStatusRequest()))
+                                                   status_pb2.GetClusterStatusRequest()))
 
     def describe_model(self, name: str) -> Model:
         return Model.from_proto(self._call(
@@ -263,7 +263,7 @@ class Client(TrainerCalls):
         """The sessions the caller may operate; with all, every open session
         and who holds it (operators: the admin role)."""
         response = self._call(self._summon.ListSessions,
-                              summon_pb2.ListSessionsRequest(model=model, all=all))
+                              status_pb2.ListSessionsRequest(model=model, all=all))
         return [Session.from_proto(s) for s in response.sessions]
 
     def renew_session(self, session_id: str,
@@ -494,26 +494,25 @@ class Client(TrainerCalls):
         response = self._call(self._summon.TensorStats, request)
         return [TensorStats.from_proto(t) for t in response.tensors]
 
-    # Watches ---------------------------------------------------------------
-    # Replies are the protobuf messages themselves (docs/api.md#watches).
+    # Watches (docs/api.md#watches) -----------------------------------------
 
     def add_watch(self, model: str, params: Iterable[str] = (), every: int = 1,
-                  histogram_bins: int = 32, grads: bool = False) -> "summon_pb2.Watch":
+                  histogram_bins: int = 32, grads: bool = False) -> Watch:
         """Records statistics of the parameters matching `params` (globs; all
         when empty) every `every`-th optimizer step, where the shards are."""
         request = summon_pb2.AddWatchRequest(model=model, params=list(params), every=every,
                                              histogram_bins=histogram_bins, grads=grads)
-        return self._call(self._summon.AddWatch, request)
+        return Watch.from_proto(self._call(self._summon.AddWatch, request))
 
-    def list_watches(self) -> list["summon_pb2.Watch"]:
-        return list(self._call(self._summon.ListWatches,
-                               summon_pb2.ListWatchesRequest()).watches)
+    def list_watches(self) -> list[Watch]:
+        response = self._call(self._summon.ListWatches, summon_pb2.ListWatchesRequest())
+        return [Watch.from_proto(w) for w in response.watches]
 
     def remove_watch(self, model: str) -> None:
         self._call(self._summon.RemoveWatch, summon_pb2.RemoveWatchRequest(model=model))
 
     def show_watch(self, model: str, param: str, since: int = 0,
-                   grad: bool = False) -> "summon_pb2.ShowWatchResponse":
+                   grad: bool = False) -> WatchHistory:
         """A watched parameter's records, oldest first (steps >= since)."""
         request = summon_pb2.ShowWatchRequest(model=model, param=param, since=since, grad=grad)
-        return self._call(self._summon.ShowWatch, request)
+        return WatchHistory.from_proto(self._call(self._summon.ShowWatch, request))

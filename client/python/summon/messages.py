@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from summon import dtypes
-from summon.v1 import summon_pb2, trainer_pb2, types_pb2
+from summon.v1 import status_pb2, summon_pb2, trainer_pb2, types_pb2
 
 
 def _enum(enum_type, value: int, prefix: str) -> str:
@@ -203,8 +203,8 @@ class ClusterNode:
     ranks: tuple[int, ...]  # the global ranks whose shards live on the node
 
     @classmethod
-    def from_proto(cls, m: summon_pb2.ClusterNode) -> "ClusterNode":
-        return cls(m.node, m.address, _enum(summon_pb2.NodeState, m.state, "NODE_STATE_"),
+    def from_proto(cls, m: status_pb2.ClusterNode) -> "ClusterNode":
+        return cls(m.node, m.address, _enum(status_pb2.NodeState, m.state, "NODE_STATE_"),
                    m.leader, tuple(range(m.first_rank, m.first_rank + m.local_ranks)))
 
 
@@ -220,7 +220,7 @@ class ClusterStatus:
     models: tuple[str, ...]
 
     @classmethod
-    def from_proto(cls, m: summon_pb2.ClusterStatus) -> "ClusterStatus":
+    def from_proto(cls, m: status_pb2.ClusterStatus) -> "ClusterStatus":
         return cls(m.answered_by, m.leader, m.epoch, m.ready, m.detail,
                    tuple(ClusterNode.from_proto(n) for n in m.nodes), tuple(m.models))
 
@@ -292,9 +292,9 @@ class Session:
     network_bytes: int
 
     @classmethod
-    def from_proto(cls, m: summon_pb2.Session) -> "Session":
+    def from_proto(cls, m: status_pb2.Session) -> "Session":
         return cls(m.id, m.model, m.owner, SessionOptions.from_proto(m.options),
-                   summon_pb2.SessionState.Name(m.state)[len("SESSION_STATE_"):],
+                   status_pb2.SessionState.Name(m.state)[len("SESSION_STATE_"):],
                    tuple(UnitGeneration.from_proto(g) for g in m.gathered_generations),
                    tuple(TensorInfo.from_proto(t) for t in m.params),
                    tuple(TensorInfo.from_proto(t) for t in m.grads),
@@ -323,6 +323,14 @@ class Histogram:
     upper: float
     counts: tuple[int, ...]
 
+    @classmethod
+    def from_proto_field(cls, m, field: str = "histogram") -> Optional["Histogram"]:
+        """`m`'s histogram field, or None where the message has none."""
+        if not m.HasField(field):
+            return None
+        h = getattr(m, field)
+        return cls(h.lower, h.upper, tuple(h.counts))
+
 
 @dataclass(frozen=True)
 class TensorStats:
@@ -337,12 +345,76 @@ class TensorStats:
 
     @classmethod
     def from_proto(cls, m: summon_pb2.TensorStats) -> "TensorStats":
-        histogram = None
-        if m.HasField("histogram"):
-            histogram = Histogram(m.histogram.lower, m.histogram.upper,
-                                  tuple(m.histogram.counts))
         return cls(TensorInfo.from_proto(m.info), m.min, m.max, m.mean, m.l2_norm,
-                   m.nan_count, m.inf_count, histogram)
+                   m.nan_count, m.inf_count, Histogram.from_proto_field(m))
+
+
+# Watches -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A model's watch: `params` the globs as given, `watched` the FQNs they
+    matched; `last_step` None before the first record."""
+    model: str
+    params: tuple[str, ...]
+    every: int
+    histogram_bins: int
+    grads: bool
+    watched: tuple[str, ...]
+    history: int
+    last_step: Optional[int]
+    created_by: str
+    created_at_unix_ms: int
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.Watch) -> "Watch":
+        return cls(m.model, tuple(m.params), m.every, m.histogram_bins, m.grads,
+                   tuple(m.watched), m.history, None if m.last_step < 0 else m.last_step,
+                   m.created_by, m.created_at_unix_ms)
+
+
+@dataclass(frozen=True)
+class WatchRecord:
+    """One watched parameter (or its gradient) at one optimizer step; the
+    statistics over its finite elements, `histogram` None without bins."""
+    step: int
+    recorded_at_unix_ms: int
+    numel: int
+    l2_norm: float
+    mean: float
+    min: float
+    max: float
+    abs_max: float
+    nan_count: int
+    inf_count: int
+    histogram: Optional[Histogram]
+    below_range: int
+    above_range: int
+    latency_us: int
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.WatchRecord) -> "WatchRecord":
+        return cls(m.step, m.recorded_at_unix_ms, m.numel, m.l2_norm, m.mean, m.min, m.max,
+                   m.abs_max, m.nan_count, m.inf_count, Histogram.from_proto_field(m),
+                   m.below_range, m.above_range, m.latency_us)
+
+
+@dataclass(frozen=True)
+class WatchHistory:
+    """A watched parameter's records, oldest first; `first_nonfinite_step`
+    None while no record held a NaN or Inf."""
+    model: str
+    param: str
+    grad: bool
+    records: tuple[WatchRecord, ...]
+    first_nonfinite_step: Optional[int]
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.ShowWatchResponse) -> "WatchHistory":
+        return cls(m.model, m.param, m.grad,
+                   tuple(WatchRecord.from_proto(r) for r in m.records),
+                   None if m.first_nonfinite_step < 0 else m.first_nonfinite_step)
 
 
 # Trainer -----------------------------------------------------------------------
