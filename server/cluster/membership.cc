@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "server/cluster/coordinator_kv_store.h"
 #include "server/cluster/rendezvous_store.h"
 #include "server/comm/gloo_communicator.h"
 #include "server/rpc/status_conversion.h"
@@ -48,16 +49,32 @@ Membership::~Membership() {
 void Membership::Start(std::function<absl::Status()> on_ready,
                        std::function<void(const absl::Status&)> on_failure) {
   on_failure_ = std::move(on_failure);
-  if (is_leader()) {
-    absl::MutexLock lock(&mu_);
-    v1::NodeInfo self;
-    self.set_node_rank(0);
-    self.set_address(spec_.nodes[0]);
-    self.set_incarnation(incarnation_);
-    self.set_alive(true);
-    joined_[0] = self;
-  }
   thread_ = std::thread([this, on_ready] { Run(on_ready); });
+}
+
+bool Membership::LeadershipValid() const {
+  return spec_.coordinator == nullptr || spec_.coordinator->IsLeader();
+}
+
+bool Membership::LeadingLocked() const {
+  return leader_ == spec_.node_rank && LeadershipValid();
+}
+
+bool Membership::is_leader() const {
+  absl::MutexLock lock(&mu_);
+  return LeadingLocked();
+}
+
+int Membership::leader() const {
+  absl::MutexLock lock(&mu_);
+  return leader_;
+}
+
+absl::Status Membership::CheckLeading() const {
+  if (LeadershipValid()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "electing a leader: node ", spec_.node_rank,
+      "'s leadership lapsed (its coordinator lease could have expired)"));
 }
 
 bool Membership::ready() const {
@@ -67,6 +84,11 @@ bool Membership::ready() const {
 
 absl::Status Membership::CheckReady() const {
   absl::MutexLock lock(&mu_);
+  if (ready_ && leader_ == spec_.node_rank) {
+    // A leader stops acting before its lease could have expired, even
+    // before its membership noticed.
+    if (absl::Status leading = CheckLeading(); !leading.ok()) return leading;
+  }
   if (ready_) return absl::OkStatus();
   if (failure_.has_value()) return *failure_;
   std::vector<int> missing;
@@ -75,7 +97,7 @@ absl::Status Membership::CheckReady() const {
   }
   return absl::UnavailableError(absl::StrCat(
       "the cluster is not ready: ",
-      missing.empty() || !is_leader()
+      missing.empty() || !LeadingLocked()
           ? std::string("nodes are still connecting")
           : absl::StrCat("waiting for node(s) ", absl::StrJoin(missing, ", "),
                          " to join")));
@@ -135,7 +157,7 @@ absl::StatusOr<v1::JoinResponse> Membership::HandleJoin(
         absl::StrCat("node ", spec_.node_rank, " is not the leader"));
   }
   const int node = request.node().node_rank();
-  if (node <= 0 || node >= size()) {
+  if (node < 0 || node >= size() || node == spec_.node_rank) {
     return absl::FailedPreconditionError(
         absl::StrCat("node rank ", node, " is not a follower of this ", size(),
                      "-node cluster"));
@@ -219,12 +241,12 @@ std::vector<Membership::NodeView> Membership::Nodes() const {
     NodeView view{node, spec_.nodes[node], NodeHealth::kUnknown};
     if (node == spec_.node_rank) {
       view.health = NodeHealth::kUp;
-    } else if (is_leader()) {
+    } else if (leader_ == spec_.node_rank) {
       auto it = last_heartbeat_.find(node);
       view.health = joined_.count(node) == 0 || it == last_heartbeat_.end()
                         ? NodeHealth::kDown
                         : recent(it->second);
-    } else if (node == 0) {
+    } else if (node == leader_) {
       view.health = recent(leader_answer_);
     } else if (ready_) {
       view.health = NodeHealth::kUp;
@@ -239,14 +261,35 @@ uint64_t Membership::epoch() const {
   return epoch_;
 }
 
-std::optional<uint64_t> Membership::JoinLeader(uint64_t previous_epoch) {
-  auto stub = v1::Peer::NewStub(ChannelTo(0));
+std::optional<Coordinator::Leadership> Membership::AwaitLeader() {
+  if (spec_.coordinator == nullptr) return Coordinator::Leadership{0, 0};
+  absl::Time logged = absl::InfinitePast();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return std::nullopt;
+    }
+    absl::StatusOr<Coordinator::Leadership> leadership =
+        spec_.coordinator->CurrentLeader();
+    if (leadership.ok()) return *leadership;
+    if (absl::Now() - logged > absl::Seconds(5)) {
+      spdlog::info("cluster: node {} waits for a leader: {}", spec_.node_rank,
+                   leadership.status().ToString());
+      logged = absl::Now();
+    }
+    absl::SleepFor(kJoinRetry);
+  }
+}
+
+std::optional<uint64_t> Membership::JoinLeader(
+    const Coordinator::Leadership& leadership, uint64_t previous_epoch) {
+  auto stub = v1::Peer::NewStub(ChannelTo(leadership.node));
   v1::JoinRequest request;
   request.mutable_node()->set_node_rank(spec_.node_rank);
   request.mutable_node()->set_address(spec_.nodes[spec_.node_rank]);
   request.mutable_node()->set_incarnation(incarnation_);
   request.set_local_ranks(spec_.local_ranks);
-  while (true) {
+  for (int attempt = 1;; ++attempt) {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return std::nullopt;
@@ -258,18 +301,42 @@ std::optional<uint64_t> Membership::JoinLeader(uint64_t previous_epoch) {
     // Epoch 0: the leader still waits for every node to be alive.
     if (status.ok() && response.membership_epoch() != 0 &&
         response.membership_epoch() != previous_epoch) {
+      // On a coordinator a follower joins only the epoch the coordinator
+      // records now: a deposed leader that still answers cannot enlist it.
+      if (spec_.coordinator != nullptr) {
+        absl::StatusOr<Coordinator::Leadership> now =
+            spec_.coordinator->CurrentLeader();
+        if (!now.ok() || now->node != leadership.node ||
+            now->epoch != response.membership_epoch()) {
+          return std::nullopt;
+        }
+      }
       absl::MutexLock lock(&mu_);
+      joined_.clear();
       for (const v1::NodeInfo& info : response.nodes()) {
         joined_[info.node_rank()] = info;
       }
       leader_answer_ = absl::Now();
+      leader_ = leadership.node;
       epoch_ = response.membership_epoch();
       return epoch_;
     }
+    // The leader this node tries may have been deposed meanwhile (killed,
+    // its lease expired): look at the coordinator again now and then.
+    if (spec_.coordinator != nullptr && attempt % 10 == 0) {
+      absl::StatusOr<Coordinator::Leadership> now =
+          spec_.coordinator->CurrentLeader();
+      if (!now.ok() || now->node != leadership.node) return std::nullopt;
+    }
     if (!status.ok() &&
         status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-      spdlog::error("cluster: the leader refused node {}: {}", spec_.node_rank,
-                    status.error_message());
+      // On a coordinator the node asked may not have begun leading yet (or
+      // just lost it): expected while a leader is elected.
+      spdlog::log(
+          spec_.coordinator == nullptr ? spdlog::level::err
+                                       : spdlog::level::debug,
+          "cluster: the leader refused node {}: {}", spec_.node_rank,
+          status.error_message());
     }
     absl::SleepFor(kJoinRetry);
   }
@@ -277,10 +344,11 @@ std::optional<uint64_t> Membership::JoinLeader(uint64_t previous_epoch) {
 
 bool Membership::WaitForEveryNode() {
   absl::MutexLock lock(&mu_);
-  while (!stopping_) {
+  while (!stopping_ && LeadershipValid()) {
     const absl::Time now = absl::Now();
     int alive = 1;
-    for (int node = 1; node < size(); ++node) {
+    for (int node = 0; node < size(); ++node) {
+      if (node == spec_.node_rank) continue;
       auto it = last_heartbeat_.find(node);
       if (joined_.count(node) > 0 && it != last_heartbeat_.end() &&
           now - it->second <= spec_.failure_timeout) {
@@ -294,9 +362,14 @@ bool Membership::WaitForEveryNode() {
 }
 
 absl::StatusOr<Membership::Communicators> Membership::Connect(uint64_t epoch) {
+  // The rendezvous: the coordinator's records of this epoch (any node may
+  // be gone), or the static leader's in-memory store.
   std::unique_ptr<KvStore> remote;
   KvStore* store = store_;
-  if (!is_leader()) {
+  if (spec_.coordinator != nullptr) {
+    remote = std::make_unique<CoordinatorKvStore>(*spec_.coordinator, epoch);
+    store = remote.get();
+  } else if (spec_.node_rank != 0) {
     remote = std::make_unique<RemoteKvStore>(ChannelTo(0));
     store = remote.get();
   }
@@ -331,17 +404,70 @@ absl::StatusOr<Membership::Communicators> Membership::Connect(uint64_t epoch) {
 void Membership::Run(std::function<absl::Status()> on_ready) {
   uint64_t previous_epoch = 0;
   while (true) {
+    std::optional<Coordinator::Leadership> leadership = AwaitLeader();
+    if (!leadership.has_value()) return;
     uint64_t epoch = 0;
-    if (is_leader()) {
+    bool leads = false;
+    if (leadership->node == spec_.node_rank &&
+        (spec_.coordinator == nullptr || spec_.coordinator->IsLeader())) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (leader_ != spec_.node_rank) {
+          // Newly elected: only joins to this node count, not the roster
+          // copied from the previous leader.
+          leader_ = spec_.node_rank;
+          joined_.clear();
+          last_heartbeat_.clear();
+          channels_.clear();
+        }
+        v1::NodeInfo self;
+        self.set_node_rank(spec_.node_rank);
+        self.set_address(spec_.nodes[spec_.node_rank]);
+        self.set_incarnation(incarnation_);
+        self.set_alive(true);
+        joined_[spec_.node_rank] = self;
+      }
       // Every follower joined and is alive; then everyone meets in the
       // rendezvous store under a fresh epoch.
-      if (!WaitForEveryNode()) return;
+      if (!WaitForEveryNode()) {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+        continue;  // The leadership lapsed: look again.
+      }
+      absl::StatusOr<uint64_t> next =
+          spec_.coordinator == nullptr
+              ? absl::StatusOr<uint64_t>(NewIncarnation() | 1)
+              : spec_.coordinator->NextEpoch();
+      if (!next.ok()) {
+        spdlog::warn("cluster: node {} cannot begin an epoch: {}",
+                     spec_.node_rank, next.status().ToString());
+        absl::SleepFor(kJoinRetry);
+        continue;
+      }
       absl::MutexLock lock(&mu_);
-      epoch_ = NewIncarnation() | 1;
+      epoch_ = *next;
       epoch = epoch_;
+      leads = true;
+    } else if (leadership->node == spec_.node_rank) {
+      // The coordinator still names this node's previous life (or a lapsed
+      // leadership of its own): wait until it elects.
+      absl::SleepFor(kJoinRetry);
+      continue;
     } else {
-      std::optional<uint64_t> joined = JoinLeader(previous_epoch);
-      if (!joined.has_value()) return;
+      {
+        absl::MutexLock lock(&mu_);
+        if (leader_ == spec_.node_rank) {
+          // Deposed: nothing of this node's leadership may stay.
+          leader_ = leadership->node;
+          epoch_ = 0;
+        }
+      }
+      std::optional<uint64_t> joined = JoinLeader(*leadership, previous_epoch);
+      if (!joined.has_value()) {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+        continue;
+      }
       epoch = *joined;
     }
     absl::StatusOr<Communicators> communicator = Connect(epoch);
@@ -349,7 +475,7 @@ void Membership::Run(std::function<absl::Status()> on_ready) {
       spdlog::error("cluster: node {} could not connect to its peers: {}",
                     spec_.node_rank, communicator.status().ToString());
       absl::MutexLock lock(&mu_);
-      if (is_leader()) epoch_ = 0;
+      if (leader_ == spec_.node_rank) epoch_ = 0;
       previous_epoch = epoch;
       continue;
     }
@@ -386,7 +512,7 @@ void Membership::Run(std::function<absl::Status()> on_ready) {
         "cluster: node {} READY ({} nodes x {} local ranks, epoch "
         "{:x})",
         spec_.node_rank, size(), spec_.local_ranks, epoch);
-    if (is_leader()) {
+    if (leads) {
       MonitorLoop();
     } else {
       HeartbeatLoop(epoch);
@@ -401,7 +527,7 @@ void Membership::Fail(const absl::Status& reason) {
     if (failure_.has_value() || stopping_) return;
     failure_ = reason;
     ready_ = false;
-    if (is_leader()) epoch_ = 0;
+    if (leader_ == spec_.node_rank) epoch_ = 0;
     // Channels to a restarted peer would carry the dead peer's backoff.
     channels_.clear();
     // Nothing may wait for the lost node: blocked collectives fail now.
@@ -416,8 +542,22 @@ void Membership::MonitorLoop() {
   while (!stopping_ && !failure_.has_value()) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), spec_.heartbeat_interval);
     if (stopping_ || failure_.has_value()) break;
+    if (!LeadershipValid()) {
+      // Lost to the coordinator (lease expired, cut off from etcd, paused
+      // past it): another node may lead already, so this one stops and
+      // rejoins as a follower.
+      const absl::Status reason = absl::UnavailableError(absl::StrCat(
+          "electing a leader: node ", spec_.node_rank,
+          " lost its leadership; sessions were aborted and the cluster "
+          "re-forms"));
+      mu_.Unlock();
+      Fail(reason);
+      mu_.Lock();
+      break;
+    }
     const absl::Time now = absl::Now();
-    for (int node = 1; node < size(); ++node) {
+    for (int node = 0; node < size(); ++node) {
+      if (node == spec_.node_rank) continue;
       auto it = last_heartbeat_.find(node);
       const absl::Time last = it == last_heartbeat_.end() ? now : it->second;
       if (now - last > spec_.failure_timeout) {
@@ -437,7 +577,8 @@ void Membership::MonitorLoop() {
 }
 
 void Membership::HeartbeatLoop(uint64_t epoch) {
-  auto stub = v1::Peer::NewStub(ChannelTo(0));
+  const int leader_node = leader();
+  auto stub = v1::Peer::NewStub(ChannelTo(leader_node));
   absl::Time last_answer = absl::Now();
   absl::MutexLock lock(&mu_);
   while (!stopping_ && !failure_.has_value()) {
@@ -467,8 +608,11 @@ void Membership::HeartbeatLoop(uint64_t epoch) {
     } else if (absl::Now() - last_answer > spec_.failure_timeout ||
                status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       Fail(absl::UnavailableError(
-          absl::StrCat("node 0 (the leader) failed: ", status.error_message(),
-                       "; the cluster re-forms when it is back")));
+          absl::StrCat("node ", leader_node,
+                       " (the leader) failed: ", status.error_message(),
+                       spec_.coordinator == nullptr
+                           ? "; the cluster re-forms when it is back"
+                           : "; electing a leader")));
     } else {
       spdlog::warn("cluster: heartbeat to the leader failed: {}",
                    status.error_message());

@@ -49,6 +49,7 @@ grpc::Status SummonServiceImpl::GetClusterStatus(
   }
   local_ranks = cluster_->local_ranks();
   response->set_answered_by(cluster_->node_rank());
+  response->set_leader(cluster_->leader());
   response->set_epoch(cluster_->epoch());
   const absl::Status ready = cluster_->CheckReady();
   response->set_ready(ready.ok());
@@ -58,7 +59,7 @@ grpc::Status SummonServiceImpl::GetClusterStatus(
     node->set_node(view.node);
     node->set_address(view.address);
     node->set_state(NodeStateToProto(view.health));
-    node->set_leader(view.node == 0);
+    node->set_leader(view.node == cluster_->leader());
     node->set_first_rank(view.node * local_ranks);
     node->set_local_ranks(local_ranks);
   }

@@ -126,6 +126,11 @@ absl::Status LocalCluster::SpawnNode(int node) {
   if (!options_.checkpoint_root.empty()) {
     args.push_back("--checkpoint-root=" + options_.checkpoint_root);
   }
+  if (!options_.coordinator.empty()) {
+    args.push_back("--coordinator=" + options_.coordinator);
+    args.push_back("--coordinator-lease-ttl=" +
+                   absl::FormatDuration(options_.coordinator_lease_ttl));
+  }
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -148,6 +153,15 @@ absl::Status LocalCluster::Kill(int node) {
   kill(pids_[node], SIGKILL);
   waitpid(pids_[node], nullptr, 0);
   pids_[node] = -1;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Signal(int node, int signal) {
+  if (pids_[node] < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node, " is not running"));
+  }
+  kill(pids_[node], signal);
   return absl::OkStatus();
 }
 
