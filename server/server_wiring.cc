@@ -155,6 +155,7 @@ void SummonServer::BuildSessions() {
   session_options.collective_timeout = spec_.collective_timeout;
   // Null on a single node: the manager's own node alone.
   session_options.node_ops = cluster_ops_.get();
+  session_options.coordinator = coordinator_.get();
   session_options.on_step_done = [watcher = watcher_.get()](
                                      const std::string& model, int64_t step,
                                      absl::Time ended) {

@@ -134,9 +134,16 @@ absl::Status LocalCluster::SpawnNode(int node) {
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  std::vector<char*> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    env.push_back(*entry);
+  }
+  std::string fault = "SUMMON_FAULT_POINT=" + options_.fault_point;
+  if (!options_.fault_point.empty()) env.push_back(fault.data());
+  env.push_back(nullptr);
   pid_t pid = -1;
   if (const int error =
-          posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+          posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), env.data());
       error != 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot start ", argv[0], ": ", strerror(error)));

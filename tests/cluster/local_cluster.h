@@ -42,6 +42,8 @@ class LocalCluster {
     // static mode, node 0 leads.
     std::string coordinator;
     absl::Duration coordinator_lease_ttl = absl::Seconds(2);
+    // Set: every daemon's SUMMON_FAULT_POINT (server/runtime/fault_points.h).
+    std::string fault_point;
   };
 
   // Picks free ports, starts the processes and, when every node is started,

@@ -37,6 +37,9 @@ constexpr uint64_t kEditSeed = 23;
 
 class EtcdFailoverTest : public testing::Test {
  protected:
+  // Every daemon's SUMMON_FAULT_POINT; none here.
+  virtual std::string FaultPointOfEveryNode() const { return ""; }
+
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<EtcdCluster>> etcd =
         EtcdCluster::Start(EtcdCluster::Options{});
@@ -49,6 +52,7 @@ class EtcdFailoverTest : public testing::Test {
     options.coordinator =
         absl::StrCat("etcd://", etcd_->client_address(0), "/failover");
     options.coordinator_lease_ttl = absl::Seconds(2);
+    options.fault_point = FaultPointOfEveryNode();
     absl::StatusOr<std::unique_ptr<LocalCluster>> started =
         LocalCluster::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
@@ -165,6 +169,55 @@ TEST_F(EtcdFailoverTest, APausedLeaderIsReplacedAndFollowsWhenItWakes) {
       OpenOk(cluster_->client(paused), "m", ParamScope({kParam}));
   EXPECT_EQ(ReadOk(cluster_->client(paused), session.id(), kParam), edited);
   CloseOk(cluster_->client(paused), session.id());
+}
+
+// The leader dies (SIGKILL at fault point commit.decided) after recording a
+// writeback's COMMIT decision in etcd and before sending COMMIT to any node:
+// the next leader finds the decision in etcd and completes the writeback on
+// every rank.
+// Only the leader decides writebacks, so only the leader reaches the point.
+class EtcdDecidedFailoverTest : public EtcdFailoverTest {
+ protected:
+  std::string FaultPointOfEveryNode() const override {
+    return "commit.decided";
+  }
+};
+
+TEST_F(EtcdDecidedFailoverTest, AWritebackDecidedBeforeTheLeaderDiedCompletes) {
+  absl::StatusOr<v1::ClusterStatus> first = AgreedLeadership(*cluster_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int leader = first->leader();
+  const int via = (leader + 1) % cluster_->nodes();
+  const v1::Model model = CreateSeeded(cluster_->client(via), "m",
+                                       kUnevenLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  TensorBytes expected = SeededModel(model);
+  expected[kParam] = SeededModel(model, kEditSeed).at(kParam);
+  const v1::Session session =
+      OpenOk(cluster_->client(via), "m", ParamScope({kParam}));
+  WriteOk(cluster_->client(via), session.id(), kParam, expected.at(kParam));
+  // The leader kills itself once the decision is in etcd: the close fails.
+  EXPECT_FALSE(cluster_->client(via).CloseSession(session.id()).ok());
+  ASSERT_TRUE(cluster_->Kill(leader).ok());  // Reaps it.
+  ASSERT_TRUE(cluster_->StartNode(leader).ok());
+  absl::StatusOr<v1::ClusterStatus> after;
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  do {
+    after = AgreedLeadership(*cluster_);
+    ASSERT_FALSE(absl::IsInternal(after.status())) << after.status();
+    if (!after.ok()) absl::SleepFor(absl::Milliseconds(100));
+  } while (!after.ok() && absl::Now() < give_up);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_NE(after->leader(), leader);
+  // Every rank holds the edit (checksums computed from the layout), and a
+  // read through the returned node answers it.
+  EXPECT_EQ(ParamChecksums(ChecksumOk(cluster_->client(leader), "m")),
+            ExpectedChecksums(model, expected));
+  const v1::Session read =
+      OpenOk(cluster_->client(leader), "m", ParamScope({kParam}));
+  EXPECT_EQ(ReadOk(cluster_->client(leader), read.id(), kParam),
+            expected.at(kParam));
+  CloseOk(cluster_->client(leader), read.id());
 }
 
 }  // namespace
