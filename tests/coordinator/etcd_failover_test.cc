@@ -7,7 +7,8 @@
 // a read with the bytes a writeback left before the kill, the old leader's
 // new process follows, and a survivor refuses the deposed epoch. A leader
 // paused past its lease (SIGSTOP) is replaced the same way and, woken, joins
-// as a follower without changing a byte.
+// as a follower without changing a byte; a read-only open sent meanwhile is
+// sent again by the client until the new leader answers it.
 
 #include <signal.h>
 
@@ -15,6 +16,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -149,7 +151,20 @@ TEST_F(EtcdFailoverTest, APausedLeaderIsReplacedAndFollowsWhenItWakes) {
   // Past the 2 s lease and etcd's expiry scan: another node is elected
   // while the old leader sleeps.
   absl::SleepFor(absl::Seconds(5));
+  // A survivor answers "electing a leader" until the paused node is back:
+  // the client sends a read-only open again until the new leader answers.
+  v1::SessionOptions read_only = ParamScope({kParam});
+  read_only.set_writeback(false);
+  absl::StatusOr<v1::Session> opened;
+  std::thread opener([&] {
+    opened = cluster_->client(via).OpenSession("m", read_only);
+  });
+  absl::SleepFor(absl::Milliseconds(500));
   ASSERT_TRUE(cluster_->Signal(paused, SIGCONT).ok());
+  opener.join();
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(ReadOk(cluster_->client(via), opened->id(), kParam), edited);
+  CloseOk(cluster_->client(via), opened->id());
   absl::StatusOr<v1::ClusterStatus> after;
   const absl::Time give_up = absl::Now() + absl::Seconds(40);
   do {
