@@ -83,8 +83,8 @@ absl::Status Run() {
   }
   std::printf("%s\n", LatencyHeader("failover").c_str());
   PrintRow("kill-9", serving_us, wrong);
-  PrintRow("lease-ttl", {absl::ToDoubleMicroseconds(options.coordinator_lease_ttl)},
-           0);
+  PrintRow("lease-ttl",
+           {absl::ToDoubleMicroseconds(options.coordinator_lease_ttl)}, 0);
   return (*cluster)->Stop();
 }
 
@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const absl::Status status = summon::bench::Run();
   if (!status.ok()) {
-    std::fprintf(stderr, "etcd_failover_bench: %s\n", status.ToString().c_str());
+    std::fprintf(stderr, "etcd_failover_bench: %s\n",
+                 status.ToString().c_str());
     return 1;
   }
   return 0;

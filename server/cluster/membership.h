@@ -152,6 +152,11 @@ class Membership {
   void MonitorLoop();
   void Fail(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Between attempts to join, or to form the cluster.
+  static constexpr absl::Duration kJoinRetry = absl::Milliseconds(100);
+  // A random 64-bit number: incarnations, and the static mode's epochs.
+  static uint64_t NewIncarnation();
+
   const Spec spec_;
   LocalKvStore* const store_;
   const uint64_t incarnation_;

@@ -46,7 +46,8 @@ grpc::Status LeaderForwarder::ReadTensor(grpc::ServerContext* context,
                                          const v1::ReadTensorRequest& request,
                                          ReadTensorStream* stream) const {
   std::unique_ptr<grpc::ClientContext> upstream = ContextFor(*context);
-  const std::shared_ptr<grpc::Channel> leader = membership_->ChannelTo(membership_->leader());
+  const std::shared_ptr<grpc::Channel> leader =
+      membership_->ChannelTo(membership_->leader());
   auto reader = wire::StartRawReadTensor(leader.get(), upstream.get(), request);
   grpc::ByteBuffer chunk;
   while (reader->Read(&chunk)) {

@@ -278,7 +278,8 @@ std::map<std::string, CommitOp> SessionManager::RecordedDecisions() {
     absl::StatusOr<std::map<std::string, std::string>> listed =
         options_.coordinator->List(coordinator_keys::kCommitsPrefix);
     if (!listed.ok()) {
-      spdlog::error("commit decisions not read: {}", listed.status().ToString());
+      spdlog::error("commit decisions not read: {}",
+                    listed.status().ToString());
       return recorded;
     }
     for (const auto& [key, text] : *listed) {

@@ -145,7 +145,8 @@ TEST_F(EtcdFailoverTest, APausedLeaderIsReplacedAndFollowsWhenItWakes) {
   const int paused = first->leader();
   const int via = (paused + 1) % cluster_->nodes();
   const std::string edited = WriteEdit(via);
-  const v1::ModelChecksumResponse before = ChecksumOk(cluster_->client(via), "m");
+  const v1::ModelChecksumResponse before =
+      ChecksumOk(cluster_->client(via), "m");
 
   ASSERT_TRUE(cluster_->Signal(paused, SIGSTOP).ok());
   // Past the 2 s lease and etcd's expiry scan: another node is elected
