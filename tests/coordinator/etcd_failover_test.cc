@@ -191,6 +191,27 @@ TEST_F(EtcdFailoverTest, APausedLeaderIsReplacedAndFollowsWhenItWakes) {
 // writeback's COMMIT decision in etcd and before sending COMMIT to any node:
 // the next leader finds the decision in etcd and completes the writeback on
 // every rank.
+// A follower killed and started again: the same leader forms the cluster
+// again under a new epoch it writes to etcd (no two formations share one),
+// which the followers check against etcd before they join it.
+TEST_F(EtcdFailoverTest, AReturningFollowerJoinsANewEpochOfTheSameLeader) {
+  absl::StatusOr<v1::ClusterStatus> first = AgreedLeadership(*cluster_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int follower = (first->leader() + 1) % cluster_->nodes();
+  const std::string edited = WriteEdit(follower);
+  ASSERT_TRUE(cluster_->Kill(follower).ok());
+  ASSERT_TRUE(cluster_->StartNode(follower).ok());
+  absl::StatusOr<v1::ClusterStatus> after = AgreedLeadership(*cluster_);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->leader(), first->leader());
+  EXPECT_GT(after->epoch(), first->epoch());
+  ExpectDeposedEpochRefused(follower, first->epoch(), after->epoch());
+  const v1::Session session =
+      OpenOk(cluster_->client(follower), "m", ParamScope({kParam}));
+  EXPECT_EQ(ReadOk(cluster_->client(follower), session.id(), kParam), edited);
+  CloseOk(cluster_->client(follower), session.id());
+}
+
 // Only the leader decides writebacks, so only the leader reaches the point.
 class EtcdDecidedFailoverTest : public EtcdFailoverTest {
  protected:
