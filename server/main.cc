@@ -47,7 +47,13 @@ ABSL_FLAG(int32_t, node_rank, 0, "This node's position in --nodes.");
 ABSL_FLAG(std::string, coordinator, "",
           "What the cluster runs on: static (the default: one node, or the "
           "fixed --nodes list led by node 0) or "
-          "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER (validated; not run yet).");
+          "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER (etcd elects the leader "
+          "among --nodes, any node may lead; keeps the epoch and the "
+          "rendezvous).");
+ABSL_FLAG(absl::Duration, coordinator_lease_ttl, absl::Seconds(5),
+          "With an etcd --coordinator: each node's etcd lease (at least 2s). "
+          "A dead leader is replaced after about this long (up to twice as "
+          "long while etcd changes its own leader).");
 ABSL_FLAG(std::vector<std::string>, nodes, {},
           "HOST:PORT of every node's daemon, comma-separated, the same list "
           "on every node. Omitted: a single node.");
@@ -313,19 +319,18 @@ int Run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  // A malformed --coordinator is INVALID_ARGUMENT; a valid etcd one is
-  // refused until membership runs on it (server/coordinator/).
+  // A malformed --coordinator is INVALID_ARGUMENT.
   absl::StatusOr<CoordinatorChoice> coordinator =
       ParseCoordinatorFlag(absl::GetFlag(FLAGS_coordinator));
-  if (coordinator.ok() && coordinator->etcd) {
-    coordinator = EtcdNotWiredYet(coordinator->url);
-  }
   if (!coordinator.ok()) {
     spdlog::error("{}", coordinator.status().ToString());
     return ExitCode(coordinator.status());
   }
 
   SummonServer::Spec spec_from_flags = SpecFromFlags();
+  if (coordinator->etcd) spec_from_flags.etcd = coordinator->url;
+  spec_from_flags.coordinator_lease_ttl =
+      absl::GetFlag(FLAGS_coordinator_lease_ttl);
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device == "cuda") {
     absl::StatusOr<std::unique_ptr<gpu::CudaShardMemoryProvider>> provider =

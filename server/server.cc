@@ -74,6 +74,17 @@ absl::Status ValidateSpec(const SummonServer::Spec& spec) {
       }
     }
   }
+  if (spec.etcd.has_value() && node_count < 2) {
+    return absl::InvalidArgumentError(
+        "--coordinator etcd://... runs a cluster: give every node in --nodes "
+        "(a single node needs no coordinator)");
+  }
+  if (spec.etcd.has_value() && spec.coordinator_lease_ttl < absl::Seconds(2)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--coordinator-lease-ttl must be at least 2s (etcd's shortest "
+        "lease), got ",
+        absl::FormatDuration(spec.coordinator_lease_ttl)));
+  }
   if (spec.memory_budget_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "memory budget must not be negative, got ", spec.memory_budget_bytes));
@@ -176,6 +187,12 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   }
   // A cluster serves once every node joined and connected (READY).
   server->SetServing(server->membership_ == nullptr);
+  if (server->coordinator_) {
+    // Registers this node under its lease and campaigns.
+    if (absl::Status started = server->coordinator_->Start(); !started.ok()) {
+      return started;
+    }
+  }
   if (server->membership_) server->StartCluster();
   return server;
 }

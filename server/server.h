@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,11 +13,13 @@
 #include "grpcpp/server.h"
 #include "server/auth/server_security.h"
 #include "server/comm/communicator.h"
+#include "server/coordinator/coordinator_url.h"
 #include "server/store/shard_memory.h"
 
 namespace summon::server {
 
 class ClusterNodeOps;
+class Coordinator;
 class LocalKvStore;
 class Membership;
 namespace metrics {
@@ -61,6 +64,14 @@ class SummonServer {
     // leads). Empty: a single node. In a cluster a node listens on its own
     // entry (a fixed port), not on listen_address.
     std::vector<std::string> nodes;
+    // A cluster's coordinator (--coordinator): nullopt, the static mode
+    // (node 0 of `nodes` leads); set, etcd at these endpoints elects the
+    // leader among `nodes` (any of them may lead) and keeps the epoch and
+    // the rendezvous.
+    std::optional<CoordinatorUrl> etcd;
+    // The etcd lease of each node: a dead leader is replaced after about
+    // this long (up to twice as long when etcd's own leader changes).
+    absl::Duration coordinator_lease_ttl = absl::Seconds(5);
     // Where models are recorded (so a restarted daemon re-attaches their
     // shared-memory shards). Empty: nothing is recorded; shards die with the
     // daemon.
@@ -210,6 +221,8 @@ class SummonServer {
   // A cluster's pieces (null on a single node). Declared before the session
   // manager, which uses them, so they are destroyed after it.
   std::unique_ptr<LocalKvStore> kv_store_;
+  // etcd's (Spec::etcd), before the membership that uses it; null static.
+  std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<NodeRuntime> runtime_;
   std::unique_ptr<ClusterNodeOps> cluster_ops_;

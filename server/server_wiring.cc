@@ -15,6 +15,7 @@
 #include "server/checkpoint/checkpoint_roots.h"
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
+#include "server/coordinator/etcd_coordinator.h"
 #include "server/metrics/summon_metrics.h"
 #include "server/model/model_registry.h"
 #include "server/runtime/buffer_pool.h"
@@ -72,12 +73,27 @@ void SummonServer::BuildCluster() {
   const absl::Duration failure_timeout =
       std::max(spec_.heartbeat_interval * 3, absl::Seconds(1));
   kv_store_ = std::make_unique<LocalKvStore>();
+  if (spec_.etcd.has_value()) {
+    EtcdCoordinator::Options options;
+    options.etcd.endpoints = spec_.etcd->endpoints;
+    options.cluster = spec_.etcd->cluster;
+    options.node = spec_.node_rank;
+    options.address = spec_.nodes[spec_.node_rank];
+    options.lease_ttl = spec_.coordinator_lease_ttl;
+    // A fifth of the lease, at least the 1 s drift allowance of
+    // docs/architecture.md ("The coordinator"), under half of it.
+    options.validity_margin =
+        std::max(spec_.coordinator_lease_ttl / 5,
+                 std::min(absl::Seconds(1), spec_.coordinator_lease_ttl / 3));
+    coordinator_ = std::make_unique<EtcdCoordinator>(std::move(options));
+  }
   membership_ = std::make_unique<Membership>(
       Membership::Spec{
           spec_.node_rank, spec_.nodes, spec_.local_ranks,
           spec_.heartbeat_interval, spec_.collective_timeout,
           std::max(spec_.heartbeat_interval * 3, absl::Seconds(1)),
-          security_->peer_credentials(), spec_.device_communicator},
+          security_->peer_credentials(), spec_.device_communicator,
+          coordinator_.get()},
       kv_store_.get());
   runtime_ =
       std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(), nullptr,
@@ -139,6 +155,7 @@ void SummonServer::BuildSessions() {
   session_options.collective_timeout = spec_.collective_timeout;
   // Null on a single node: the manager's own node alone.
   session_options.node_ops = cluster_ops_.get();
+  session_options.coordinator = coordinator_.get();
   session_options.on_step_done = [watcher = watcher_.get()](
                                      const std::string& model, int64_t step,
                                      absl::Time ended) {

@@ -164,11 +164,18 @@ TEST(SummondFlagsTest, BadFlagValuesExitWithInvalidArgument) {
       kInvalidArgument);
 }
 
-TEST(SummondFlagsTest, ValidEtcdCoordinatorIsRefusedUntilWired) {
-  const int kFailedPrecondition = 9;
+TEST(SummondFlagsTest, EtcdCoordinatorNeedsAClusterAndALongEnoughLease) {
+  const int kInvalidArgument = 3;
+  // A single node needs no coordinator.
   EXPECT_EQ(WaitForExit(Spawn({"--insecure-local",
                                "--coordinator=etcd://127.0.0.1:2379/lab"})),
-            kFailedPrecondition);
+            kInvalidArgument);
+  // etcd grants no lease under 2 s.
+  EXPECT_EQ(WaitForExit(Spawn({"--insecure-local",
+                               "--nodes=127.0.0.1:1,127.0.0.1:2",
+                               "--coordinator=etcd://127.0.0.1:2379/lab",
+                               "--coordinator-lease-ttl=1s"})),
+            kInvalidArgument);
 }
 
 TEST(SummondFlagsTest, RefusesToServeUnsafely) {

@@ -272,6 +272,16 @@ class SummonClient {
   // cannot carry.
   absl::StatusOr<std::unique_ptr<grpc::ClientContext>> NewContext(
       absl::Duration extra = absl::ZeroDuration()) const;
+  // A unary call that is safe to send again (a listing, a description, the
+  // open of a read-only session) is sent again while a cluster on etcd
+  // answers UNAVAILABLE "electing a leader", until the call's timeout
+  // (at most a minute without one): the caller sees the new leader's answer
+  // instead of the gap.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> UnaryThroughElection(
+      grpc::Status (v1::Summon::Stub::*method)(grpc::ClientContext*,
+                                                const Request&, Response*),
+      const Request& request) const;
   // For tensor streams: no deadline; the timeout is an idle timeout instead
   // (StreamWatchdog).
   absl::StatusOr<std::unique_ptr<grpc::ClientContext>> NewStreamContext() const;

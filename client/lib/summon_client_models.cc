@@ -9,16 +9,15 @@
 namespace summon::client {
 
 absl::StatusOr<v1::ListModelsResponse> SummonClient::ListModels() const {
-  return Unary(*summon_, &v1::Summon::Stub::ListModels, NewContext(),
-               v1::ListModelsRequest());
+  return UnaryThroughElection(&v1::Summon::Stub::ListModels,
+                              v1::ListModelsRequest());
 }
 
 absl::StatusOr<v1::Model> SummonClient::DescribeModel(
     const std::string& model) const {
   v1::DescribeModelRequest request;
   request.set_model(model);
-  return Unary(*summon_, &v1::Summon::Stub::DescribeModel, NewContext(),
-               request);
+  return UnaryThroughElection(&v1::Summon::Stub::DescribeModel, request);
 }
 
 absl::StatusOr<v1::Model> SummonClient::CreateModel(

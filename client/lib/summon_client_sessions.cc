@@ -13,6 +13,10 @@ absl::StatusOr<v1::Session> SummonClient::OpenSession(
   v1::OpenSessionRequest request;
   request.set_model(model);
   *request.mutable_options() = options;
+  // A read-only open changes nothing a retry could double.
+  if (options.has_writeback() && !options.writeback()) {
+    return UnaryThroughElection(&v1::Summon::Stub::OpenSession, request);
+  }
   return Unary(*summon_, &v1::Summon::Stub::OpenSession, NewContext(), request);
 }
 
@@ -28,8 +32,7 @@ absl::StatusOr<v1::ListSessionsResponse> SummonClient::ListSessions(
   v1::ListSessionsRequest request;
   request.set_model(model);
   request.set_all(all);
-  return Unary(*summon_, &v1::Summon::Stub::ListSessions, NewContext(),
-               request);
+  return UnaryThroughElection(&v1::Summon::Stub::ListSessions, request);
 }
 
 absl::StatusOr<v1::Session> SummonClient::RenewSession(

@@ -8,30 +8,15 @@
 #include "absl/strings/str_join.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "server/cluster/rendezvous_store.h"
-#include "server/comm/gloo_communicator.h"
 #include "server/rpc/status_conversion.h"
 #include "spdlog/spdlog.h"
 
 namespace summon::server {
-namespace {
 
-constexpr absl::Duration kJoinRetry = absl::Milliseconds(100);
-
-uint64_t NewIncarnation() {
+uint64_t Membership::NewIncarnation() {
   std::random_device random;
   return (static_cast<uint64_t>(random()) << 32) ^ random();
 }
-
-std::string HostOf(const std::string& address) {
-  return address.substr(0, address.rfind(':'));
-}
-
-std::string RendezvousPrefix(uint64_t epoch) {
-  return absl::StrCat("summon/", epoch, "/gloo/");
-}
-
-}  // namespace
 
 Membership::Membership(Spec spec, LocalKvStore* store)
     : spec_(std::move(spec)), store_(store), incarnation_(NewIncarnation()) {}
@@ -48,16 +33,32 @@ Membership::~Membership() {
 void Membership::Start(std::function<absl::Status()> on_ready,
                        std::function<void(const absl::Status&)> on_failure) {
   on_failure_ = std::move(on_failure);
-  if (is_leader()) {
-    absl::MutexLock lock(&mu_);
-    v1::NodeInfo self;
-    self.set_node_rank(0);
-    self.set_address(spec_.nodes[0]);
-    self.set_incarnation(incarnation_);
-    self.set_alive(true);
-    joined_[0] = self;
-  }
   thread_ = std::thread([this, on_ready] { Run(on_ready); });
+}
+
+bool Membership::LeadershipValid() const {
+  return spec_.coordinator == nullptr || spec_.coordinator->IsLeader();
+}
+
+bool Membership::LeadingLocked() const {
+  return leader_ == spec_.node_rank && LeadershipValid();
+}
+
+bool Membership::is_leader() const {
+  absl::MutexLock lock(&mu_);
+  return LeadingLocked();
+}
+
+int Membership::leader() const {
+  absl::MutexLock lock(&mu_);
+  return leader_;
+}
+
+absl::Status Membership::CheckLeading() const {
+  if (LeadershipValid()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "electing a leader: node ", spec_.node_rank,
+      "'s leadership lapsed (its coordinator lease could have expired)"));
 }
 
 bool Membership::ready() const {
@@ -67,6 +68,11 @@ bool Membership::ready() const {
 
 absl::Status Membership::CheckReady() const {
   absl::MutexLock lock(&mu_);
+  if (ready_ && leader_ == spec_.node_rank) {
+    // A leader stops acting before its lease could have expired, even
+    // before its membership noticed.
+    if (absl::Status leading = CheckLeading(); !leading.ok()) return leading;
+  }
   if (ready_) return absl::OkStatus();
   if (failure_.has_value()) return *failure_;
   std::vector<int> missing;
@@ -75,7 +81,7 @@ absl::Status Membership::CheckReady() const {
   }
   return absl::UnavailableError(absl::StrCat(
       "the cluster is not ready: ",
-      missing.empty() || !is_leader()
+      missing.empty() || !LeadingLocked()
           ? std::string("nodes are still connecting")
           : absl::StrCat("waiting for node(s) ", absl::StrJoin(missing, ", "),
                          " to join")));
@@ -135,7 +141,7 @@ absl::StatusOr<v1::JoinResponse> Membership::HandleJoin(
         absl::StrCat("node ", spec_.node_rank, " is not the leader"));
   }
   const int node = request.node().node_rank();
-  if (node <= 0 || node >= size()) {
+  if (node < 0 || node >= size() || node == spec_.node_rank) {
     return absl::FailedPreconditionError(
         absl::StrCat("node rank ", node, " is not a follower of this ", size(),
                      "-node cluster"));
@@ -219,12 +225,12 @@ std::vector<Membership::NodeView> Membership::Nodes() const {
     NodeView view{node, spec_.nodes[node], NodeHealth::kUnknown};
     if (node == spec_.node_rank) {
       view.health = NodeHealth::kUp;
-    } else if (is_leader()) {
+    } else if (leader_ == spec_.node_rank) {
       auto it = last_heartbeat_.find(node);
       view.health = joined_.count(node) == 0 || it == last_heartbeat_.end()
                         ? NodeHealth::kDown
                         : recent(it->second);
-    } else if (node == 0) {
+    } else if (node == leader_) {
       view.health = recent(leader_answer_);
     } else if (ready_) {
       view.health = NodeHealth::kUp;
@@ -239,169 +245,13 @@ uint64_t Membership::epoch() const {
   return epoch_;
 }
 
-std::optional<uint64_t> Membership::JoinLeader(uint64_t previous_epoch) {
-  auto stub = v1::Peer::NewStub(ChannelTo(0));
-  v1::JoinRequest request;
-  request.mutable_node()->set_node_rank(spec_.node_rank);
-  request.mutable_node()->set_address(spec_.nodes[spec_.node_rank]);
-  request.mutable_node()->set_incarnation(incarnation_);
-  request.set_local_ranks(spec_.local_ranks);
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return std::nullopt;
-    }
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-    v1::JoinResponse response;
-    const grpc::Status status = stub->Join(&context, request, &response);
-    // Epoch 0: the leader still waits for every node to be alive.
-    if (status.ok() && response.membership_epoch() != 0 &&
-        response.membership_epoch() != previous_epoch) {
-      absl::MutexLock lock(&mu_);
-      for (const v1::NodeInfo& info : response.nodes()) {
-        joined_[info.node_rank()] = info;
-      }
-      leader_answer_ = absl::Now();
-      epoch_ = response.membership_epoch();
-      return epoch_;
-    }
-    if (!status.ok() &&
-        status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
-      spdlog::error("cluster: the leader refused node {}: {}", spec_.node_rank,
-                    status.error_message());
-    }
-    absl::SleepFor(kJoinRetry);
-  }
-}
-
-bool Membership::WaitForEveryNode() {
-  absl::MutexLock lock(&mu_);
-  while (!stopping_) {
-    const absl::Time now = absl::Now();
-    int alive = 1;
-    for (int node = 1; node < size(); ++node) {
-      auto it = last_heartbeat_.find(node);
-      if (joined_.count(node) > 0 && it != last_heartbeat_.end() &&
-          now - it->second <= spec_.failure_timeout) {
-        ++alive;
-      }
-    }
-    if (alive == size()) return true;
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), kJoinRetry);
-  }
-  return false;
-}
-
-absl::StatusOr<Membership::Communicators> Membership::Connect(uint64_t epoch) {
-  std::unique_ptr<KvStore> remote;
-  KvStore* store = store_;
-  if (!is_leader()) {
-    remote = std::make_unique<RemoteKvStore>(ChannelTo(0));
-    store = remote.get();
-  }
-  RendezvousStore rendezvous(*store, RendezvousPrefix(epoch),
-                             spec_.collective_timeout);
-  GlooCommunicator::Spec gloo;
-  gloo.rank = spec_.node_rank;
-  gloo.size = size();
-  gloo.hostname = HostOf(spec_.nodes[spec_.node_rank]);
-  gloo.connect_timeout = spec_.collective_timeout;
-  absl::StatusOr<std::unique_ptr<GlooCommunicator>> communicator =
-      GlooCommunicator::Create(gloo, rendezvous);
-  if (!communicator.ok()) return communicator.status();
-  Communicators connected;
-  connected.host = *std::move(communicator);
-  if (spec_.device_communicator == nullptr) return connected;
-  RendezvousStore device_rendezvous(*store,
-                                    absl::StrCat("summon/", epoch, "/device/"),
-                                    spec_.collective_timeout);
-  absl::StatusOr<std::unique_ptr<Communicator>> device =
-      spec_.device_communicator(spec_.node_rank, size(),
-                                spec_.collective_timeout, device_rendezvous);
-  if (!device.ok()) {
-    return absl::Status(
-        device.status().code(),
-        absl::StrCat("the device communicator: ", device.status().message()));
-  }
-  connected.device = *std::move(device);
-  return connected;
-}
-
-void Membership::Run(std::function<absl::Status()> on_ready) {
-  uint64_t previous_epoch = 0;
-  while (true) {
-    uint64_t epoch = 0;
-    if (is_leader()) {
-      // Every follower joined and is alive; then everyone meets in the
-      // rendezvous store under a fresh epoch.
-      if (!WaitForEveryNode()) return;
-      absl::MutexLock lock(&mu_);
-      epoch_ = NewIncarnation() | 1;
-      epoch = epoch_;
-    } else {
-      std::optional<uint64_t> joined = JoinLeader(previous_epoch);
-      if (!joined.has_value()) return;
-      epoch = *joined;
-    }
-    absl::StatusOr<Communicators> communicator = Connect(epoch);
-    if (!communicator.ok()) {
-      spdlog::error("cluster: node {} could not connect to its peers: {}",
-                    spec_.node_rank, communicator.status().ToString());
-      absl::MutexLock lock(&mu_);
-      if (is_leader()) epoch_ = 0;
-      previous_epoch = epoch;
-      continue;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
-      if (communicator_) retired_.push_back(std::move(communicator_));
-      if (device_communicator_) {
-        retired_.push_back(std::move(device_communicator_));
-      }
-      communicator_ = std::move(communicator->host);
-      device_communicator_ = std::move(communicator->device);
-      failure_.reset();
-      // Heartbeats start now; joins may be long past.
-      for (int node = 0; node < size(); ++node) {
-        last_heartbeat_[node] = absl::Now();
-      }
-    }
-    // Runtimes reset and pending commits resolve before any client call is
-    // let through; a commit that still cannot finish keeps the cluster out
-    // of READY (it re-forms and tries again).
-    if (absl::Status formed = on_ready(); !formed.ok()) {
-      Fail(formed);
-      previous_epoch = epoch;
-      absl::SleepFor(kJoinRetry);
-      continue;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      ready_ = true;
-      failed_nodes_.clear();
-    }
-    spdlog::info(
-        "cluster: node {} READY ({} nodes x {} local ranks, epoch "
-        "{:x})",
-        spec_.node_rank, size(), spec_.local_ranks, epoch);
-    if (is_leader()) {
-      MonitorLoop();
-    } else {
-      HeartbeatLoop(epoch);
-    }
-    previous_epoch = epoch;
-  }
-}
-
 void Membership::Fail(const absl::Status& reason) {
   {
     absl::MutexLock lock(&mu_);
     if (failure_.has_value() || stopping_) return;
     failure_ = reason;
     ready_ = false;
-    if (is_leader()) epoch_ = 0;
+    if (leader_ == spec_.node_rank) epoch_ = 0;
     // Channels to a restarted peer would carry the dead peer's backoff.
     channels_.clear();
     // Nothing may wait for the lost node: blocked collectives fail now.
@@ -416,8 +266,22 @@ void Membership::MonitorLoop() {
   while (!stopping_ && !failure_.has_value()) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), spec_.heartbeat_interval);
     if (stopping_ || failure_.has_value()) break;
+    if (!LeadershipValid()) {
+      // Lost to the coordinator (lease expired, cut off from etcd, paused
+      // past it): another node may lead already, so this one stops and
+      // rejoins as a follower.
+      const absl::Status reason = absl::UnavailableError(absl::StrCat(
+          "electing a leader: node ", spec_.node_rank,
+          " lost its leadership; sessions were aborted and the cluster "
+          "re-forms"));
+      mu_.Unlock();
+      Fail(reason);
+      mu_.Lock();
+      break;
+    }
     const absl::Time now = absl::Now();
-    for (int node = 1; node < size(); ++node) {
+    for (int node = 0; node < size(); ++node) {
+      if (node == spec_.node_rank) continue;
       auto it = last_heartbeat_.find(node);
       const absl::Time last = it == last_heartbeat_.end() ? now : it->second;
       if (now - last > spec_.failure_timeout) {
@@ -437,7 +301,8 @@ void Membership::MonitorLoop() {
 }
 
 void Membership::HeartbeatLoop(uint64_t epoch) {
-  auto stub = v1::Peer::NewStub(ChannelTo(0));
+  const int leader_node = leader();
+  auto stub = v1::Peer::NewStub(ChannelTo(leader_node));
   absl::Time last_answer = absl::Now();
   absl::MutexLock lock(&mu_);
   while (!stopping_ && !failure_.has_value()) {
@@ -467,8 +332,11 @@ void Membership::HeartbeatLoop(uint64_t epoch) {
     } else if (absl::Now() - last_answer > spec_.failure_timeout ||
                status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       Fail(absl::UnavailableError(
-          absl::StrCat("node 0 (the leader) failed: ", status.error_message(),
-                       "; the cluster re-forms when it is back")));
+          absl::StrCat("node ", leader_node,
+                       " (the leader) failed: ", status.error_message(),
+                       spec_.coordinator == nullptr
+                           ? "; the cluster re-forms when it is back"
+                           : "; electing a leader")));
     } else {
       spdlog::warn("cluster: heartbeat to the leader failed: {}",
                    status.error_message());

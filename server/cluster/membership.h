@@ -18,14 +18,18 @@
 #include "grpcpp/security/credentials.h"
 #include "server/cluster/kv_store.h"
 #include "server/comm/communicator.h"
+#include "server/coordinator/coordinator.h"
 #include "summon/v1/peer.grpc.pb.h"
 
 namespace summon::server {
 
-// A static cluster of summond nodes (the same --nodes list everywhere; node
-// 0 leads). Followers join the leader; once every node has joined, every
-// node builds its Gloo communicator through the leader's rendezvous store
-// and the cluster is READY. Until then health reports NOT_SERVING and
+// A cluster of summond nodes (the same --nodes list everywhere). Who leads:
+// in the static mode node 0, always; on a coordinator (etcd), the node the
+// coordinator elected, under the epoch it began (any node may lead).
+// Followers join the leader; once every node has joined, every node builds
+// its Gloo communicator through the rendezvous store (the leader's
+// in-memory one when static, the coordinator's records of the epoch on
+// etcd) and the cluster is READY. Until then health reports NOT_SERVING and
 // operations answer UNAVAILABLE.
 class Membership {
  public:
@@ -45,6 +49,9 @@ class Membership {
     // prefix of its own; null: none. Every node of a cluster must have one or
     // none: a gather uses it only where every node does.
     DeviceCommunicatorFactory device_communicator;
+    // The cluster's coordinator (started by the caller, outliving the
+    // membership); null: the static mode, node 0 leads.
+    Coordinator* coordinator = nullptr;
   };
 
   // `store` is the leader's key-value store (used on the leader only).
@@ -61,11 +68,16 @@ class Membership {
   void Start(std::function<absl::Status()> on_ready,
              std::function<void(const absl::Status&)> on_failure);
 
-  // The node that leads: the --nodes list's first (a fixed list has no
-  // election), which GetClusterStatus reports.
-  static constexpr int kLeaderNode = 0;
-  int leader_node() const { return kLeaderNode; }
-  bool is_leader() const { return spec_.node_rank == leader_node(); }
+  // This node leads the formed cluster (static: node 0; on a coordinator:
+  // the elected node, and only while its leadership is provably valid).
+  bool is_leader() const;
+  // The node that leads the cluster as this node knows it (the one
+  // followers forward to).
+  int leader() const;
+  // OK while this node may act as the leader: always in the static mode; on
+  // a coordinator, UNAVAILABLE once its leadership lapsed (its lease could
+  // have expired), before anything is sent or applied.
+  absl::Status CheckLeading() const;
   int node_rank() const { return spec_.node_rank; }
   int size() const { return static_cast<int>(spec_.nodes.size()); }
   bool ready() const;
@@ -108,11 +120,23 @@ class Membership {
   // Forms the cluster, watches it, and re-forms it after a failure once
   // every node is alive again, until stopped.
   void Run(std::function<absl::Status()> on_ready);
-  // Followers: Join until the leader hands out an epoch other than
-  // `previous_epoch`. Nullopt when stopping.
-  std::optional<uint64_t> JoinLeader(uint64_t previous_epoch);
-  // Leader: until every follower joined and heartbeats. False when stopping.
+  // Who leads and under which epoch: static, node 0 under a fresh random
+  // epoch once every node joined; on a coordinator, as it records it.
+  // Nullopt when stopping.
+  std::optional<Coordinator::Leadership> AwaitLeader();
+  // Followers: Join `leadership`'s node until it hands out an epoch other
+  // than `previous_epoch` (on a coordinator: exactly the recorded epoch).
+  // Nullopt when stopping, or when the coordinator names another leader
+  // meanwhile (the caller looks again).
+  std::optional<uint64_t> JoinLeader(const Coordinator::Leadership& leadership,
+                                     uint64_t previous_epoch);
+  // Leader: until every follower joined and heartbeats. False when stopping
+  // or, on a coordinator, when the leadership lapsed.
   bool WaitForEveryNode();
+  // This node leads now (mu_ held).
+  bool LeadingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The leadership still holds: always static; on a coordinator, valid.
+  bool LeadershipValid() const;
   // This epoch's communicators: Gloo's, and the device one when a factory is
   // given.
   struct Communicators {
@@ -128,6 +152,11 @@ class Membership {
   void MonitorLoop();
   void Fail(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Between attempts to join, or to form the cluster.
+  static constexpr absl::Duration kJoinRetry = absl::Milliseconds(100);
+  // A random 64-bit number: incarnations, and the static mode's epochs.
+  static uint64_t NewIncarnation();
+
   const Spec spec_;
   LocalKvStore* const store_;
   const uint64_t incarnation_;
@@ -138,6 +167,7 @@ class Membership {
   // Follower: when the leader last answered a join or heartbeat.
   std::optional<absl::Time> leader_answer_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int leader_ ABSL_GUARDED_BY(mu_) = 0;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> failure_ ABSL_GUARDED_BY(mu_);

@@ -79,6 +79,12 @@ class Coordinator {
   virtual bool IsLeader() const = 0;
   // The epoch this node leads under; UNAVAILABLE when it does not lead.
   virtual absl::StatusOr<uint64_t> LeaderEpoch() const = 0;
+  // The leader begins a new epoch under the same leadership (the cluster
+  // re-forms: a node was lost or came back), so that nothing sent under
+  // the previous formation is accepted by the new one: the new epoch,
+  // greater than every earlier one. UNAVAILABLE when this node does not
+  // lead; ABORTED when its leadership ended meanwhile.
+  virtual absl::StatusOr<uint64_t> NextEpoch() = 0;
   // Until this node leads (OK) or `timeout` passes (DEADLINE_EXCEEDED).
   virtual absl::Status AwaitLeadership(absl::Duration timeout) = 0;
 

@@ -93,13 +93,4 @@ absl::StatusOr<CoordinatorChoice> ParseCoordinatorFlag(absl::string_view flag) {
   return choice;
 }
 
-absl::Status EtcdNotWiredYet(const CoordinatorUrl& url) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "--coordinator: cluster '", url.cluster, "' on ", url.endpoints.size(),
-      " etcd endpoint(s) is valid, but this summond does not run its "
-      "membership on etcd yet (the static list of --nodes does; "
-      "docs/operations.md, \"Running a cluster\"): leave --coordinator out or "
-      "use static"));
-}
-
 }  // namespace summon::server

@@ -30,11 +30,6 @@ struct CoordinatorChoice {
 // INVALID_ARGUMENT as ParseCoordinatorUrl for a malformed etcd URL, or for
 // anything else that is neither "" nor "static".
 absl::StatusOr<CoordinatorChoice> ParseCoordinatorFlag(absl::string_view flag);
-// summond's answer to a valid etcd URL until membership runs on the etcd
-// coordinator (issue 31's next step): FAILED_PRECONDITION saying so, so a
-// cluster never silently runs static when etcd was asked for.
-absl::Status EtcdNotWiredYet(const CoordinatorUrl& url);
-
 }  // namespace summon::server
 
 #endif  // SUMMON_SERVER_COORDINATOR_COORDINATOR_URL_H_

@@ -21,8 +21,15 @@ namespace {
 // watches, instead of holding the request until it times out.
 constexpr char kRequireLeaderKey[] = "hasleader";
 
+// Also etcd's own "context deadline exceeded" (code UNKNOWN): the member
+// held the request until the deadline it was sent with ran out (it had lost
+// its quorum, or its raft was too slow to commit in time), answering just
+// before the client's own deadline fired.
 bool NoLeader(const grpc::Status& status) {
-  return absl::StrContains(status.error_message(), "no leader");
+  return absl::StrContains(status.error_message(), "no leader") ||
+         (status.error_code() == grpc::StatusCode::UNKNOWN &&
+          absl::StrContains(status.error_message(),
+                            "context deadline exceeded"));
 }
 
 // Whether another attempt may follow a failure: etcd could not decide

@@ -162,6 +162,35 @@ absl::StatusOr<uint64_t> EtcdCoordinator::LeaderEpoch() const {
   return epoch_;
 }
 
+absl::StatusOr<uint64_t> EtcdCoordinator::NextEpoch() {
+  int64_t lease = 0;
+  std::string election_key;
+  int64_t revision = 0;
+  uint64_t previous = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ValidLocked()) {
+      return absl::UnavailableError(
+          absl::StrCat("node ", options_.node, " does not lead"));
+    }
+    lease = lease_;
+    election_key = election_key_;
+    revision = election_revision_;
+    previous = epoch_;
+  }
+  absl::StatusOr<uint64_t> epoch =
+      ClaimEpoch(lease, election_key, revision, previous);
+  if (!epoch.ok()) return epoch.status();
+  absl::MutexLock lock(&mu_);
+  if (!leading_ || lease_ != lease) {
+    return absl::AbortedError(absl::StrCat(
+        "node ", options_.node, " lost the leadership of epoch ", previous));
+  }
+  epoch_ = std::max(epoch_, *epoch);
+  spdlog::info("coordinator: node {} begins epoch {}", options_.node, *epoch);
+  return *epoch;
+}
+
 absl::Status EtcdCoordinator::AwaitLeadership(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (!IsLeader()) {
@@ -248,7 +277,8 @@ absl::Status EtcdCoordinator::Session() {
   if (!AwaitPredecessors(lease, revision)) {
     return absl::AbortedError("lease lost while waiting to lead");
   }
-  absl::StatusOr<uint64_t> epoch = ClaimEpoch(lease, election_key, revision);
+  absl::StatusOr<uint64_t> epoch =
+      ClaimEpoch(lease, election_key, revision, /*after=*/0);
   if (!epoch.ok()) return epoch.status();
   {
     absl::MutexLock lock(&mu_);
@@ -289,7 +319,8 @@ bool EtcdCoordinator::AwaitPredecessors(int64_t lease, int64_t revision) {
 }
 
 absl::StatusOr<uint64_t> EtcdCoordinator::ClaimEpoch(
-    int64_t lease, const std::string& election_key, int64_t revision) {
+    int64_t lease, const std::string& election_key, int64_t revision,
+    uint64_t after) {
   while (Running(lease)) {
     pb::TxnRequest claim;
     CompareCreate(claim, election_key, revision);
@@ -310,7 +341,8 @@ absl::StatusOr<uint64_t> EtcdCoordinator::ClaimEpoch(
       return request;
     }());
     if (current.ok() && current->kvs_size() == 1 &&
-        current->kvs(0).value() == election_key) {
+        current->kvs(0).value() == election_key &&
+        static_cast<uint64_t>(current->kvs(0).mod_revision()) > after) {
       return static_cast<uint64_t>(current->kvs(0).mod_revision());
     }
   }

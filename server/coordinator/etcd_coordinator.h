@@ -60,6 +60,7 @@ class EtcdCoordinator final : public Coordinator {
   absl::StatusOr<Leadership> CurrentLeader() override;
   bool IsLeader() const override;
   absl::StatusOr<uint64_t> LeaderEpoch() const override;
+  absl::StatusOr<uint64_t> NextEpoch() override;
   absl::Status AwaitLeadership(absl::Duration timeout) override;
   absl::Status Put(absl::string_view key, absl::string_view value,
                    const Fence& fence, PutMode mode) override;
@@ -91,11 +92,11 @@ class EtcdCoordinator final : public Coordinator {
   // `lease` was lost or the coordinator stops first. etcd's faults are
   // waited out meanwhile.
   bool AwaitPredecessors(int64_t lease, int64_t revision);
-  // The transaction that starts this leader's epoch: its revision, or
-  // ABORTED when the election key is gone.
+  // The transaction that starts an epoch of this leader: its revision
+  // (greater than `after`), or ABORTED when the election key is gone.
   absl::StatusOr<uint64_t> ClaimEpoch(int64_t lease,
                                       const std::string& election_key,
-                                      int64_t revision);
+                                      int64_t revision, uint64_t after);
   // Until the election key is deleted, `lease` is lost or the coordinator
   // stops.
   void HoldLeadership(int64_t lease, const std::string& election_key,

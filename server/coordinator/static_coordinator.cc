@@ -29,7 +29,8 @@ absl::StatusOr<std::vector<Coordinator::Member>> StaticCoordinator::Members() {
 }
 
 absl::StatusOr<Coordinator::Leadership> StaticCoordinator::CurrentLeader() {
-  return Leadership{0, kEpoch};
+  absl::MutexLock lock(&mu_);
+  return Leadership{0, epoch_};
 }
 
 absl::StatusOr<uint64_t> StaticCoordinator::LeaderEpoch() const {
@@ -37,7 +38,17 @@ absl::StatusOr<uint64_t> StaticCoordinator::LeaderEpoch() const {
     return absl::UnavailableError(
         absl::StrCat("node ", node_, " does not lead (node 0 does)"));
   }
-  return kEpoch;
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+absl::StatusOr<uint64_t> StaticCoordinator::NextEpoch() {
+  if (!IsLeader()) {
+    return absl::UnavailableError(
+        absl::StrCat("node ", node_, " does not lead (node 0 does)"));
+  }
+  absl::MutexLock lock(&mu_);
+  return ++epoch_;
 }
 
 absl::Status StaticCoordinator::AwaitLeadership(absl::Duration) {
@@ -47,11 +58,11 @@ absl::Status StaticCoordinator::AwaitLeadership(absl::Duration) {
 }
 
 absl::Status StaticCoordinator::CheckFence(const Fence& fence) const {
-  if (fence.epoch != 0 && fence.epoch != kEpoch) {
+  if (fence.epoch != 0 && fence.epoch != epoch_) {
     return absl::AbortedError(absl::StrCat("epoch ", fence.epoch,
                                            " was deposed: the cluster is at "
                                            "epoch ",
-                                           kEpoch));
+                                           epoch_));
   }
   if (fence.leader && !IsLeader()) {
     return absl::AbortedError(absl::StrCat("node ", node_, " does not lead"));
@@ -62,8 +73,8 @@ absl::Status StaticCoordinator::CheckFence(const Fence& fence) const {
 absl::Status StaticCoordinator::Put(absl::string_view key,
                                     absl::string_view value, const Fence& fence,
                                     PutMode mode) {
-  if (absl::Status fenced = CheckFence(fence); !fenced.ok()) return fenced;
   absl::MutexLock lock(&mu_);
+  if (absl::Status fenced = CheckFence(fence); !fenced.ok()) return fenced;
   const auto [it, inserted] = values_.emplace(key, value);
   if (!inserted) {
     if (mode == PutMode::kCreate) {
@@ -95,8 +106,8 @@ absl::StatusOr<std::map<std::string, std::string>> StaticCoordinator::List(
 
 absl::Status StaticCoordinator::Delete(absl::string_view key,
                                        const Fence& fence) {
-  if (absl::Status fenced = CheckFence(fence); !fenced.ok()) return fenced;
   absl::MutexLock lock(&mu_);
+  if (absl::Status fenced = CheckFence(fence); !fenced.ok()) return fenced;
   values_.erase(std::string(key));
   return absl::OkStatus();
 }

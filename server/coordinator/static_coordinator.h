@@ -13,13 +13,14 @@
 namespace summon::server {
 
 // A single node, or today's fixed list of nodes (`--nodes`): node 0 always
-// leads under one constant epoch, every listed node is a member, and the
+// leads (its epochs count up from 1), every listed node is a member, and the
 // records live in this process's memory. That is exact for a single node;
 // a static cluster of several nodes keeps its rendezvous in node 0's
 // key-value store (server/cluster/kv_store.h) as before, and is meant for
 // tests and small labs (nothing survives node 0).
 class StaticCoordinator final : public Coordinator {
  public:
+  // The first epoch.
   static constexpr uint64_t kEpoch = 1;
 
   // `nodes`: HOST:PORT of every node (one entry for a single node).
@@ -32,6 +33,7 @@ class StaticCoordinator final : public Coordinator {
   absl::StatusOr<Leadership> CurrentLeader() override;
   bool IsLeader() const override { return node_ == 0; }
   absl::StatusOr<uint64_t> LeaderEpoch() const override;
+  absl::StatusOr<uint64_t> NextEpoch() override;
   // Node 0 leads at once; any other node never does (FAILED_PRECONDITION).
   absl::Status AwaitLeadership(absl::Duration timeout) override;
   absl::Status Put(absl::string_view key, absl::string_view value,
@@ -45,11 +47,13 @@ class StaticCoordinator final : public Coordinator {
                                        absl::Duration timeout) override;
 
  private:
-  absl::Status CheckFence(const Fence& fence) const;
+  absl::Status CheckFence(const Fence& fence) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int node_;
   const std::vector<std::string> nodes_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = kEpoch;
   std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };
 

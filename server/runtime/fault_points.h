@@ -12,6 +12,8 @@ namespace summon::server {
 //   prepare.after_stage      a node staged its writeback data (PREPARE done)
 //   commit.before_apply      a node received COMMIT, nothing applied yet
 //   commit.after_apply       a node applied COMMIT, before answering
+//   commit.decided           the leader recorded a COMMIT decision, before
+//                            sending it to any node
 // Unset (the normal case) costs one getenv at first use.
 void FaultPoint(absl::string_view point);
 

@@ -102,7 +102,10 @@ std::vector<absl::Status> ClusterNodeOps::OnEveryNode(
     threads.emplace_back([&, node] { results[node] = OnNode(node, op(node)); });
   }
   const int self = membership_->node_rank();
-  results[self] = OnNode(self, op(self));
+  // The leader's own part is applied only while it may still act (its
+  // coordinator lease provably alive); the other nodes fence by epoch.
+  const absl::Status leading = membership_->CheckLeading();
+  results[self] = OnNode(self, leading.ok() ? op(self) : leading);
   for (std::thread& thread : threads) thread.join();
   return results;
 }

@@ -46,7 +46,8 @@ grpc::Status LeaderForwarder::ReadTensor(grpc::ServerContext* context,
                                          const v1::ReadTensorRequest& request,
                                          ReadTensorStream* stream) const {
   std::unique_ptr<grpc::ClientContext> upstream = ContextFor(*context);
-  const std::shared_ptr<grpc::Channel> leader = membership_->ChannelTo(0);
+  const std::shared_ptr<grpc::Channel> leader =
+      membership_->ChannelTo(membership_->leader());
   auto reader = wire::StartRawReadTensor(leader.get(), upstream.get(), request);
   grpc::ByteBuffer chunk;
   while (reader->Read(&chunk)) {
@@ -95,7 +96,8 @@ std::vector<absl::Status> OnFollowers(
                                      grpc::ClientContext&)>& call) {
   std::vector<absl::Status> results(membership.size());
   std::vector<std::thread> threads;
-  for (int node = 1; node < membership.size(); ++node) {
+  for (int node = 0; node < membership.size(); ++node) {
+    if (node == membership.node_rank()) continue;  // The leader: any node.
     threads.emplace_back([&, node] {
       auto stub = v1::Peer::NewStub(membership.ChannelTo(node));
       grpc::ClientContext context;

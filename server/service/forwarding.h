@@ -40,10 +40,10 @@ class LeaderForwarder {
   std::unique_ptr<grpc::ClientContext> ContextFor(
       const grpc::ServerContext& incoming) const;
   std::unique_ptr<v1::Summon::Stub> Summon() const {
-    return v1::Summon::NewStub(membership_->ChannelTo(0));
+    return v1::Summon::NewStub(membership_->ChannelTo(membership_->leader()));
   }
   std::unique_ptr<v1::Trainer::Stub> Trainer() const {
-    return v1::Trainer::NewStub(membership_->ChannelTo(0));
+    return v1::Trainer::NewStub(membership_->ChannelTo(membership_->leader()));
   }
 
   template <typename Stub, typename Request, typename Response>
@@ -69,7 +69,7 @@ class LeaderForwarder {
       return ToGrpcStatus(ready);
     }
     if (membership_->is_leader()) return std::nullopt;
-    Stub stub(membership_->ChannelTo(0));
+    Stub stub(membership_->ChannelTo(membership_->leader()));
     return Unary(incoming, stub, method, request, response);
   }
 
@@ -86,7 +86,7 @@ class LeaderForwarder {
     if (membership_ == nullptr) return std::nullopt;
     if (membership_->CheckReady().ok()) {
       if (membership_->is_leader()) return std::nullopt;
-      Stub stub(membership_->ChannelTo(0));
+      Stub stub(membership_->ChannelTo(membership_->leader()));
       const grpc::Status status =
           Unary(incoming, stub, method, request, response);
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;

@@ -41,9 +41,9 @@ grpc::Status SummonServiceImpl::GetClusterStatus(
   }
   if (cluster_ == nullptr) {
     response->set_ready(true);
-    response->set_leader(Membership::kLeaderNode);
+    response->set_leader(0);  // a single node leads itself
     v1::ClusterNode* node = response->add_nodes();
-    node->set_node(Membership::kLeaderNode);
+    node->set_node(0);
     node->set_state(v1::NODE_STATE_UP);
     node->set_leader(true);
     node->set_local_ranks(local_ranks);
@@ -51,7 +51,7 @@ grpc::Status SummonServiceImpl::GetClusterStatus(
   }
   local_ranks = cluster_->local_ranks();
   response->set_answered_by(cluster_->node_rank());
-  response->set_leader(cluster_->leader_node());
+  response->set_leader(cluster_->leader());
   response->set_epoch(cluster_->epoch());
   const absl::Status ready = cluster_->CheckReady();
   response->set_ready(ready.ok());
@@ -61,7 +61,7 @@ grpc::Status SummonServiceImpl::GetClusterStatus(
     node->set_node(view.node);
     node->set_address(view.address);
     node->set_state(NodeStateToProto(view.health));
-    node->set_leader(view.node == cluster_->leader_node());
+    node->set_leader(view.node == cluster_->leader());
     node->set_first_rank(view.node * local_ranks);
     node->set_local_ranks(local_ranks);
   }

@@ -189,7 +189,8 @@ absl::Status SummonServiceImpl::FoldClusterHealth(
   }
   // Node order, and a tie keeps the lower node: the same detail whichever
   // node answers first.
-  for (int node = 1; node < cluster_->size(); ++node) {
+  for (int node = 0; node < cluster_->size(); ++node) {
+    if (node == cluster_->node_rank()) continue;
     FoldNodeHealth(node, answers[node], states);
   }
   return absl::OkStatus();

@@ -30,6 +30,7 @@
 #include "core/session_state.h"
 #include "core/tensor_stats.h"
 #include "server/comm/local_communicator.h"
+#include "server/coordinator/coordinator.h"
 #include "server/model/model_registry.h"
 #include "server/runtime/buffer_pool.h"
 #include "server/runtime/node_op_types.h"
@@ -64,6 +65,11 @@ class SessionManager {
     int max_sessions_per_principal = 64;
     // Moves the bytes. Null: this single node's own runtime.
     NodeOps* node_ops = nullptr;
+    // A cluster on etcd: each writeback's commit decision is recorded there
+    // (commits/<session>, fenced by the node ops' epoch) before COMMIT is
+    // sent, so whichever node leads next completes it. Null: in
+    // <data-dir>/commits, for this node's next life.
+    Coordinator* coordinator = nullptr;
     // The session copies' memory of that single node's runtime; null: a
     // pool of its own (BufferPool's defaults).
     std::shared_ptr<BufferPool> copy_pool = nullptr;
@@ -261,9 +267,13 @@ class SessionManager {
   // caller is held for a node that does not answer (NodeOps).
   absl::Status SendGenerations(const GenerationsOp& op, const std::string& why,
                                absl::Duration wait);
-  // The decision log of pending commits (a no-op without a data dir).
-  void RecordDecision(const CommitOp& commit);
+  // The decision log of pending commits: the coordinator's records, else
+  // the data dir's (a no-op without one). An error (etcd: the epoch was
+  // deposed, no quorum) means the decision was not made: nothing commits.
+  absl::Status RecordDecision(const CommitOp& commit);
   void ForgetDecision(const std::string& session_id);
+  // Every decision recorded and not yet forgotten, by session.
+  std::map<std::string, CommitOp> RecordedDecisions();
 
   ModelRegistry* const registry_;
   const Options options_;

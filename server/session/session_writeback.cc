@@ -14,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "server/coordinator/coordinator.h"
+#include "server/runtime/fault_points.h"
 #include "server/session/session_internal.h"
 #include "server/session/session_manager.h"
 #include "spdlog/spdlog.h"
@@ -24,6 +26,42 @@ namespace {
 // A decided commit's retries while the cluster forms.
 constexpr int kCommitAttempts = 10;
 constexpr absl::Duration kCommitRetry = absl::Milliseconds(200);
+
+// A commit decision's record: the same JSON in etcd and in the data dir.
+std::string DecisionText(const CommitOp& commit) {
+  nlohmann::json targets = nlohmann::json::object();
+  for (const auto& [unit, generation] : commit.target_generations) {
+    targets[std::to_string(unit)] = generation;
+  }
+  const nlohmann::json record = {{"model", commit.model},
+                                 {"gather_id", commit.gather_id},
+                                 {"session_id", commit.session_id},
+                                 {"targets", targets}};
+  return record.dump();
+}
+
+std::optional<CommitOp> ParseDecision(const std::string& text) {
+  const nlohmann::json record =
+      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (record.is_discarded() || !record.is_object() ||
+      !record.contains("model") || !record["model"].is_string() ||
+      !record.contains("gather_id") || !record["gather_id"].is_string() ||
+      !record.contains("session_id") || !record["session_id"].is_string() ||
+      !record.contains("targets") || !record["targets"].is_object()) {
+    return std::nullopt;
+  }
+  CommitOp commit;
+  commit.model = record["model"].get<std::string>();
+  commit.gather_id = record["gather_id"].get<std::string>();
+  commit.session_id = record["session_id"].get<std::string>();
+  for (const auto& [unit, generation] : record["targets"].items()) {
+    if (generation.is_number_unsigned()) {
+      commit.target_generations[std::atoi(unit.c_str())] =
+          generation.get<uint64_t>();
+    }
+  }
+  return commit;
+}
 
 }  // namespace
 
@@ -122,8 +160,20 @@ absl::StatusOr<CloseResult> SessionManager::Close(
                   prepare.target_generations};
   // Every node staged: the decision is COMMIT, recorded before any node
   // applies it, so that it completes even if a node (or the leader) fails
-  // now.
-  RecordDecision(commit);
+  // now. Not recorded (a deposed epoch, etcd without quorum): not decided.
+  if (absl::Status recorded = RecordDecision(commit); !recorded.ok()) {
+    ops_->Abort(id);
+    absl::MutexLock lock(&mu_);
+    session->state = core::SessionState::kOpen;
+    spdlog::warn("session writeback not decided id={} model={}: {}", id,
+                 session->model->name, recorded.ToString());
+    return absl::Status(
+        recorded.code(),
+        absl::StrCat("the writeback of session ", id,
+                     " was not decided, nothing was committed: ",
+                     recorded.message()));
+  }
+  FaultPoint("commit.decided");
   {
     absl::MutexLock lock(&mu_);
     commit.sequence = next_sequence_++;
@@ -176,24 +226,21 @@ absl::StatusOr<CloseResult> SessionManager::Close(
   return result;
 }
 
-void SessionManager::RecordDecision(const CommitOp& commit) {
-  const std::string& data_dir = registry_->options().data_dir;
-  if (data_dir.empty()) return;
-  nlohmann::json targets = nlohmann::json::object();
-  for (const auto& [unit, generation] : commit.target_generations) {
-    targets[std::to_string(unit)] = generation;
+absl::Status SessionManager::RecordDecision(const CommitOp& commit) {
+  const std::string text = DecisionText(commit);
+  if (options_.coordinator != nullptr) {
+    return RecordCommitDecision(*options_.coordinator, commit.session_id, text,
+                                ops_->Epoch());
   }
-  const nlohmann::json record = {{"model", commit.model},
-                                 {"gather_id", commit.gather_id},
-                                 {"session_id", commit.session_id},
-                                 {"targets", targets}};
+  const std::string& data_dir = registry_->options().data_dir;
+  if (data_dir.empty()) return absl::OkStatus();
   std::error_code error;
   const std::filesystem::path dir = std::filesystem::path(data_dir) / "commits";
   std::filesystem::create_directories(dir, error);
   const std::filesystem::path temp = dir / (commit.session_id + ".tmp");
   {
     std::ofstream out(temp, std::ios::trunc);
-    out << record.dump() << "\n";
+    out << text << "\n";
     out.flush();
   }
   std::filesystem::rename(temp, dir / (commit.session_id + ".json"), error);
@@ -201,15 +248,70 @@ void SessionManager::RecordDecision(const CommitOp& commit) {
     spdlog::error("commit decision of {} not recorded: {}", commit.session_id,
                   error.message());
   }
+  return absl::OkStatus();
 }
 
 void SessionManager::ForgetDecision(const std::string& session_id) {
+  if (options_.coordinator != nullptr) {
+    // Left behind (no quorum now), the record is completed again by a later
+    // leader: a COMMIT applied twice changes nothing (NodeRuntime::Commit).
+    if (absl::Status deleted = options_.coordinator->Delete(
+            coordinator_keys::Commit(session_id),
+            Coordinator::Fence{ops_->Epoch(), /*leader=*/true});
+        !deleted.ok()) {
+      spdlog::warn("commit decision of {} not cleared: {}", session_id,
+                   deleted.ToString());
+    }
+    return;
+  }
   const std::string& data_dir = registry_->options().data_dir;
   if (data_dir.empty()) return;
   std::error_code error;
   std::filesystem::remove(
       std::filesystem::path(data_dir) / "commits" / (session_id + ".json"),
       error);
+}
+
+std::map<std::string, CommitOp> SessionManager::RecordedDecisions() {
+  std::map<std::string, CommitOp> recorded;
+  if (options_.coordinator != nullptr) {
+    absl::StatusOr<std::map<std::string, std::string>> listed =
+        options_.coordinator->List(coordinator_keys::kCommitsPrefix);
+    if (!listed.ok()) {
+      spdlog::error("commit decisions not read: {}",
+                    listed.status().ToString());
+      return recorded;
+    }
+    for (const auto& [key, text] : *listed) {
+      std::optional<CommitOp> commit = ParseDecision(text);
+      if (!commit.has_value()) {
+        spdlog::error("commit decision {} is malformed; skipped", key);
+        continue;
+      }
+      recorded[commit->session_id] = *commit;
+    }
+    return recorded;
+  }
+  const std::string& data_dir = registry_->options().data_dir;
+  std::error_code error;
+  const std::filesystem::path dir = std::filesystem::path(data_dir) / "commits";
+  if (data_dir.empty() || !std::filesystem::exists(dir, error)) {
+    return recorded;
+  }
+  for (const auto& file : std::filesystem::directory_iterator(dir, error)) {
+    if (file.path().extension() != ".json") continue;
+    std::ifstream in(file.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    std::optional<CommitOp> commit = ParseDecision(text.str());
+    if (!commit.has_value()) {
+      spdlog::error("commit decision {} is malformed; skipped",
+                    file.path().string());
+      continue;
+    }
+    recorded[commit->session_id] = *commit;
+  }
+  return recorded;
 }
 
 absl::Status SessionManager::OnClusterFormed() {
@@ -226,40 +328,9 @@ absl::Status SessionManager::ResolvePendingCommits() {
     absl::MutexLock lock(&mu_);
     pending = pending_commits_;
   }
-  // Decisions of an earlier life of this daemon.
-  const std::string& data_dir = registry_->options().data_dir;
-  std::error_code error;
-  const std::filesystem::path dir = std::filesystem::path(data_dir) / "commits";
-  if (!data_dir.empty() && std::filesystem::exists(dir, error)) {
-    for (const auto& file : std::filesystem::directory_iterator(dir, error)) {
-      if (file.path().extension() != ".json") continue;
-      std::ifstream in(file.path());
-      std::stringstream text;
-      text << in.rdbuf();
-      const nlohmann::json record = nlohmann::json::parse(
-          text.str(), nullptr, /*allow_exceptions=*/false);
-      if (record.is_discarded() || !record.is_object() ||
-          !record.contains("model") || !record["model"].is_string() ||
-          !record.contains("gather_id") || !record["gather_id"].is_string() ||
-          !record.contains("session_id") || !record["session_id"].is_string() ||
-          !record.contains("targets") || !record["targets"].is_object()) {
-        spdlog::error("commit decision {} is malformed; skipped",
-                      file.path().string());
-        continue;
-      }
-      CommitOp commit;
-      commit.model = record["model"].get<std::string>();
-      commit.gather_id = record["gather_id"].get<std::string>();
-      commit.session_id = record["session_id"].get<std::string>();
-      for (const auto& [unit, generation] : record["targets"].items()) {
-        if (generation.is_number_unsigned()) {
-          commit.target_generations[std::atoi(unit.c_str())] =
-              generation.get<uint64_t>();
-        }
-      }
-      pending[commit.session_id] = commit;
-    }
-  }
+  // Decisions of an earlier life of this daemon, or (on etcd) of whichever
+  // node led before.
+  for (auto& [id, commit] : RecordedDecisions()) pending[id] = commit;
   absl::Status unresolved = absl::OkStatus();
   for (auto& [id, commit] : pending) {
     commit.sequence = 0;  // Nothing else runs while the cluster forms.

@@ -126,12 +126,24 @@ absl::Status LocalCluster::SpawnNode(int node) {
   if (!options_.checkpoint_root.empty()) {
     args.push_back("--checkpoint-root=" + options_.checkpoint_root);
   }
+  if (!options_.coordinator.empty()) {
+    args.push_back("--coordinator=" + options_.coordinator);
+    args.push_back("--coordinator-lease-ttl=" +
+                   absl::FormatDuration(options_.coordinator_lease_ttl));
+  }
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  std::vector<char*> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    env.push_back(*entry);
+  }
+  std::string fault = "SUMMON_FAULT_POINT=" + options_.fault_point;
+  if (!options_.fault_point.empty()) env.push_back(fault.data());
+  env.push_back(nullptr);
   pid_t pid = -1;
   if (const int error =
-          posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+          posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), env.data());
       error != 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot start ", argv[0], ": ", strerror(error)));
@@ -148,6 +160,15 @@ absl::Status LocalCluster::Kill(int node) {
   kill(pids_[node], SIGKILL);
   waitpid(pids_[node], nullptr, 0);
   pids_[node] = -1;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Signal(int node, int signal) {
+  if (pids_[node] < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node, " is not running"));
+  }
+  kill(pids_[node], signal);
   return absl::OkStatus();
 }
 

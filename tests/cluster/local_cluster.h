@@ -37,6 +37,13 @@ class LocalCluster {
     // Set: every node's --checkpoint-root (one directory all of them see,
     // as a cluster's shared filesystem).
     std::string checkpoint_root;
+    // Set: every node's --coordinator (etcd://HOST:PORT/CLUSTER: etcd
+    // elects the leader) with this --coordinator-lease-ttl. Empty: the
+    // static mode, node 0 leads.
+    std::string coordinator;
+    absl::Duration coordinator_lease_ttl = absl::Seconds(2);
+    // Set: every daemon's SUMMON_FAULT_POINT (server/runtime/fault_points.h).
+    std::string fault_point;
   };
 
   // Picks free ports, starts the processes and, when every node is started,
@@ -63,6 +70,8 @@ class LocalCluster {
   const std::string& data_dir(int node) const { return data_dirs_[node]; }
   // SIGKILL (a machine failure) and reap; its segments and data dir stay.
   absl::Status Kill(int node);
+  // Sends `signal` to node `node`'s daemon (SIGSTOP, SIGCONT: a pause).
+  absl::Status Signal(int node, int signal);
   // Starts a killed node again with the same data directory and a fresh
   // client, and waits until every node serves.
   absl::Status StartNode(int node);

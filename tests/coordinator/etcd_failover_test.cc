@@ -1,0 +1,261 @@
+// summond clusters on etcd (issue 31, phase 1): three real summond
+// processes with --coordinator etcd://..., a real etcd from Debian's
+// /usr/bin/etcd, Gloo between the nodes through the rendezvous records in
+// etcd. The node etcd elects leads (not node 0 by rank), every node agrees
+// on it and on the epoch; after the leader's summond is killed (SIGKILL) and
+// started again, another node leads under a higher epoch, serves an open and
+// a read with the bytes a writeback left before the kill, the old leader's
+// new process follows, and a survivor refuses the deposed epoch. A leader
+// paused past its lease (SIGSTOP) is replaced the same way and, woken, joins
+// as a follower without changing a byte; a read-only open sent meanwhile is
+// sent again by the client until the new leader answers it.
+
+#include <signal.h>
+
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "summon/v1/peer.grpc.pb.h"
+#include "tests/cluster/cluster_calls.h"
+#include "tests/cluster/cluster_values.h"
+#include "tests/cluster/local_cluster.h"
+#include "tests/coordinator/etcd_cluster.h"
+#include "tests/coordinator/failover_trial.h"
+
+namespace summon::tests {
+namespace {
+
+namespace v1 = ::summon::v1;
+
+constexpr char kParam[] = "layers.0.attn.w";
+constexpr uint64_t kEditSeed = 23;
+
+class EtcdFailoverTest : public testing::Test {
+ protected:
+  // Every daemon's SUMMON_FAULT_POINT; none here.
+  virtual std::string FaultPointOfEveryNode() const { return ""; }
+
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<EtcdCluster>> etcd =
+        EtcdCluster::Start(EtcdCluster::Options{});
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = *std::move(etcd);
+    LocalCluster::Options options;
+    options.nodes = 3;
+    options.local_ranks = 1;
+    options.collective_timeout = absl::Seconds(10);
+    options.coordinator =
+        absl::StrCat("etcd://", etcd_->client_address(0), "/failover");
+    options.coordinator_lease_ttl = absl::Seconds(2);
+    options.fault_point = FaultPointOfEveryNode();
+    absl::StatusOr<std::unique_ptr<LocalCluster>> started =
+        LocalCluster::Start(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    cluster_ = *std::move(started);
+  }
+  void TearDown() override {
+    if (cluster_ != nullptr) {
+      const absl::Status stopped = cluster_->Stop();
+      EXPECT_TRUE(stopped.ok()) << stopped;
+    }
+    cluster_.reset();
+    etcd_.reset();
+  }
+
+  // A model written back through a follower: `kParam` holds the edit.
+  std::string WriteEdit(int via) {
+    const v1::Model model = CreateSeeded(cluster_->client(via), "m",
+                                         kUnevenLayout,
+                                         v1::SHARDING_STRATEGY_FULL_SHARD);
+    const std::string edited = SeededModel(model, kEditSeed).at(kParam);
+    const v1::Session session =
+        OpenOk(cluster_->client(via), "m", ParamScope({kParam}));
+    WriteOk(cluster_->client(via), session.id(), kParam, edited);
+    CloseOk(cluster_->client(via), session.id());
+    return edited;
+  }
+
+  // A survivor's refusal of a Peer operation from the deposed epoch.
+  void ExpectDeposedEpochRefused(int node, uint64_t deposed, uint64_t now) {
+    auto peer = v1::Peer::NewStub(grpc::CreateChannel(
+        cluster_->address(node), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    v1::NodeAbortRequest request;
+    request.set_epoch(deposed);
+    v1::NodeAbortResponse response;
+    const grpc::Status status = peer->NodeAbort(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(status.error_message(),
+              absl::StrCat("node ", node,
+                           " is fenced: the operation is from cluster epoch ",
+                           absl::Hex(deposed), ", the node is in epoch ",
+                           absl::Hex(now)));
+  }
+
+  std::unique_ptr<EtcdCluster> etcd_;
+  std::unique_ptr<LocalCluster> cluster_;
+};
+
+TEST_F(EtcdFailoverTest, AKilledLeaderIsReplacedAndItsWritebackServes) {
+  absl::StatusOr<v1::ClusterStatus> first = AgreedLeadership(*cluster_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The epoch is etcd's revision of the leader's epoch record.
+  EXPECT_GT(first->epoch(), 0u);
+  const int via = (first->leader() + 1) % cluster_->nodes();
+  const std::string edited = WriteEdit(via);
+
+  absl::StatusOr<FailoverResult> failover = KillLeaderUntilServed(
+      *cluster_, "m", kParam, edited, absl::Seconds(40));
+  ASSERT_TRUE(failover.ok()) << failover.status();
+  const int old_leader = failover->before.leader();
+  const int new_leader = failover->after.leader();
+  std::cout << "failover: node " << old_leader << " (epoch "
+            << failover->before.epoch() << ") -> node " << new_leader
+            << " (epoch " << failover->after.epoch() << ") serving again after "
+            << absl::FormatDuration(failover->serving_again) << "\n";
+  // Its returning process follows: its election key is younger than the
+  // survivors'.
+  EXPECT_NE(new_leader, old_leader);
+  EXPECT_GT(failover->after.epoch(), failover->before.epoch());
+  for (int node = 0; node < cluster_->nodes(); ++node) {
+    if (node == new_leader) continue;
+    ExpectDeposedEpochRefused(node, failover->before.epoch(),
+                              failover->after.epoch());
+  }
+  // Every node's shards hold the edit: read through the returned node too.
+  const v1::Session session =
+      OpenOk(cluster_->client(old_leader), "m", ParamScope({kParam}));
+  EXPECT_EQ(ReadOk(cluster_->client(old_leader), session.id(), kParam),
+            edited);
+  CloseOk(cluster_->client(old_leader), session.id());
+}
+
+TEST_F(EtcdFailoverTest, APausedLeaderIsReplacedAndFollowsWhenItWakes) {
+  absl::StatusOr<v1::ClusterStatus> first = AgreedLeadership(*cluster_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int paused = first->leader();
+  const int via = (paused + 1) % cluster_->nodes();
+  const std::string edited = WriteEdit(via);
+  const v1::ModelChecksumResponse before =
+      ChecksumOk(cluster_->client(via), "m");
+
+  ASSERT_TRUE(cluster_->Signal(paused, SIGSTOP).ok());
+  // Past the 2 s lease and etcd's expiry scan: another node is elected
+  // while the old leader sleeps.
+  absl::SleepFor(absl::Seconds(5));
+  // A survivor answers "electing a leader" until the paused node is back:
+  // the client sends a read-only open again until the new leader answers.
+  v1::SessionOptions read_only = ParamScope({kParam});
+  read_only.set_writeback(false);
+  absl::StatusOr<v1::Session> opened;
+  std::thread opener([&] {
+    opened = cluster_->client(via).OpenSession("m", read_only);
+  });
+  absl::SleepFor(absl::Milliseconds(500));
+  ASSERT_TRUE(cluster_->Signal(paused, SIGCONT).ok());
+  opener.join();
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(ReadOk(cluster_->client(via), opened->id(), kParam), edited);
+  CloseOk(cluster_->client(via), opened->id());
+  absl::StatusOr<v1::ClusterStatus> after;
+  const absl::Time give_up = absl::Now() + absl::Seconds(40);
+  do {
+    absl::SleepFor(absl::Milliseconds(100));
+    after = AgreedLeadership(*cluster_);
+    ASSERT_FALSE(absl::IsInternal(after.status())) << after.status();
+  } while (!after.ok() && absl::Now() < give_up);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_NE(after->leader(), paused);
+  EXPECT_GT(after->epoch(), first->epoch());
+  ExpectDeposedEpochRefused(paused, first->epoch(), after->epoch());
+  // Not a byte changed, and the woken node serves the edit as a follower.
+  const v1::ModelChecksumResponse now =
+      ChecksumOk(cluster_->client(paused), "m");
+  EXPECT_EQ(ParamChecksums(now), ParamChecksums(before));
+  const v1::Session session =
+      OpenOk(cluster_->client(paused), "m", ParamScope({kParam}));
+  EXPECT_EQ(ReadOk(cluster_->client(paused), session.id(), kParam), edited);
+  CloseOk(cluster_->client(paused), session.id());
+}
+
+// The leader dies (SIGKILL at fault point commit.decided) after recording a
+// writeback's COMMIT decision in etcd and before sending COMMIT to any node:
+// the next leader finds the decision in etcd and completes the writeback on
+// every rank.
+// A follower killed and started again: the same leader forms the cluster
+// again under a new epoch it writes to etcd (no two formations share one),
+// which the followers check against etcd before they join it.
+TEST_F(EtcdFailoverTest, AReturningFollowerJoinsANewEpochOfTheSameLeader) {
+  absl::StatusOr<v1::ClusterStatus> first = AgreedLeadership(*cluster_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int follower = (first->leader() + 1) % cluster_->nodes();
+  const std::string edited = WriteEdit(follower);
+  ASSERT_TRUE(cluster_->Kill(follower).ok());
+  ASSERT_TRUE(cluster_->StartNode(follower).ok());
+  absl::StatusOr<v1::ClusterStatus> after = AgreedLeadership(*cluster_);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->leader(), first->leader());
+  EXPECT_GT(after->epoch(), first->epoch());
+  ExpectDeposedEpochRefused(follower, first->epoch(), after->epoch());
+  const v1::Session session =
+      OpenOk(cluster_->client(follower), "m", ParamScope({kParam}));
+  EXPECT_EQ(ReadOk(cluster_->client(follower), session.id(), kParam), edited);
+  CloseOk(cluster_->client(follower), session.id());
+}
+
+// Only the leader decides writebacks, so only the leader reaches the point.
+class EtcdDecidedFailoverTest : public EtcdFailoverTest {
+ protected:
+  std::string FaultPointOfEveryNode() const override {
+    return "commit.decided";
+  }
+};
+
+TEST_F(EtcdDecidedFailoverTest, AWritebackDecidedBeforeTheLeaderDiedCompletes) {
+  absl::StatusOr<v1::ClusterStatus> first = AgreedLeadership(*cluster_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int leader = first->leader();
+  const int via = (leader + 1) % cluster_->nodes();
+  const v1::Model model = CreateSeeded(cluster_->client(via), "m",
+                                       kUnevenLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  TensorBytes expected = SeededModel(model);
+  expected[kParam] = SeededModel(model, kEditSeed).at(kParam);
+  const v1::Session session =
+      OpenOk(cluster_->client(via), "m", ParamScope({kParam}));
+  WriteOk(cluster_->client(via), session.id(), kParam, expected.at(kParam));
+  // The leader kills itself once the decision is in etcd: the close fails.
+  EXPECT_FALSE(cluster_->client(via).CloseSession(session.id()).ok());
+  ASSERT_TRUE(cluster_->Kill(leader).ok());  // Reaps it.
+  ASSERT_TRUE(cluster_->StartNode(leader).ok());
+  absl::StatusOr<v1::ClusterStatus> after;
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  do {
+    after = AgreedLeadership(*cluster_);
+    ASSERT_FALSE(absl::IsInternal(after.status())) << after.status();
+    if (!after.ok()) absl::SleepFor(absl::Milliseconds(100));
+  } while (!after.ok() && absl::Now() < give_up);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_NE(after->leader(), leader);
+  // Every rank holds the edit (checksums computed from the layout), and a
+  // read through the returned node answers it.
+  EXPECT_EQ(ParamChecksums(ChecksumOk(cluster_->client(leader), "m")),
+            ExpectedChecksums(model, expected));
+  const v1::Session read =
+      OpenOk(cluster_->client(leader), "m", ParamScope({kParam}));
+  EXPECT_EQ(ReadOk(cluster_->client(leader), read.id(), kParam),
+            expected.at(kParam));
+  CloseOk(cluster_->client(leader), read.id());
+}
+
+}  // namespace
+}  // namespace summon::tests

@@ -1,0 +1,42 @@
+#ifndef SUMMON_TESTS_COORDINATOR_FAILOVER_TRIAL_H_
+#define SUMMON_TESTS_COORDINATOR_FAILOVER_TRIAL_H_
+
+// One failover of a summond cluster on etcd, as the failover test checks it
+// and bench/etcd_failover_bench times it: the leader's summond is killed
+// (SIGKILL) and started again at once, as a supervisor (Kubernetes, systemd)
+// would; the time runs until a surviving node answers an open and a read of
+// the model with the expected bytes.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "summon/v1/summon.pb.h"
+#include "tests/cluster/local_cluster.h"
+
+namespace summon::tests {
+
+// Who leads as every node of `cluster` reports it (GetClusterStatus):
+// INTERNAL when two READY nodes name different leaders or epochs (two
+// leaders acting), UNAVAILABLE while any node is not READY.
+absl::StatusOr<v1::ClusterStatus> AgreedLeadership(const LocalCluster& cluster);
+
+struct FailoverResult {
+  v1::ClusterStatus before;  // The leadership the kill ended.
+  v1::ClusterStatus after;   // The one that served the read.
+  // From the kill to the first open + read with the expected bytes through
+  // a node that survived.
+  absl::Duration serving_again;
+};
+
+// Kills the leader, starts it again, then opens a read-only session of
+// `model` through a survivor and reads `fqn` until it answers `expected`
+// (each try with `call_timeout`), within `timeout`.
+absl::StatusOr<FailoverResult> KillLeaderUntilServed(
+    LocalCluster& cluster, const std::string& model, const std::string& fqn,
+    const std::string& expected, absl::Duration timeout);
+
+}  // namespace summon::tests
+
+#endif  // SUMMON_TESTS_COORDINATOR_FAILOVER_TRIAL_H_
