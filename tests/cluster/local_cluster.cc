@@ -126,6 +126,9 @@ absl::Status LocalCluster::SpawnNode(int node) {
   if (!options_.checkpoint_root.empty()) {
     args.push_back("--checkpoint-root=" + options_.checkpoint_root);
   }
+  // A single node is no cluster: it serves on --listen, not its --nodes
+  // entry.
+  if (options_.nodes == 1) args.push_back("--listen=" + addresses_[node]);
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
