@@ -111,8 +111,9 @@ def test_bad_entries_are_refused_naming_them(sync: summon.Client, entry: SliceRe
 
 
 def test_wait_version_blocks_until_a_publish(sync: summon.Client) -> None:
+    sync.publish("m", 1)  # Older than asked: still waits.
     with pytest.raises(summon.SummonError) as late:
-        sync.wait_version("m", 1, timeout=0.3)
+        sync.wait_version("m", 2, timeout=0.3)
     assert late.value.code == "DEADLINE_EXCEEDED"
     timer = threading.Timer(0.5, lambda: sync.publish("m", 4))
     started = time.monotonic()
@@ -123,3 +124,17 @@ def test_wait_version_blocks_until_a_publish(sync: summon.Client) -> None:
         timer.join()
     assert time.monotonic() - started >= 0.4
     assert sync.wait_version("m", 2, timeout=1) == 4  # At once.
+
+
+def test_an_answer_over_max_read_bytes_is_refused_naming_the_entry(start_daemon) -> None:
+    daemon = start_daemon(local_ranks=2, extra_args=["--max-read-bytes", "1000"])
+    with summon.Client(daemon.address, timeout=30) as client:
+        client.create_model("m", LAYOUT, init=f"seeded:{SEED}")
+        client.publish("m", 1)
+        # 8 x 16 floats = 512 bytes, then 512 more from offset 512: 1024 > 1000.
+        rows = SliceRequest("l0.qkv", box((0, 8), (0, 16)))
+        assert len(client.read_slices("m", 1, [rows])) == 1
+        with pytest.raises(summon.SummonError) as error:
+            client.read_slices("m", 1, [rows, rows])
+        assert error.value.code == "RESOURCE_EXHAUSTED"
+        assert "entry 1 ('l0.qkv'): the answer would pass 1000 bytes" in error.value.message
