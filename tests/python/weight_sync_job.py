@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -24,6 +25,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     for flag in ("--rank", "--world", "--steps"):
         parser.add_argument(flag, type=int, required=True)
+    # bench/weight_sync_steps.py: no publishing, and a wider model.
+    parser.add_argument("--publish-every", type=int, default=1)
+    parser.add_argument("--width", type=int, default=48)
     for flag in ("--run-dir", "--server", "--name", "--out"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args()
@@ -32,27 +36,33 @@ def main() -> None:
                             rank=args.rank, world_size=args.world)
     mesh = init_device_mesh("cpu", (args.world,))
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(48, 96), nn.GELU(), nn.Linear(96, 40), nn.LayerNorm(40))
+    w = args.width
+    model = nn.Sequential(nn.Linear(w, 2 * w), nn.GELU(), nn.Linear(2 * w, w - 8),
+                          nn.LayerNorm(w - 8))
     for layer in (model[0], model[2]):
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     client = summon.Client(args.server, timeout=60)
     served = summon.torch.serve(model, args.name, client=client, optimizer=optimizer,
-                                publish_every=1)
+                                publish_every=args.publish_every)
     data = torch.Generator().manual_seed(args.rank)
     sums: dict[int, dict[str, str]] = {}
+    step_seconds = []
     for step in range(1, args.steps + 1):
-        x = torch.randn(16, 48, generator=data)
+        started = time.perf_counter()
+        x = torch.randn(16, w, generator=data)
         model(x).square().mean().backward()
         optimizer.step()   # publishes version `step` in its post-hook
         optimizer.zero_grad()
+        step_seconds.append(time.perf_counter() - started)
         full = {fqn: p.full_tensor().detach().contiguous().numpy().tobytes()
                 for fqn, p in model.named_parameters()}
         sums[step] = {fqn: hashlib.sha256(b).hexdigest() for fqn, b in full.items()}
     served.close()
     if args.rank == 0:
-        Path(args.out).write_text(json.dumps({"sums": sums, "published": served.published}))
+        Path(args.out).write_text(json.dumps({"sums": sums, "published": served.published,
+                                               "step_seconds": step_seconds}))
     dist.destroy_process_group()
 
 
