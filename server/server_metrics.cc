@@ -71,11 +71,14 @@ void SummonServer::RegisterMetrics() {
         return Samples{{{}, static_cast<double>(spec_.memory_budget_bytes)}};
       });
   add("summon_weight_sync_version_bytes",
-      "Bytes of published versions' copies this node holds (kept, or "
-      "released and still read).",
-      {}, [this] {
+      "Bytes of published versions' copies this node holds: versions kept "
+      "or released and still read, and spare buffers of released ones "
+      "waiting for the next publish.",
+      {"kind"}, [this] {
+        const VersionCounters& counters = versions_->counters();
         return Samples{
-            {{}, static_cast<double>(versions_->counters().bytes.load())}};
+            {{"versions"}, static_cast<double>(counters.bytes.load())},
+            {{"spare"}, static_cast<double>(counters.spare_bytes.load())}};
       });
   // Per version and node a unit is copied once however many read it, so
   // unit_copies / (versions x units) is 1: the weight-sync "gather" is

@@ -1,12 +1,41 @@
 #include "server/weight_sync/version_store.h"
 
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace summon::server {
+
+absl::StatusOr<memory::FreshMemory> VersionCounters::Buffer(int64_t bytes) {
+  {
+    absl::MutexLock lock(&spares_mu);
+    for (auto it = spares.begin(); it != spares.end(); ++it) {
+      if (it->size() == bytes) {
+        memory::FreshMemory buffer = std::move(*it);
+        spares.erase(it);
+        spare_bytes -= bytes;
+        return buffer;
+      }
+    }
+  }
+  return memory::FreshMemory::Map(bytes);
+}
+
+void VersionCounters::Recycle(memory::FreshMemory buffer) {
+  absl::MutexLock lock(&spares_mu);
+  spare_bytes += buffer.size();
+  spares.push_back(std::move(buffer));
+}
+
+void VersionCounters::DropSpares() {
+  std::vector<memory::FreshMemory> dropped;
+  absl::MutexLock lock(&spares_mu);
+  dropped.swap(spares);
+  spare_bytes = 0;
+}
 
 VersionSnapshot::VersionSnapshot(std::string model, int64_t version,
                                  core::ModelSpec spec,
@@ -16,7 +45,10 @@ VersionSnapshot::VersionSnapshot(std::string model, int64_t version,
       spec_(std::move(spec)),
       counters_(std::move(counters)) {}
 
-VersionSnapshot::~VersionSnapshot() { counters_->bytes -= bytes_; }
+VersionSnapshot::~VersionSnapshot() {
+  counters_->bytes -= bytes_;
+  for (auto& [rank, buffer] : ranks_) counters_->Recycle(std::move(buffer));
+}
 
 absl::Status VersionSnapshot::ReadPieces(
     const std::vector<VersionPiece>& pieces, core::DType dtype, bool scatter,
@@ -93,8 +125,7 @@ absl::StatusOr<int64_t> VersionStore::Take(const std::string& model,
   {
     absl::ReaderMutexLock shards(&entry.shards_mu);
     for (int rank : entry.local_ranks) {
-      absl::StatusOr<memory::FreshMemory> copy =
-          memory::FreshMemory::Map(rank_bytes);
+      absl::StatusOr<memory::FreshMemory> copy = counters_->Buffer(rank_bytes);
       if (!copy.ok()) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "no memory for version ", version, " of model '", model,
@@ -115,10 +146,15 @@ absl::StatusOr<int64_t> VersionStore::Take(const std::string& model,
       counters_->bytes += rank_bytes;
     }
   }
+  counters_->DropSpares();
   counters_->unit_copies += static_cast<int64_t>(entry.spec.units.size());
   ++counters_->versions;
   const int64_t bytes = snapshot->bytes_;
   absl::MutexLock lock(&mu_);
+  // Versions of deleted models go with the next publish of any model.
+  for (auto it = models_.begin(); it != models_.end();) {
+    it = it->second.entry.expired() ? models_.erase(it) : std::next(it);
+  }
   ModelVersions& versions = models_[model];
   if (versions.entry.lock() != *found) versions = ModelVersions{};
   versions.entry = *found;
@@ -148,6 +184,11 @@ absl::StatusOr<std::shared_ptr<const VersionSnapshot>> VersionStore::Acquire(
         "' was never published (no version of it is)"));
   }
   const ModelVersions& versions = it->second;
+  if (versions.entry.expired()) {
+    return absl::NotFoundError(absl::StrCat(
+        "model '", model, "' was deleted with its versions (asked for ", version,
+        ")"));
+  }
   if (auto kept = versions.kept.find(version); kept != versions.kept.end()) {
     return kept->second;
   }

@@ -36,6 +36,18 @@ struct VersionCounters {
   std::atomic<int64_t> peer_bytes_sent{0};      // To readers on other nodes.
   std::atomic<int64_t> peer_bytes_received{0};  // By readers here.
   std::atomic<int64_t> reads{0};                // ReadSlices answered here.
+
+  // Buffers of released versions, kept until the next publish takes them:
+  // a copy into memory already faulted in runs at memcpy speed, and in
+  // steady training every version has the same size. Those it does not
+  // take are freed then (DropSpares), so at most one version's worth waits.
+  std::atomic<int64_t> spare_bytes{0};
+  absl::Mutex spares_mu;
+  std::vector<memory::FreshMemory> spares ABSL_GUARDED_BY(spares_mu);
+  // A spare of exactly `bytes`, else fresh memory.
+  absl::StatusOr<memory::FreshMemory> Buffer(int64_t bytes);
+  void Recycle(memory::FreshMemory buffer);
+  void DropSpares();
 };
 
 // One version on this node: its ranks' shards, copied.

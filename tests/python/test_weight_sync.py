@@ -138,3 +138,16 @@ def test_an_answer_over_max_read_bytes_is_refused_naming_the_entry(start_daemon)
             client.read_slices("m", 1, [rows, rows])
         assert error.value.code == "RESOURCE_EXHAUSTED"
         assert "entry 1 ('l0.qkv'): the answer would pass 1000 bytes" in error.value.message
+
+
+def test_a_deleted_models_versions_go_with_it(sync: summon.Client) -> None:
+    sync.publish("m", 1)
+    sync.delete_model("m")
+    with pytest.raises(summon.SummonError) as gone:
+        sync.read_slices("m", 1, [SliceRequest("l0.norm", box((0, 16)))])
+    assert gone.value.code == "NOT_FOUND"
+    # A model of the same name starts its versions afresh.
+    sync.create_model("m", LAYOUT, init=f"seeded:{SEED}")
+    assert sync.publish("m", 1) == 1
+    np.testing.assert_array_equal(
+        sync.read_slices("m", 1, [SliceRequest("l0.norm", box((0, 16)))])[0], seeded("l0.norm"))
