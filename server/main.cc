@@ -76,6 +76,12 @@ ABSL_FLAG(int32_t, watch_history, 1000,
           "memory and in <data-dir>/watches.");
 ABSL_FLAG(int32_t, max_open_streams, 256,
           "Most tensor read/write streams in flight; 0: no limit.");
+ABSL_FLAG(int32_t, max_versions, 2,
+          "Weight sync: published versions kept per model; publishing one "
+          "more releases the oldest (its memory freed when its last reader "
+          "ends). Each costs a copy of the model's shards on every node.");
+ABSL_FLAG(int64_t, max_read_bytes, int64_t{64} << 30,
+          "Weight sync: most bytes one ReadSlices call answers.");
 ABSL_FLAG(bool, map_sessions, true,
           "Serve MapSession: clients on this host may map read-only "
           "sessions' copies (read-only, through an abstract Unix socket).");
@@ -232,6 +238,8 @@ SummonServer::Spec SpecFromFlags() {
       absl::GetFlag(FLAGS_max_sessions_per_principal);
   spec.watch_history = absl::GetFlag(FLAGS_watch_history);
   spec.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
+  spec.max_versions = absl::GetFlag(FLAGS_max_versions);
+  spec.max_read_bytes = absl::GetFlag(FLAGS_max_read_bytes);
   spec.map_sessions = absl::GetFlag(FLAGS_map_sessions);
   spec.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget);
   spec.copy_pool_bytes = absl::GetFlag(FLAGS_copy_pool_bytes);

@@ -114,6 +114,7 @@ SummonServer::SummonServer(Spec spec,
   if (spec_.nodes.size() > 1) BuildCluster();
   BuildWatches();
   BuildSessions();
+  BuildWeightSync();
   BuildServices(checkpoint_roots);
 }
 

@@ -44,6 +44,9 @@ class WatchReplicas;
 class WatchReplication;
 class WatchStore;
 class Watcher;
+class VersionNodes;
+class VersionStore;
+class WeightSync;
 class LocalFdBroker;
 
 // summond's gRPC server: the Summon and Trainer services, grpc.health.v1 and
@@ -112,6 +115,10 @@ class SummonServer {
     // Most tensor streams (reads and writes) in flight at once; more are
     // refused with RESOURCE_EXHAUSTED. 0: no limit.
     int max_open_streams = 256;
+    // Weight sync: published versions kept per model (the oldest released
+    // beyond it), and the most bytes one ReadSlices answers.
+    int max_versions = 2;
+    int64_t max_read_bytes = int64_t{64} << 30;
     // How often expired leases are looked for.
     absl::Duration reaper_interval = absl::Milliseconds(200);
     absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -189,6 +196,8 @@ class SummonServer {
   void BuildWatches();
   // The session manager and the trainers' leases.
   void BuildSessions();
+  // Published versions and their reads (server/weight_sync/).
+  void BuildWeightSync();
   // The fd broker and the Summon and Trainer services.
   void BuildServices(const std::vector<std::string>& checkpoint_roots);
 
@@ -237,6 +246,9 @@ class SummonServer {
   std::unique_ptr<Watcher> watcher_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TrainerLeases> trainers_;
+  std::unique_ptr<VersionStore> versions_;
+  std::unique_ptr<VersionNodes> version_nodes_;
+  std::unique_ptr<WeightSync> weight_sync_;
   // Outlives the service that grants and dies before the sessions its
   // grants ask about.
   std::unique_ptr<LocalFdBroker> fd_broker_;

@@ -20,6 +20,7 @@
 #include "server/store/staging_pool.h"
 #include "server/trainer/trainer_leases.h"
 #include "server/web/web_view.h"
+#include "server/weight_sync/version_store.h"
 
 namespace summon::server {
 
@@ -76,6 +77,34 @@ void SummonServer::RegisterMetrics() {
       "The memory budget of each node (--memory-budget); 0: no limit.", {},
       [this] {
         return Samples{{{}, static_cast<double>(spec_.memory_budget_bytes)}};
+      });
+  add("summon_weight_sync_version_bytes",
+      "Bytes of published versions' copies this node holds: versions kept "
+      "or released and still read, and spare buffers of released ones "
+      "waiting for the next publish.",
+      {"kind"}, [this] {
+        const VersionCounters& counters = versions_->counters();
+        return Samples{
+            {{"versions"}, static_cast<double>(counters.bytes.load())},
+            {{"spare"}, static_cast<double>(counters.spare_bytes.load())}};
+      });
+  // Per version and node a unit is copied once however many read it, so
+  // unit_copies / (versions x units) is 1: the weight-sync "gather" is
+  // shared by every reader.
+  add_counter("summon_weight_sync_events_total",
+      "Weight sync on this node since start: versions published, unit "
+      "copies taken (one per unit per version), ReadSlices answered, and "
+      "bytes received from / sent to other nodes for slices.",
+      {"event"}, [this] {
+        const VersionCounters& counters = versions_->counters();
+        return Samples{
+            {{"versions"}, static_cast<double>(counters.versions.load())},
+            {{"unit_copies"}, static_cast<double>(counters.unit_copies.load())},
+            {{"reads"}, static_cast<double>(counters.reads.load())},
+            {{"peer_bytes_received"},
+             static_cast<double>(counters.peer_bytes_received.load())},
+            {{"peer_bytes_sent"},
+             static_cast<double>(counters.peer_bytes_sent.load())}};
       });
   add("summon_copy_pool_retained_bytes",
       "Bytes of closed sessions' copies kept mapped for the next open "

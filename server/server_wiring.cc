@@ -22,6 +22,7 @@
 #include "server/runtime/node_runtime.h"
 #include "server/server.h"
 #include "server/service/cluster_node_ops.h"
+#include "server/service/cluster_version_nodes.h"
 #include "server/service/cluster_watch_nodes.h"
 #include "server/service/cluster_watch_replicas.h"
 #include "server/service/local_fd_broker.h"
@@ -35,6 +36,9 @@
 #include "server/watch/watch_replication.h"
 #include "server/watch/watch_store.h"
 #include "server/watch/watcher.h"
+#include "server/weight_sync/version_nodes.h"
+#include "server/weight_sync/version_store.h"
+#include "server/weight_sync/weight_sync.h"
 
 namespace summon::server {
 
@@ -173,6 +177,23 @@ void SummonServer::BuildSessions() {
   trainers_ = std::make_unique<TrainerLeases>(registry_.get(), trainer_options);
 }
 
+void SummonServer::BuildWeightSync() {
+  // Every node keeps its own ranks' copies of each version and answers
+  // reads; the leader's Publish has every node take its copy.
+  versions_ = std::make_unique<VersionStore>(registry_.get(),
+                                             spec_.max_versions);
+  if (membership_ != nullptr) {
+    version_nodes_ = std::make_unique<ClusterVersionNodes>(
+        membership_.get(), versions_.get(), spec_.collective_timeout);
+    peer_service_->SetVersions(versions_.get());
+  } else {
+    version_nodes_ = std::make_unique<LocalVersionNodes>(versions_.get());
+  }
+  weight_sync_ = std::make_unique<WeightSync>(
+      registry_.get(), sessions_.get(), versions_.get(), version_nodes_.get(),
+      WeightSync::Options{spec_.node_rank, spec_.max_read_bytes});
+}
+
 void SummonServer::BuildServices(
     const std::vector<std::string>& checkpoint_roots) {
   const auth::Authorizer* authorizer = &security_->authorizer();
@@ -187,6 +208,7 @@ void SummonServer::BuildServices(
       registry_.get(), sessions_.get(), trainers_.get(), checkpoint_roots,
       authorizer, membership_.get(), spec_.max_open_streams, fd_broker_.get());
   summon_service_->SetWatches(watch_store_.get(), watch_replication_.get());
+  summon_service_->SetWeightSync(weight_sync_.get());
   if (peer_service_ != nullptr) {
     peer_service_->SetCheckpointRoots(checkpoint_roots);
   }

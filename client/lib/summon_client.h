@@ -97,6 +97,14 @@ struct ReadTensorParams {
 };
 
 // A tensor (or an element range of it) assembled from ReadTensor's stream.
+// A ReadSlices answer: where each entry lies in `packed` (16-byte aligned
+// offsets), the packed bytes, and what the read moved between nodes.
+struct SlicesData {
+  std::vector<v1::SliceLayout> entries;
+  std::string packed;
+  v1::ReadSlicesStats stats;
+};
+
 struct TensorData {
   // Dtype of `data`; the shape is the full tensor's.
   v1::TensorInfo info;
@@ -256,6 +264,17 @@ class SummonClient {
   absl::StatusOr<v1::MapSessionResponse> GrantMapSession(
       const std::string& session_id, bool grad = false,
       bool host_copy_only = false) const;
+
+  // Weight sync (docs/api.md#weight-sync). WaitVersion waits up to
+  // `timeout` (not the client's call timeout). ReadSlices checks that the
+  // stream carried exactly the announced bytes (DATA_LOSS otherwise).
+  absl::StatusOr<v1::PublishResponse> Publish(const std::string& model,
+                                              int64_t step) const;
+  absl::StatusOr<int64_t> WaitVersion(const std::string& model,
+                                      int64_t min_step,
+                                      absl::Duration timeout) const;
+  absl::StatusOr<SlicesData> ReadSlices(
+      const v1::ReadSlicesRequest& request) const;
 
   // Trainer. With `deadline_ms` the call's own deadline is extended by it,
   // since the daemon may wait that long for writable sessions (R3).

@@ -117,6 +117,11 @@ const std::vector<RpcRule>& RpcTable() {
       {"/summon.v1.Summon/RemoveWatch", Role::kEditor},
       {"/summon.v1.Summon/ShowWatch", Role::kViewer},
       {"/summon.v1.Summon/GetClusterStatus", Role::kViewer},
+      // The trainer publishes what it trained; anyone who may read a
+      // model's tensors may read its published versions.
+      {"/summon.v1.Summon/Publish", Role::kTrainer},
+      {"/summon.v1.Summon/WaitVersion", Role::kViewer},
+      {"/summon.v1.Summon/ReadSlices", Role::kViewer},
       {"/summon.v1.Trainer/Attach", Role::kTrainer},
       {"/summon.v1.Trainer/Heartbeat", Role::kTrainer},
       {"/summon.v1.Trainer/Detach", Role::kTrainer},
@@ -148,6 +153,8 @@ const std::vector<RpcRule>& RpcTable() {
       {"/summon.v1.Peer/NodeDeleteModel", Role::kPeer},
       {"/summon.v1.Peer/NodeSaveModel", Role::kPeer},
       {"/summon.v1.Peer/NodeHealth", Role::kPeer},
+      {"/summon.v1.Peer/NodePublishVersion", Role::kPeer},
+      {"/summon.v1.Peer/NodeReadVersion", Role::kPeer},
   };
   return *kTable;
 }

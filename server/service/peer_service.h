@@ -8,6 +8,7 @@
 #include "server/model/model_registry.h"
 #include "server/runtime/node_runtime.h"
 #include "server/watch/watch_store.h"
+#include "server/weight_sync/version_store.h"
 
 namespace summon::server {
 
@@ -67,6 +68,17 @@ class PeerServiceImpl final : public KvStoreService {
   // The node's watch store; null: the NodeWatch{Versions,Fetch,Apply} calls
   // answer FAILED_PRECONDITION.
   void SetWatches(WatchStore* watches) { watches_ = watches; }
+  // Weight sync (peer_service_weight_sync.cc): this node's snapshot of a
+  // version, and pieces of it for readers on other nodes. Null: they
+  // answer FAILED_PRECONDITION.
+  void SetVersions(VersionStore* versions) { versions_ = versions; }
+  grpc::Status NodePublishVersion(
+      grpc::ServerContext* context,
+      const v1::NodePublishVersionRequest* request,
+      v1::NodePublishVersionResponse* response) override;
+  grpc::Status NodeReadVersion(
+      grpc::ServerContext* context, const v1::NodeReadVersionRequest* request,
+      grpc::ServerWriter<v1::NodeReadVersionResponse>* writer) override;
   // This node's checkpoint roots (R20): the path of a cluster's load or
   // save, the leader's, must lie beneath them here too.
   void SetCheckpointRoots(const std::vector<std::string>& roots) {
@@ -122,6 +134,7 @@ class PeerServiceImpl final : public KvStoreService {
   ModelRegistry* const registry_;
   NodeRuntime* const runtime_;
   WatchStore* watches_ = nullptr;
+  VersionStore* versions_ = nullptr;
   CheckpointRoots checkpoint_roots_{{}};
 };
 

@@ -17,6 +17,7 @@
 #include "server/trainer/trainer_leases.h"
 #include "server/watch/watch_replication.h"
 #include "server/watch/watch_store.h"
+#include "server/weight_sync/weight_sync.h"
 #include "summon/v1/summon.grpc.pb.h"
 
 namespace summon::server {
@@ -115,6 +116,20 @@ class SummonServiceImpl final : public v1::Summon::Service {
                           const v1::MapSessionRequest* request,
                           v1::MapSessionResponse* response) override;
 
+  // Weight sync (summon_service_weight_sync.cc): Publish is the leader's,
+  // WaitVersion and ReadSlices any node's. Null: they answer
+  // FAILED_PRECONDITION.
+  void SetWeightSync(WeightSync* weight_sync) { weight_sync_ = weight_sync; }
+  grpc::Status Publish(grpc::ServerContext* context,
+                       const v1::PublishRequest* request,
+                       v1::PublishResponse* response) override;
+  grpc::Status WaitVersion(grpc::ServerContext* context,
+                           const v1::WaitVersionRequest* request,
+                           v1::WaitVersionResponse* response) override;
+  grpc::Status ReadSlices(
+      grpc::ServerContext* context, const v1::ReadSlicesRequest* request,
+      grpc::ServerWriter<v1::ReadSlicesResponse>* writer) override;
+
  private:
   // OK when the caller's roles allow `method` for `request` (the role
   // table of server/auth/roles.cc), else the refusal.
@@ -189,6 +204,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
   LocalFdBroker* const fd_broker_;  // Null: no same-node mappings.
   WatchStore* watches_ = nullptr;
   WatchReplication* watch_replication_ = nullptr;
+  WeightSync* weight_sync_ = nullptr;
   std::atomic<int> open_streams_{0};
   absl::Mutex checksum_mu_;  // Followers' answers arrive concurrently.
   absl::Mutex save_mu_;      // Saves use deterministic temporary names.

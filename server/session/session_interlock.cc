@@ -222,6 +222,40 @@ SessionManager::LockForShardWrite(std::shared_ptr<ModelEntry> model,
   return ShardWriteGuard(this, std::move(model));
 }
 
+absl::StatusOr<SessionManager::ShardWriteGuard>
+SessionManager::LockForSnapshot(std::shared_ptr<ModelEntry> model,
+                                const std::string& what) {
+  absl::MutexLock lock(&mu_);
+  absl::MutexLock runtime_lock(&model->runtime_mu);
+  const std::vector<core::TrainingPhase>& phases =
+      model->runtime.phase_per_rank;
+  for (size_t rank = 0; rank < phases.size(); ++rank) {
+    if (phases[rank] == core::TrainingPhase::kOptimizer) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing the ", what, " of model '", model->name, "': rank ", rank,
+          " is in OPTIMIZER (its shards are changing)"));
+    }
+    if (model->optimizer_entries[rank] != model->optimizer_entries[0]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing the ", what, " of model '", model->name, "': rank ", rank,
+          " has been through OPTIMIZER ", model->optimizer_entries[rank],
+          " times and rank 0 ", model->optimizer_entries[0],
+          " times, so the ranks' shards are of different steps"));
+    }
+  }
+  for (const core::UnitRuntimeState& unit : model->runtime.units) {
+    if (unit.writable_session.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing the ", what, " of model '", model->name, "': unit '",
+          unit.fqn, "' is held by ", *unit.writable_session));
+    }
+  }
+  for (core::UnitRuntimeState& unit : model->runtime.units) {
+    unit.writable_session = absl::StrCat("(", what, ")");
+  }
+  return ShardWriteGuard(this, std::move(model));
+}
+
 SessionManager::ShardWriteGuard::~ShardWriteGuard() {
   if (manager_ == nullptr) return;
   absl::MutexLock lock(&manager_->mu_);

@@ -215,6 +215,15 @@ class SessionManager {
   // `what` names the write in refusals ("load of a checkpoint").
   absl::StatusOr<ShardWriteGuard> LockForShardWrite(
       std::shared_ptr<ModelEntry> model, const std::string& what);
+  // A snapshot of the shards as one step left them (weight sync's
+  // Publish): OK only while no rank is in OPTIMIZER, every rank has been
+  // through OPTIMIZER equally often and no writable session holds a unit
+  // (its writeback could land mid-copy); else FAILED_PRECONDITION naming
+  // the rank or unit. Until the guard goes, trainers' moves into a step
+  // wait or are refused (R3) and no writable session opens (R2); read-only
+  // sessions are not affected.
+  absl::StatusOr<ShardWriteGuard> LockForSnapshot(
+      std::shared_ptr<ModelEntry> model, const std::string& what);
 
   // R13: a node failed. Every session is aborted without writeback (every
   // session of a cluster touches every node); returns how many. Later calls

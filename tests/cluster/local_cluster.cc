@@ -131,6 +131,9 @@ absl::Status LocalCluster::SpawnNode(int node) {
     args.push_back("--coordinator-lease-ttl=" +
                    absl::FormatDuration(options_.coordinator_lease_ttl));
   }
+  // A single node is no cluster: it serves on --listen, not its --nodes
+  // entry.
+  if (options_.nodes == 1) args.push_back("--listen=" + addresses_[node]);
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

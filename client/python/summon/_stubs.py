@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-PROTO_FILES = ("types", "status", "summon", "trainer", "peer")
+PROTO_FILES = ("types", "status", "weight_sync", "summon", "trainer", "peer")
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _GENERATED_DIR = _PACKAGE_DIR / "v1"
 _STAMP = _GENERATED_DIR / "STAMP"

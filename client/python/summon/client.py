@@ -29,6 +29,7 @@ from summon.messages import (CloseResult, ClusterStatus, LoadResult, Model, Mode
                              Watch, WatchHistory, strategy_value)
 from summon.trainer_calls import TrainerCalls, UnitWatch  # noqa: F401 (UnitWatch: re-exported)
 from summon.v1 import status_pb2, summon_pb2, summon_pb2_grpc, trainer_pb2_grpc, types_pb2
+from summon.weight_sync_calls import WeightSyncCalls
 
 if TYPE_CHECKING:
     from summon.mapping import SessionMapping
@@ -79,7 +80,7 @@ def _first_line(path: str) -> str:
         return file.readline().strip()
 
 
-class Client(TrainerCalls):
+class Client(TrainerCalls, WeightSyncCalls):
     """A connection to one summond (any node of a cluster).
 
     address: "HOST:PORT" or "unix:PATH"; default $SUMMON_SERVER, else

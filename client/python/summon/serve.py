@@ -14,6 +14,11 @@ optimizer steps it in place. No copy is made per step. Hooks report the
 phases: the root's forward pre-hook FORWARD, its forward post-hook BETWEEN,
 the first gradient BACKWARD, the optimizer's step pre-hook OPTIMIZER and
 its post-hook IDLE (or the next forward, without an optimizer).
+
+publish_every=N (weight sync, docs/api.md#weight-sync): right after every
+N-th optimizer step the ranks meet (a barrier, so every rank's step is
+done) and rank 0 publishes version = the step count; inference engines
+then read their slices of it (summon.sync) while training goes on.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ class Served:
     def __init__(self, module: torch.nn.Module, name: str, client: Client,
                  optimizer: Optional[torch.optim.Optimizer], grads: bool,
                  wait: Optional[float], on_external_write: Optional[ExternalWriteCallback],
-                 rank: int, lease_seconds: int):
+                 rank: int, lease_seconds: int, publish_every: int = 0):
 
         self.module = module
         self.name = name
@@ -66,6 +71,8 @@ class Served:
         self.grads = grads
         self._owns_client = False
         self.steps = 0          # optimizer steps (forwards without an optimizer)
+        self.publish_every = publish_every
+        self.published: Optional[int] = None  # the last version published (rank 0)
         self._wait = wait
         self._on_external_write = on_external_write
         self._step: Optional[st.Step] = None
@@ -233,6 +240,16 @@ class Served:
         if self._step is not None and self.trainer.phase == "OPTIMIZER":
             self.steps += 1
             self._finish_step()
+            if self.publish_every > 0 and self.steps % self.publish_every == 0:
+                self._publish()
+
+    def _publish(self) -> None:
+        # Every rank has left OPTIMIZER once all reach the barrier; no rank
+        # can enter the next one before rank 0 publishes (its forward needs
+        # rank 0's all-gathers), and summond holds step moves meanwhile.
+        dist.barrier()
+        if self.rank == 0:
+            self.published = self.client.publish(self.name, self.steps)
 
     # Lifetime -----------------------------------------------------------------------
 
@@ -270,7 +287,8 @@ def serve(module: torch.nn.Module, name: str, *, client: Optional[Client] = None
           optimizer: Optional[torch.optim.Optimizer] = None, grads: bool = False,
           wait: Optional[float] = DEFAULT_WAIT,
           on_external_write: Optional[ExternalWriteCallback] = None,
-          rank: Optional[int] = None, lease_seconds: int = 10) -> Served:
+          rank: Optional[int] = None, lease_seconds: int = 10,
+          publish_every: int = 0) -> Served:
     """Serves an FSDP-wrapped model's full parameters through summond (every rank calls it).
 
     module: the model after fully_shard (FSDP2) or FullyShardedDataParallel
@@ -282,12 +300,13 @@ def serve(module: torch.nn.Module, name: str, *, client: Optional[Client] = None
     there after backward. wait: seconds a step waits for a writable session
     (R3), None to raise at once. on_external_write(served, units): called as
     a step starts after someone else wrote units' shards. rank: summon's rank
-    of this process (default torch's global rank).
+    of this process (default torch's global rank). publish_every: publish
+    version `served.steps` after every that many optimizer steps (0: never).
     """
     if not dist.is_initialized():
         raise ValueError("serve() runs in an FSDP job: torch.distributed is not initialized")
     served = Served(module, name, client or Client(), optimizer, grads, wait,
                     on_external_write, dist.get_rank() if rank is None else rank,
-                    lease_seconds)
+                    lease_seconds, publish_every)
     served._owns_client = client is None
     return served

@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Weight sync (issue 32) beside its anchors, in one run on this machine.
+
+    bazel build //server:summond
+    scripts/python bench/weight_sync.py            # 2 nodes x 2 ranks, a 117 M-param bf16 Llama shape
+
+A seeded bf16 Llama-shaped model (FULL_SHARD, W = 4 over 2 summond nodes) is
+published; readers on node 1 pull exactly their tensor-parallel slices
+(vLLM's rules: q/k/v, gate/up and the embedding split by rows, o and down by
+columns, norms whole) for TP = 1, 2, 4. Printed per TP:
+  - bytes received from the other node per rank vs its slice bytes (goal
+    <= 1.05x) and vs what the full-tensor approach (checkpoint-engine,
+    veRL: every rank gets every full tensor) moves per rank;
+  - the pull time of all TP ranks (one after the other; and TP readers at
+    once) vs memcpy and loopback TCP of the same bytes (goal >= 0.5x), and
+    vs the full-tensor path through summon itself (a read-only session of
+    the whole model, every full tensor read, each rank's slice cut);
+  - 8 concurrent readers of one version: unit copies per unit per version
+    per node (goal 1, from /metrics) and their time vs one reader;
+  - Publish's own cost (the trainer's stall).
+The trainer-step cost of publish_every=1 vs none is measured by
+bench/weight_sync_steps.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "client/python"))
+
+import summon  # noqa: E402
+from summon import SliceRequest  # noqa: E402
+from summon.local import LocalDaemon  # noqa: E402
+
+
+def llama_layout(hidden: int, inter: int, layers: int, vocab: int, kv: int, heads: int) -> dict:
+    head = hidden // heads
+
+    def p(fqn: str, shape: list[int]) -> dict:
+        return {"fqn": fqn, "shape": shape, "dtype": "bfloat16"}
+    units = [{"fqn": "", "params": [p("embed_tokens.weight", [vocab, hidden]),
+                                    p("norm.weight", [hidden]),
+                                    p("lm_head.weight", [vocab, hidden])]}]
+    for i in range(layers):
+        n = f"layers.{i}"
+        units.append({"fqn": n, "params": [
+            p(f"{n}.q_proj.weight", [heads * head, hidden]),
+            p(f"{n}.k_proj.weight", [kv * head, hidden]),
+            p(f"{n}.v_proj.weight", [kv * head, hidden]),
+            p(f"{n}.o_proj.weight", [hidden, heads * head]),
+            p(f"{n}.gate_proj.weight", [inter, hidden]),
+            p(f"{n}.up_proj.weight", [inter, hidden]),
+            p(f"{n}.down_proj.weight", [hidden, inter]),
+            p(f"{n}.input_layernorm.weight", [hidden]),
+            p(f"{n}.post_attention_layernorm.weight", [hidden])]})
+    return {"strategy": "FULL_SHARD", "units": units}
+
+
+ROW_PARALLEL = ("o_proj", "down_proj")
+
+
+def tp_requests(layout: dict, tp: int, rank: int) -> list[SliceRequest]:
+    """Rank `rank`'s boxes under vLLM's TP rules (KV heads split while kv >= tp)."""
+    out = []
+    for unit in layout["units"]:
+        for param in unit["params"]:
+            shape = param["shape"]
+            if len(shape) == 1:
+                out.append(SliceRequest(param["fqn"], [(0, shape[0])]))
+                continue
+            dim = 1 if any(k in param["fqn"] for k in ROW_PARALLEL) else 0
+            part = shape[dim] // tp
+            box = [(0, shape[0]), (0, shape[1])]
+            box[dim] = (rank * part, part)
+            out.append(SliceRequest(param["fqn"], box))
+    return out
+
+
+def nbytes(requests: list[SliceRequest]) -> int:
+    return sum(2 * int(np.prod([n for _, n in r.box])) for r in requests)
+
+
+def anchor_memcpy(size: int, iters: int) -> float:
+    src = np.ones(size, np.uint8)
+    dst = np.empty(size, np.uint8)
+    dst[:] = 0
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def anchor_tcp(size: int, iters: int) -> float:
+    """One loopback TCP connection, 1 MiB sends, received into a mapped buffer."""
+    times = []
+    data = memoryview(np.ones(size, np.uint8))
+    into = memoryview(np.zeros(size, np.uint8))
+    for _ in range(iters):
+        server = socket.create_server(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+
+        def send() -> None:
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                for at in range(0, size, 1 << 20):
+                    s.sendall(data[at:at + (1 << 20)])
+                s.recv(1)
+        sender = threading.Thread(target=send)
+        start = time.perf_counter()
+        sender.start()
+        conn, _ = server.accept()
+        got = 0
+        while got < size:
+            got += conn.recv_into(into[got:], min(1 << 20, size - got))
+        conn.sendall(b"k")
+        sender.join()
+        times.append(time.perf_counter() - start)
+        conn.close()
+        server.close()
+    return statistics.median(times)
+
+
+def median_time(fn, iters: int) -> float:
+    fn()  # warmup
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def metric(url: str, event: str) -> float:
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    match = re.search(r'summon_weight_sync_events_total\{event="%s"\} (\S+)' % event, text)
+    return float(match.group(1)) if match else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--inter", type=int, default=2816)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--kv-heads", type=int, default=4)
+    parser.add_argument("--iters", type=int, default=3)
+    args = parser.parse_args()
+    layout = llama_layout(args.hidden, args.inter, args.layers, args.vocab, args.kv_heads,
+                          args.heads)
+    params = sum(int(np.prod(p["shape"])) for u in layout["units"] for p in u["params"])
+    run = Path(tempfile.mkdtemp(prefix="weight-sync-bench-"))
+    ports = []
+    for _ in range(2):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        ports.append(s.getsockname()[1])
+        s.close()
+    nodes = ",".join(f"127.0.0.1:{p}" for p in ports)
+    daemons = []
+    for node in range(2):
+        (run / f"d{node}").mkdir()
+        daemons.append(LocalDaemon(local_ranks=2, data_dir=str(run / f"d{node}"), extra_args=[
+            "--nodes", nodes, "--node-rank", str(node), "--max-versions", "2",
+            "--metrics-listen", "127.0.0.1:0",
+            "--metrics-port-file", str(run / f"metrics{node}")]).start())
+    try:
+        leader = summon.Client(daemons[0].address, timeout=300)
+        reader = summon.Client(daemons[1].address, timeout=300)
+        for _ in range(600):  # Until every node joined.
+            try:
+                leader.create_model("llama", layout, init="seeded:7")
+                break
+            except summon.SummonError as error:
+                if error.code != "UNAVAILABLE":
+                    raise
+                time.sleep(0.1)
+        metrics_url = f"http://127.0.0.1:{(run / 'metrics1').read_text().strip()}/metrics"
+        print(f"# weight_sync: 2 nodes x 2 ranks (W = 4, FULL_SHARD), bf16 Llama shape "
+              f"hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}: "
+              f"{params / 1e6:.1f} M params, {2 * params / 2**20:.0f} MiB; readers on node 1")
+        print(f"# load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        start = time.perf_counter()
+        leader.publish("llama", 1)
+        publish_s = time.perf_counter() - start
+        print(f"# publish (every node copies its shards; the trainer's stall): "
+              f"{publish_s * 1e3:.1f} ms for {2 * params / 2**20:.0f} MiB "
+              f"({2 * params / publish_s / 1e9:.2f} GB/s)")
+        full_bytes = 2 * params
+        print("#  TP  rank-slice(B)  peer-recv(B)  recv/slice  full-tensor recv(B)  "
+              "pull-all(ms)  GB/s  memcpy(ms)  tcp(ms)  vs-memcpy  vs-tcp  "
+              "parallel(ms)  full-path(ms)")
+        for tp in (1, 2, 4):
+            requests = [tp_requests(layout, tp, r) for r in range(tp)]
+            stats = [reader.read_slices_with_stats("llama", 1, q)[1] for q in requests]
+            slice_bytes = sum(s.slice_bytes for s in stats)
+            peer = sum(s.peer_bytes for s in stats)
+            # Full tensors to every rank: the other node's half of every tensor, per rank.
+            full_recv = full_bytes // 2
+
+            def pull_all() -> None:
+                for q in requests:
+                    reader.read_slices("llama", 1, q)
+
+            def pull_parallel() -> None:
+                with ThreadPoolExecutor(tp) as pool:
+                    list(pool.map(lambda q: reader.read_slices("llama", 1, q), requests))
+
+            def full_path() -> None:
+                with reader.summon_full_params("llama", writeback=False) as full:
+                    for q in requests:
+                        for r in q:
+                            whole = full[r.fqn]
+                            np.ascontiguousarray(whole[tuple(slice(a, a + n) for a, n in r.box)])
+            t_pull = median_time(pull_all, args.iters)
+            t_par = median_time(pull_parallel, args.iters)
+            t_full = median_time(full_path, 1)
+            t_mem = anchor_memcpy(slice_bytes, args.iters)
+            t_tcp = anchor_tcp(slice_bytes, args.iters)
+            print(f"{tp:5d} {slice_bytes // tp:13d} {peer // tp:13d} {peer / max(slice_bytes, 1):10.3f}"
+                  f"  {full_recv:19d} {t_pull * 1e3:13.1f} {slice_bytes / t_pull / 1e9:5.2f}"
+                  f" {t_mem * 1e3:11.1f} {t_tcp * 1e3:8.1f} {t_mem / t_pull:10.2f}"
+                  f" {t_tcp / t_pull:7.2f} {t_par * 1e3:13.1f} {t_full * 1e3:14.1f}")
+        # 8 readers of one fresh version.
+        leader.publish("llama", 2)
+        copies_before = metric(metrics_url, "unit_copies")
+        requests = tp_requests(layout, 8, 0)
+        one = median_time(lambda: reader.read_slices("llama", 2, requests), args.iters)
+
+        def eight() -> None:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda r: reader.read_slices("llama", 2, tp_requests(layout, 8, r)),
+                              range(8)))
+        t8 = median_time(eight, args.iters)
+        copies = metric(metrics_url, "unit_copies") - copies_before
+        units = len(layout["units"])
+        print(f"# 8 readers (TP = 8) of version 2 on node 1: {t8 * 1e3:.1f} ms vs one reader's "
+              f"{one * 1e3:.1f} ms ({t8 / one:.2f}x for 8x the readers); unit copies on node 1 "
+              f"while they read: {copies:.0f} (per unit per version per node: 1 at publish, "
+              f"{units} units, none per reader)")
+        print(f"# node 1 totals: versions {metric(metrics_url, 'versions'):.0f}, unit copies "
+              f"{metric(metrics_url, 'unit_copies'):.0f}, reads {metric(metrics_url, 'reads'):.0f},"
+              f" peer bytes received {metric(metrics_url, 'peer_bytes_received'):.0f}")
+    finally:
+        for daemon in daemons:
+            daemon.close()
+
+
+if __name__ == "__main__":
+    main()

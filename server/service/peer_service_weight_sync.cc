@@ -1,0 +1,115 @@
+// Weight sync's Peer handlers: a node's snapshot of a version (from the
+// leader's Publish) and pieces of it for a reader on another node.
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/rpc/status_conversion.h"
+#include "server/service/peer_service.h"
+#include "server/service/proto_conversion.h"
+
+namespace summon::server {
+namespace {
+
+// A reader may ask as soon as its own node has the version; the leader's
+// Publish may still be reaching this one.
+constexpr absl::Duration kVersionArrival = absl::Seconds(10);
+constexpr int64_t kPieceChunkBytes = int64_t{1} << 20;
+
+}  // namespace
+
+grpc::Status PeerServiceImpl::NodePublishVersion(
+    grpc::ServerContext* context, const v1::NodePublishVersionRequest* request,
+    v1::NodePublishVersionResponse* response) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodePublishVersion", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
+  if (versions_ == nullptr) {
+    return ToGrpcStatus(
+        absl::FailedPreconditionError("weight sync is not served here"));
+  }
+  absl::StatusOr<int64_t> bytes =
+      versions_->Take(request->model(), request->version());
+  if (!bytes.ok()) return ToGrpcStatus(bytes.status());
+  response->set_bytes(*bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodeReadVersion(
+    grpc::ServerContext* context, const v1::NodeReadVersionRequest* request,
+    grpc::ServerWriter<v1::NodeReadVersionResponse>* writer) {
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Peer/NodeReadVersion", *request);
+      !denied.ok()) {
+    return denied;
+  }
+  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
+    return fenced;
+  }
+  if (versions_ == nullptr) {
+    return ToGrpcStatus(
+        absl::FailedPreconditionError("weight sync is not served here"));
+  }
+  absl::StatusOr<core::DType> dtype = DTypeFromProto(request->dtype(), "dtype");
+  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
+  // Only a version newer than every one here may still be arriving.
+  absl::StatusOr<std::shared_ptr<const VersionSnapshot>> snapshot =
+      versions_->Acquire(request->model(), request->version());
+  if (absl::IsNotFound(snapshot.status()) &&
+      versions_->Wait(request->model(), request->version(),
+                      absl::Now() + kVersionArrival)
+          .ok()) {
+    snapshot = versions_->Acquire(request->model(), request->version());
+  }
+  if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
+  // Sent in chunks of whole pieces, a large piece cut to fit one.
+  const int64_t element = static_cast<int64_t>(core::ElementSize(*dtype));
+  const int64_t chunk_numel = kPieceChunkBytes / element;
+  std::vector<VersionPiece> pieces;
+  for (const v1::VersionPiece& piece : request->pieces()) {
+    if (piece.numel() < 0) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("a piece of ", piece.numel(), " elements")));
+    }
+    for (int64_t at = 0; at < piece.numel(); at += chunk_numel) {
+      pieces.push_back(VersionPiece{
+          piece.rank(), piece.unit(), piece.shard_element() + at,
+          std::min(chunk_numel, piece.numel() - at), 0});
+    }
+  }
+  size_t first = 0;
+  while (first < pieces.size()) {
+    size_t last = first;
+    int64_t numel = 0;
+    do {
+      numel += pieces[last].numel;
+      ++last;
+    } while (last < pieces.size() &&
+             (numel + pieces[last].numel) * element <= kPieceChunkBytes);
+    std::vector<VersionPiece> batch(pieces.begin() + first,
+                                    pieces.begin() + last);
+    v1::NodeReadVersionResponse chunk;
+    std::string* data = chunk.mutable_data();
+    data->resize(numel * element);
+    if (absl::Status read = (*snapshot)->ReadPieces(
+            batch, *dtype, /*scatter=*/false,
+            reinterpret_cast<uint8_t*>(data->data()));
+        !read.ok()) {
+      return ToGrpcStatus(read);
+    }
+    versions_->counters().peer_bytes_sent += numel * element;
+    if (context->IsCancelled() || !writer->Write(chunk)) {
+      return grpc::Status::CANCELLED;
+    }
+    first = last;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace summon::server

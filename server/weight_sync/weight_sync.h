@@ -1,0 +1,87 @@
+#ifndef SUMMON_SERVER_WEIGHT_SYNC_WEIGHT_SYNC_H_
+#define SUMMON_SERVER_WEIGHT_SYNC_WEIGHT_SYNC_H_
+
+// Weight sync for inference engines (docs/api.md#weight-sync): Publish on
+// the leader (the trainers held out of a step while every node copies its
+// shards), WaitVersion and ReadSlices on any node. A read plans every entry
+// first (so a bad one fails the call before any byte is sent), then fills
+// each entry from this node's snapshot and, for ranks on other nodes, only
+// the elements the box needs, converted there.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/model/model_registry.h"
+#include "server/session/session_manager.h"
+#include "server/weight_sync/slice_plan.h"
+#include "server/weight_sync/version_nodes.h"
+#include "server/weight_sync/version_store.h"
+
+namespace summon::server {
+
+struct PublishResult {
+  int64_t version = 0;
+  std::vector<int64_t> kept;  // On this node, oldest first.
+  int64_t bytes = 0;          // On every node together.
+};
+
+// Every entry of a read checked and placed: entry i's bytes start at
+// offsets[i] (16-byte aligned) of the packed answer.
+struct PlannedRead {
+  std::shared_ptr<const VersionSnapshot> snapshot;
+  std::vector<SlicePlan> entries;
+  std::vector<int64_t> offsets;
+  int64_t total_bytes = 0;
+  int64_t slice_bytes = 0;
+};
+
+inline constexpr int64_t kSliceAlignment = 16;
+
+class WeightSync {
+ public:
+  struct Options {
+    int node = 0;                                 // This node's rank.
+    int64_t max_read_bytes = int64_t{64} << 30;  // One ReadSlices' answer.
+  };
+  WeightSync(ModelRegistry* registry, SessionManager* sessions,
+             VersionStore* store, VersionNodes* nodes, Options options)
+      : registry_(registry),
+        sessions_(sessions),
+        store_(store),
+        nodes_(nodes),
+        options_(options) {}
+
+  // The leader's: INVALID_ARGUMENT for a negative step; the interlock's
+  // refusals (SessionManager::LockForSnapshot); the nodes' failures.
+  absl::StatusOr<PublishResult> Publish(const std::string& model,
+                                        int64_t step);
+  absl::StatusOr<int64_t> Wait(const std::string& model, int64_t min_step,
+                               absl::Time deadline) const {
+    return store_->Wait(model, min_step, deadline);
+  }
+  // Errors name the entry ("entry 2 ('layers.0.w'): ..."): the slice plan's,
+  // and RESOURCE_EXHAUSTED once the packed answer passes max_read_bytes.
+  absl::StatusOr<PlannedRead> Plan(const std::string& model, int64_t version,
+                                   const std::vector<SliceRequest>& entries);
+  // Entry `entry`'s bytes into `out` (entries[entry].bytes of them);
+  // `peer_bytes` grows by what came from other nodes.
+  absl::Status Fill(const PlannedRead& read, int entry, uint8_t* out,
+                    int64_t* peer_bytes);
+
+  VersionStore& store() { return *store_; }
+
+ private:
+  ModelRegistry* const registry_;
+  SessionManager* const sessions_;
+  VersionStore* const store_;
+  VersionNodes* const nodes_;
+  const Options options_;
+};
+
+}  // namespace summon::server
+
+#endif  // SUMMON_SERVER_WEIGHT_SYNC_WEIGHT_SYNC_H_
