@@ -83,7 +83,7 @@ def test_every_rank_holds_the_plan_bit_for_bit(judged: dict, tp: int, case: str)
     results = judged.get((tp, case), [])
     assert sorted(r["rank"] for r in results) == list(range(tp)), "a rank did not report"
     for r in results:
-        assert r["problems"] == [], f"rank {r['rank']}"
+        assert r["problems"] == [], f"rank {r['rank']}: " + "; ".join(r["problems"])
         # load_into gave every parameter, and it changed them all from the dummy weights.
         assert r["loaded"] == r["params"] == r["changed_by_load_into"] > 0
         print(f"tp {tp} {case} rank {r['rank']}: build {r['build_s']} s, "
