@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -161,6 +162,7 @@ def main() -> None:
                                 "problems": [f"{type(error).__name__}: {error}"]})
         destroy_model_parallel()
         destroy_distributed_environment()
+    shutil.rmtree(workdir, ignore_errors=True)
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"rank": rank, "import_s": round(import_s, 2),
                    "total_s": round(time.monotonic() - t0, 2), "results": results}, f, indent=1)
