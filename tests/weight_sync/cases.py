@@ -43,9 +43,24 @@ CASES = [
 ]
 
 
+# Only when named (test_vllm_pull_summond.py): examples/rl_weight_sync.py's
+# Llama, trained and published through summond, bf16 engine from fp32 weights.
+SERVER_CASES = [("rl_example", "bfloat16", "float32")]
+
+
+def _example_config() -> dict[str, Any]:
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "examples" / "rl_weight_sync.py"
+    spec = importlib.util.spec_from_file_location("rl_weight_sync", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.CONFIG, architectures=["LlamaForCausalLM"])
+
+
 def hf_config(name: str):
     from transformers import AutoConfig
-    spec = dict(CONFIGS[name])
+    spec = dict(_example_config() if name == "rl_example" else CONFIGS[name])
     return AutoConfig.for_model(spec.pop("model_type"), **spec)
 
 

@@ -15,6 +15,10 @@ process) and, for every case:
    through load_into (the test reader serving boxes; no full tensor enters
    the engine) and must then equal the first, parameter by parameter.
 
+With SUMMON_JUDGE_SERVER / _MODEL / _VERSION set (test_vllm_pull_summond.py)
+the state dict is that published version's full tensors read from summond
+and pull reads through summond's ReadSlices (summon.Client) instead.
+
 Writes OUT_DIR/rank{RANK}.json: per (tp, case) the mismatches and seconds.
 """
 
@@ -31,6 +35,8 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
+
+import summon  # noqa: E402
 
 import cases  # noqa: E402
 from full_state_test_reader import FullStateDictTestReader  # noqa: E402
@@ -85,7 +91,24 @@ def run_case(name: str, engine_dtype: str, trainer_dtype: str, tp: int, rank: in
     model_dir = os.path.join(workdir, name)
     os.makedirs(model_dir, exist_ok=True)
     config.save_pretrained(model_dir)
-    state_dict = cases.random_state_dict(name, trainer_dtype)
+    plan = summon.sync.plan_for(config, tp, dtype=engine_dtype)
+    plan = summon.sync.SyncPlan.from_json(plan.to_json())  # the file form is the same plan
+    server = os.environ.get("SUMMON_JUDGE_SERVER")
+    if server:  # a published version in summond: the full tensors read as the truth's input
+        client = summon.Client(server, timeout=60)
+        model_name, version = os.environ["SUMMON_JUDGE_MODEL"], int(
+            os.environ["SUMMON_JUDGE_VERSION"])
+        state_dict = {fqn: torch.from_numpy(client.read_slices(model_name, version, [
+            summon.SliceRequest(fqn, [(0, n) for n in shape], trainer_dtype)])[0].copy())
+            for fqn, shape in plan.sources.items()}
+        if trainer_dtype == "bfloat16":
+            state_dict = {k: v.view(torch.int16).view(torch.bfloat16)
+                          for k, v in state_dict.items()}
+        reader = client
+    else:
+        state_dict = cases.random_state_dict(name, trainer_dtype)
+        model_name, version = "judge", 1
+        reader = FullStateDictTestReader(state_dict)
     models = []
     for _ in range(2):  # each model registers its layers in its own config
         vllm_config = engine_config(model_dir, engine_dtype, tp)
@@ -98,8 +121,6 @@ def run_case(name: str, engine_dtype: str, trainer_dtype: str, tp: int, rank: in
     truth = {n: p.detach() for n, p in truth_model.named_parameters()}
     built = time.monotonic()
 
-    plan = summon.sync.plan_for(config, tp, dtype=engine_dtype)
-    plan = summon.sync.SyncPlan.from_json(plan.to_json())  # the file form is the same plan
     problems = check_sources(plan, state_dict, bool(config.tie_word_embeddings))
     try:
         problems += compare(truth, dict(summon.sync.apply_plan(plan, rank, state_dict)))
@@ -107,11 +128,10 @@ def run_case(name: str, engine_dtype: str, trainer_dtype: str, tp: int, rank: in
         problems.append(f"apply_plan: {type(error).__name__}: {error}")
 
     # Loads without gathering: pulled slices copied into a live model.
-    reader = FullStateDictTestReader(state_dict)
     before = {n: p.detach().clone() for n, p in live_model.named_parameters()}
     try:
         loaded = summon.sync.load_into(live_model, summon.sync.pull(
-            reader, "judge", 1, plan, rank, max_batch_bytes=64 << 10))
+            reader, model_name, version, plan, rank, max_batch_bytes=64 << 10))
     except Exception as error:  # noqa: BLE001
         problems.append(f"load_into: {type(error).__name__}: {error}")
         loaded = set()
@@ -119,12 +139,12 @@ def run_case(name: str, engine_dtype: str, trainer_dtype: str, tp: int, rank: in
     problems += [f"load_into: {p}" for p in compare(truth, live)]
     changed = sum(not torch.equal(before[n], live[n]) for n in live)
     slice_elements = sum(p.numel for e in plan.entries(rank) for p in e.pieces)
-    if reader.elements != slice_elements:
+    if not server and reader.elements != slice_elements:
         problems.append(f"pull read {reader.elements} elements, the plan's boxes "
                         f"hold {slice_elements}")
     return {"tp": tp, "case": f"{name}/{engine_dtype}<-{trainer_dtype}", "problems": problems,
             "params": len(truth), "loaded": len(loaded), "changed_by_load_into": changed,
-            "read_calls": reader.requests, "build_s": round(built - started, 2),
+            "read_calls": getattr(reader, "requests", None), "build_s": round(built - started, 2),
             "check_s": round(time.monotonic() - built, 2)}
 
 
@@ -152,8 +172,9 @@ def main() -> None:
                                          distributed_init_method=f"tcp://127.0.0.1:{ports[tp]}",
                                          backend="gloo")
             initialize_model_parallel(tensor_model_parallel_size=tp)
-        for name, engine_dtype, trainer_dtype in cases.CASES:
-            if wanted and name not in wanted:
+        for name, engine_dtype, trainer_dtype in cases.CASES + cases.SERVER_CASES:
+            if (name not in wanted) if wanted else (name, engine_dtype, trainer_dtype) \
+                    not in cases.CASES:
                 continue
             try:
                 results.append(run_case(name, engine_dtype, trainer_dtype, tp, rank, workdir))
