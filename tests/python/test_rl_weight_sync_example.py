@@ -1,16 +1,12 @@
 """examples/rl_weight_sync.py demo: a real FSDP2 trainer (W = 2, gloo)
 publishing every step through summond and two TP ranks pulling their slices,
-each checked bit for bit against the full tensors of the same version.
-Skipped only while summon.Client has no read_slices (issue 32's server side)."""
+each checked bit for bit against the full tensors of the same version."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
-
-
-import summon
 
 REPO = Path(__file__).resolve().parents[2]
 

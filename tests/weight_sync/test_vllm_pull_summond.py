@@ -4,8 +4,6 @@ vLLM TP ranks then each take the published step: one model gets
 load_weights(that version's full state dict), another load_into(pull(...))
 of only its slices through ReadSlices; both must be equal bit for bit, and
 equal to the plan applied to the full tensors.
-
-Skipped only while summon.Client has no read_slices (issue 32's server side).
 """
 
 from __future__ import annotations
@@ -15,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-import summon
 from judge_run import assert_ranks_hold_the_plan, free_ports, run_ranks
 
 REPO = Path(__file__).resolve().parents[2]
