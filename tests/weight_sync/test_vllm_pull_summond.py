@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import summon
 from judge_run import assert_ranks_hold_the_plan, free_ports, run_ranks
 
 REPO = Path(__file__).resolve().parents[2]
