@@ -16,7 +16,8 @@ import torch
 import summon
 from summon import cuda_ipc
 from summon.device_copy import DeviceSessionCopy
-from summon.v1 import summon_pb2
+from summon.messages import DeviceCopy, DeviceCopyGrant, MappedTensor, TensorInfo
+from summon.v1 import summon_pb2, types_pb2
 from seeded import seeded_float32
 
 SEED = 5
@@ -83,7 +84,7 @@ def two_gpus(client: summon.Client, monkeypatch: pytest.MonkeyPatch):
         return on_device[device]
 
     monkeypatch.setattr(cuda_ipc, "open_allocation", open_allocation)
-    return StandIn(device_grant), on_device, opened
+    return StandIn(DeviceCopyGrant.from_proto(device_grant)), on_device, opened
 
 
 def test_the_copy_on_a_ranks_gpu_views_every_tensor_in_place(two_gpus: Any) -> None:
@@ -105,6 +106,19 @@ def test_the_copy_on_a_ranks_gpu_views_every_tensor_in_place(two_gpus: Any) -> N
         ("s", copy)]  # Closed again, harmlessly, when the client closes "s".
     with DeviceSessionCopy(stand_in, "s", device=0) as copy:
         np.testing.assert_array_equal(copy["layers.0.b"].numpy(), seeded["layers.0.b"])
+
+
+def test_the_grant_is_plain_python_like_every_other_answer() -> None:
+    reply = summon_pb2.MapSessionResponse(copy_bytes=96)
+    reply.tensors.add(byte_offset=64).info.CopyFrom(
+        types_pb2.TensorInfo(fqn="layers.0.b", shape=[4], numel=4,
+                             dtype=types_pb2.DTYPE_FLOAT32))
+    reply.device_copies.add(device=1, ranks=[1, 2], ipc_handle=b"h" * 64)
+    grant = DeviceCopyGrant.from_proto(reply)
+    assert grant == DeviceCopyGrant(
+        copy_bytes=96,
+        tensors=(MappedTensor(TensorInfo("layers.0.b", "float32", (4,), 4), 64),),
+        device_copies=(DeviceCopy(device=1, ranks=(1, 2), ipc_handle=b"h" * 64),))
 
 
 def test_a_rank_without_a_copy_is_named_with_what_there_is(two_gpus: Any) -> None:

@@ -31,6 +31,7 @@ _ensure_stubs()
 from summon.client import Client, UnitWatch  # noqa: E402
 from summon.errors import SummonError  # noqa: E402
 from summon.messages import (Attachment, CloseResult, ClusterNode,  # noqa: E402
+                             DeviceCopy, DeviceCopyGrant, MappedTensor,
                              ClusterStatus, Model, ModelSummary,
                              Parameter, PhaseReport, Session, SessionOptions,
                              ShardChecksum, ShardMap, TensorInfo, TensorStats, Unit,
@@ -40,7 +41,8 @@ from summon.session import FullParams  # noqa: E402
 from summon.weight_sync_calls import ReadSlicesStats, SliceRequest  # noqa: E402
 
 __all__ = [
-    "Attachment", "Client", "CloseResult", "ClusterNode", "ClusterStatus", "FullParams", "Model", "ModelSummary",
+    "Attachment", "Client", "CloseResult", "ClusterNode", "ClusterStatus", "DeviceCopy",
+    "DeviceCopyGrant", "FullParams", "MappedTensor", "Model", "ModelSummary",
     "Parameter", "PhaseReport", "ReadSlicesStats", "Session", "SessionOptions", "ShardChecksum",
     "ShardMap", "SliceRequest", "SummonError", "TensorInfo", "TensorStats", "Unit",
     "UnitGeneration", "UnitShard", "UnitWatch", "Watch", "WatchHistory", "WatchRecord",

@@ -24,9 +24,9 @@ from summon.errors import SummonError
 from summon.inits import InitSpec
 from summon.inits import gradient_shards as _gradient_shards
 from summon.inits import init_method as _init_method
-from summon.messages import (CloseResult, ClusterStatus, LoadResult, Model, ModelSummary,
-                             SaveResult, Session, ShardChecksum, TensorInfo, TensorStats,
-                             Watch, WatchHistory, strategy_value)
+from summon.messages import (CloseResult, ClusterStatus, DeviceCopyGrant, LoadResult, Model,
+                             ModelSummary, SaveResult, Session, ShardChecksum, TensorInfo,
+                             TensorStats, Watch, WatchHistory, strategy_value)
 from summon.trainer_calls import TrainerCalls, UnitWatch  # noqa: F401 (UnitWatch: re-exported)
 from summon.v1 import status_pb2, summon_pb2, summon_pb2_grpc, trainer_pb2_grpc, types_pb2
 from summon.weight_sync_calls import WeightSyncCalls
@@ -382,14 +382,13 @@ class Client(TrainerCalls, WeightSyncCalls):
                                                           host_copy_only=True))
         return SessionMapping(grant)
 
-    def grant_device_copies(self, session_id: str,
-                            grad: bool = False) -> summon_pb2.MapSessionResponse:
+    def grant_device_copies(self, session_id: str, grad: bool = False) -> DeviceCopyGrant:
         """A session's copies in GPU memory as CUDA IPC handles (MapSession).
 
         On a node whose shards are in GPU memory (summond --device cuda) a
-        session's copy is on every GPU of the node's ranks; the reply lists
+        session's copy is on every GPU of the node's ranks; the grant lists
         each (`device_copies`: device, ranks, ipc_handle) with `copy_bytes`
-        and every tensor's `byte_offset`. Only on the daemon's host; for
+        and every tensor's place (`tensors`: info, byte_offset). Only on the daemon's host; for
         writable sessions too. summon.torch.DeviceSessionCopy opens one.
         FAILED_PRECONDITION (as SummonError) for a copy in host memory: map
         that with map_session.
@@ -400,7 +399,7 @@ class Client(TrainerCalls, WeightSyncCalls):
             raise SummonError("FAILED_PRECONDITION",
                               f"session {session_id}'s copy is in host memory: map it "
                               "with map_session")
-        return grant
+        return DeviceCopyGrant.from_proto(grant)
 
     def before_close(self, session_id: str, callback: Callable[[], None]) -> None:
         """Runs `callback` when this client closes `session_id` (before the call)."""

@@ -62,7 +62,7 @@ class DeviceSessionCopy:
         self.infos: dict[str, TensorInfo] = {}
         self.tensors: dict[str, torch.Tensor] = {}
         for mapped in grant.tensors:
-            info = TensorInfo.from_proto(mapped.info)
+            info = mapped.info
             flat = cuda_ipc.flat_view(self._allocation, torch_dtype(info.dtype),
                                       mapped.byte_offset, info.numel)
             assert flat is not None

@@ -303,6 +303,44 @@ class Session:
 
 
 @dataclass(frozen=True)
+class MappedTensor:
+    """Where one tensor lies in a session's copy: `byte_offset` into it."""
+    info: TensorInfo
+    byte_offset: int
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.MappedTensor) -> "MappedTensor":
+        return cls(TensorInfo.from_proto(m.info), m.byte_offset)
+
+
+@dataclass(frozen=True)
+class DeviceCopy:
+    """One GPU's copy of a session: its CUDA device on the daemon's host, the
+    node's ranks whose shards are on it, and its cudaIpcMemHandle_t."""
+    device: int
+    ranks: tuple[int, ...]
+    ipc_handle: bytes
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.DeviceCopy) -> "DeviceCopy":
+        return cls(m.device, tuple(m.ranks), m.ipc_handle)
+
+
+@dataclass(frozen=True)
+class DeviceCopyGrant:
+    """A session's copies in GPU memory (Client.grant_device_copies): every
+    GPU's copy is `copy_bytes` long and laid out as `tensors` say."""
+    copy_bytes: int
+    tensors: tuple[MappedTensor, ...]
+    device_copies: tuple[DeviceCopy, ...]
+
+    @classmethod
+    def from_proto(cls, m: summon_pb2.MapSessionResponse) -> "DeviceCopyGrant":
+        return cls(m.copy_bytes, tuple(MappedTensor.from_proto(t) for t in m.tensors),
+                   tuple(DeviceCopy.from_proto(c) for c in m.device_copies))
+
+
+@dataclass(frozen=True)
 class CloseResult:
     written_back: bool
     bytes_written: int
