@@ -9,13 +9,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from summon.errors import SummonError
 from summon.messages import PhaseReport
 
-if TYPE_CHECKING:
-    from summon.client import Client
+
+class TrainerClient(Protocol):
+    """The calls this module makes: summon.Client's trainer calls
+    (summon/trainer_calls.py). A protocol, so that this module, which those
+    calls use, does not import the client back."""
+
+    def attach(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def renew(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def report_phase(self, *args: Any, **kwargs: Any) -> PhaseReport: ...
+
 
 PHASES = ("IDLE", "FORWARD", "BETWEEN", "BACKWARD", "OPTIMIZER")
 
@@ -50,7 +60,7 @@ def phase_path(start: str, target: str) -> list[str]:
     return path
 
 
-def reestablish(client: "Client", model: str, ranks: Sequence[int], incarnation: str,
+def reestablish(client: TrainerClient, model: str, ranks: Sequence[int], incarnation: str,
                 lease_seconds: int, lease_id: str, phase: str, step: Optional[int],
                 timeout: float, current: Callable[[], bool] = lambda: True) -> str:
     """Tells summond that every rank of `ranks` is in `phase` (at `step`), after
@@ -98,7 +108,7 @@ class PhaseKeeper:
     wait goes on unheard and the re-establishment starts again.
     """
 
-    def __init__(self, client: "Client", model: str, ranks: Sequence[int],
+    def __init__(self, client: TrainerClient, model: str, ranks: Sequence[int],
                  incarnation: str, lease_seconds: int, lease_id: str,
                  report_timeout: float):
         self.client = client
