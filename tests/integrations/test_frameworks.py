@@ -1,4 +1,5 @@
-"""Each framework trains a tiny Llama with FSDP2 on gloo (W = 2), served by
+"""Each framework trains a tiny Llama with FSDP2 (Lightning also FSDP1) on
+gloo (W = 2), served by
 summon's integration; a session from this process equals the framework's own
 full parameters bit for bit, and an edit through the session changed training
 exactly as the same edit through the framework did (worker.py)."""
@@ -14,7 +15,8 @@ import torch
 from conftest import WORKER, base, run  # noqa: F401
 
 PARAMETERS = 21  # the tiny Llama: 2 layers x 9, embed, final norm, head
-MODES = ("hf", "accelerate", "lightning")
+MODES = ("hf", "accelerate", "lightning", "lightning-fsdp1")
+SHARDING = {"lightning-fsdp1": "fsdp1 FlatParameter 3"}  # 2 layers and the root
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def load(jobs, mode: str) -> dict:
 @pytest.mark.parametrize("mode", MODES)
 def test_model_really_is_sharded(jobs, mode):
     result = load(jobs, mode)
-    expected = f"fsdp2 Shard(0) {PARAMETERS}"
+    expected = SHARDING.get(mode, f"fsdp2 Shard(0) {PARAMETERS}")
     assert result["served"]["sharding"] == expected
     assert result["plain"]["sharding"] == expected
 
@@ -50,7 +52,7 @@ def test_model_really_is_sharded(jobs, mode):
 def test_session_equals_framework(jobs, mode):
     client, name = jobs[0], f"int-{mode}"
     params = load(jobs, mode)["served"]["params"]
-    prefix = "model." if mode == "lightning" else ""
+    prefix = "model." if mode.startswith("lightning") else ""
     assert f"{prefix}model.layers.1.self_attn.q_proj.weight" in params
     assert client.describe_model(name).state == "READY"
     assert base.assert_session_equals(client, name, params) == PARAMETERS

@@ -4,6 +4,7 @@ CASES is a JSON list; each case names a `mode` and the summon model `name`:
   hf           the Hugging Face Trainer, FSDP2 through Accelerate;
   accelerate   Accelerate's prepare(model, optimizer), FSDP2, a hand loop;
   lightning    Lightning's ModelParallelStrategy (fully_shard, data_parallel_size=2);
+  lightning-fsdp1  Lightning's FSDPStrategy (FSDP1), through a CPU subclass;
   dcp          torch's fully_shard: DCP out of an FSDP2 job and through summon.
 Per training mode the rank runs the framework twice on the same seeds: once
 served by summon's integration with an edit through a summon session after
@@ -63,9 +64,36 @@ def sharding(module: torch.nn.Module) -> str:
     return f"fsdp2 Shard(0) {len(params)}"
 
 
-def full_params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """FSDP2's own view of every full parameter (collective: every rank calls it)."""
-    return {name: p.full_tensor().detach().clone() for name, p in module.named_parameters()}
+def full_params(module: torch.nn.Module,
+                root: Optional[torch.nn.Module] = None) -> dict[str, torch.Tensor]:
+    """FSDP's own view of every full parameter (collective: every rank calls
+    it): FSDP2 full_tensor(), or FSDP1 summon_full_params of `root`."""
+    if root is None:
+        return {n: p.full_tensor().detach().clone() for n, p in module.named_parameters()}
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    with FSDP.summon_full_params(root):
+        return {clean(n): p.detach().clone() for n, p in module.named_parameters()}
+
+
+def clean(name: str) -> str:
+    """An FQN without FSDP1's wrapper prefix (the inner units' own)."""
+    return name.replace("_fsdp_wrapped_module.", "")
+
+
+def fsdp1_sharding(root: torch.nn.Module) -> str:
+    """How FSDP1 shards `root`: every unit's FlatParameter holds less than its
+    full size on this rank; raises otherwise."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp._flat_param import FlatParameter
+    flats = [m._handle.flat_param for m in FSDP.fsdp_modules(root) if m._handle is not None]
+    for flat in flats:
+        if not isinstance(flat, FlatParameter) or (
+                flat.numel() >= flat._unpadded_unsharded_size.numel()):
+            raise AssertionError(f"not sharded by FSDP1: {type(flat).__name__} "
+                                 f"{flat.numel()} elements")
+    if not flats:
+        raise AssertionError(f"not sharded by FSDP1: {type(root).__name__}")
+    return f"fsdp1 FlatParameter {len(flats)}"
 
 
 def edit_through_summon(client: summon.Client, name: str, fqn: str) -> None:
@@ -76,8 +104,16 @@ def edit_through_summon(client: summon.Client, name: str, fqn: str) -> None:
     dist.barrier()
 
 
-def edit_through_fsdp(module: torch.nn.Module, fqn: str) -> None:
+def edit_through_fsdp(module: torch.nn.Module, fqn: str,
+                      root: Optional[torch.nn.Module] = None) -> None:
+    """The reference edit: FSDP2 the full tensor written back through its
+    DTensor; FSDP1 summon_full_params(root, writeback=True)."""
     from torch.distributed.tensor import distribute_tensor
+    if root is not None:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        with torch.no_grad(), FSDP.summon_full_params(root, writeback=True):
+            {clean(n): p for n, p in module.named_parameters()}[fqn].mul_(0.5).add_(0.25)
+        return
     with torch.no_grad():
         param = dict(module.named_parameters())[fqn]
         full = param.full_tensor().mul_(0.5).add_(0.25)
@@ -204,6 +240,24 @@ def run_accelerate(case: dict, client: summon.Client, serve: bool, out: Path) ->
 # Lightning --------------------------------------------------------------------------
 
 
+def cpu_fsdp_strategy() -> Any:
+    """Lightning's FSDPStrategy on a CPU (test code only): Lightning refuses a
+    CPU accelerator for FSDPStrategy itself ("requires a GPU accelerator"),
+    not for a subclass, and its wrapping passes the device's index (None on a
+    CPU); this one wraps with device_id=cpu, as on a GPU with its index."""
+    from lightning.pytorch.strategies import FSDPStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    class CpuFSDPStrategy(FSDPStrategy):
+        def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+            return FullyShardedDataParallel(module=model, device_id=torch.device("cpu"),
+                                            sharding_strategy=self.sharding_strategy,
+                                            **self.kwargs)
+
+    return CpuFSDPStrategy(auto_wrap_policy={LlamaDecoderLayer})
+
+
 def run_lightning(case: dict, client: summon.Client, serve: bool, out: Path) -> dict:
     import lightning.pytorch as pl
     from lightning.pytorch.strategies import ModelParallelStrategy
@@ -212,6 +266,7 @@ def run_lightning(case: dict, client: summon.Client, serve: bool, out: Path) -> 
     from summon.integrations.lightning import SummonCallback
     record: dict = {"phases": []}
     edited = "model." + EDITED
+    fsdp1 = case["mode"] == "lightning-fsdp1"
 
     class Llama(pl.LightningModule):
         def __init__(self) -> None:
@@ -219,6 +274,8 @@ def run_lightning(case: dict, client: summon.Client, serve: bool, out: Path) -> 
             self.model = build_llama()
 
         def configure_model(self) -> None:
+            if fsdp1:
+                return  # FSDPStrategy wraps the module itself
             mesh = self.device_mesh["data_parallel"]
             for layer in self.model.model.layers:
                 fully_shard(layer, mesh=mesh)
@@ -240,7 +297,8 @@ def run_lightning(case: dict, client: summon.Client, serve: bool, out: Path) -> 
                                                  self.summon_callback.served))
 
         def on_fit_start(self, trainer: Any, module: Any) -> None:
-            record["sharding"] = sharding(module)
+            record["sharding"] = (fsdp1_sharding(trainer.strategy.model) if fsdp1
+                                  else sharding(module))
 
         def on_before_optimizer_step(self, *args: Any) -> None:
             self._phase()
@@ -251,19 +309,21 @@ def run_lightning(case: dict, client: summon.Client, serve: bool, out: Path) -> 
                 if serve:
                     edit_through_summon(client, case["name"], edited)
                 else:
-                    edit_through_fsdp(module, edited)
+                    edit_through_fsdp(module, edited,
+                                      trainer.strategy.model if fsdp1 else None)
 
     callback = SummonCallback(case["name"], client=client) if serve else None
     trainer = pl.Trainer(
         accelerator="cpu", devices=2, max_steps=STEPS, logger=False,
-        strategy=ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1),
+        strategy=(cpu_fsdp_strategy() if fsdp1 else
+                  ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=1)),
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         callbacks=[c for c in (callback, Probe(callback)) if c is not None])
     module = Llama()
     data = torch.utils.data.DataLoader([tokens(i) for i in range(2 * 2 * STEPS)],
                                        batch_size=2)
     trainer.fit(module, data)
-    record["params"] = full_params(module)
+    record["params"] = full_params(module, trainer.strategy.model if fsdp1 else None)
     return record
 
 
@@ -305,13 +365,14 @@ def run_dcp(case: dict, client: summon.Client, out: Path) -> dict:
 
 
 RUNS: dict[str, Callable[..., dict]] = {
-    "hf": run_hf, "accelerate": run_accelerate, "lightning": run_lightning}
+    "hf": run_hf, "accelerate": run_accelerate, "lightning": run_lightning,
+    "lightning-fsdp1": run_lightning}
 
 
 def main() -> None:
     cases = json.loads(Path(sys.argv[1]).read_text())
     out = Path(sys.argv[2])
-    if cases[0]["mode"] != "lightning":  # Lightning starts its own process group
+    if not cases[0]["mode"].startswith("lightning"):  # Lightning starts its own
         dist.init_process_group("gloo")
     client = summon.Client(os.environ["SUMMON_SERVER"])
     for case in cases:
