@@ -6,7 +6,7 @@ Starts a summond (LocalDaemon) and W = 2 gloo ranks on the CPU; each rank
 trains a Llama of about 7 M parameters with FSDP2 under each framework in
 turn (the Hugging Face Trainer, Accelerate, Lightning's
 ModelParallelStrategy), alternating blocks of steps without and with the
-integration in the same run (plain, served, plain, served, ...), so both see
+integration in the same run (plain, served, served, plain, ...), so both see
 the same machine load. A block builds the framework's trainer afresh; its
 first two steps are warm-up and not timed. Each step is timed from the
 framework's step-begin event to its step-end event (the Accelerate loop:
@@ -164,8 +164,10 @@ def rank_main(args: argparse.Namespace) -> None:
     timings: dict[str, dict[str, list[float]]] = {}
     for name in args.frameworks.split(","):
         timings[name] = {"plain": [], "served": []}
-        for _ in range(args.rounds):
-            for served in (False, True):
+        for round_ in range(args.rounds):
+            # plain first in even rounds, served first in odd ones: neither
+            # always runs second (warmer caches, a later share of the load).
+            for served in ((False, True) if round_ % 2 == 0 else (True, False)):
                 key = "served" if served else "plain"
                 timings[name][key] += BLOCKS[name](args.steps, served)
     if dist.get_rank() == 0:
