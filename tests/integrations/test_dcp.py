@@ -17,9 +17,18 @@ import torch
 
 import summon
 import summon.torch as st
-from conftest import WORKER, base, run  # noqa: F401
+from .conftest import WORKER, base, run  # noqa: F401
 
 PARAMETERS = 21
+
+
+def load_worker():
+    """worker.py as a module of its own name (tests/fsdp_conformance has a worker too)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("integrations_worker", WORKER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +53,7 @@ def test_fsdp2_loads_what_save_dcp_wrote(job):
 
 def test_load_dcp_reshards_into_another_world(job, daemons):
     client2, out, result = job
-    sys.path.insert(0, str(WORKER.parent))
-    from worker import build_llama
-    llama = build_llama(seed=3)
+    llama = load_worker().build_llama(seed=3)
     client = summon.Client(daemons(4).address)
     try:
         st.register(client, "int-dcp4", llama, unit_modules=list(llama.model.layers),

@@ -12,7 +12,7 @@ import pytest
 import summon
 import torch
 
-from conftest import WORKER, base, run  # noqa: F401
+from .conftest import WORKER, base, run  # noqa: F401
 
 PARAMETERS = 21  # the tiny Llama: 2 layers x 9, embed, final norm, head
 MODES = ("hf", "accelerate", "lightning", "lightning-fsdp1")

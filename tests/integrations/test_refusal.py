@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 import summon.torch as st
-from conftest import base
+from .conftest import base
 
 
 @pytest.fixture(scope="module")
