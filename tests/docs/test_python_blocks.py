@@ -14,6 +14,9 @@ from typing import Callable, Iterator
 import pytest
 
 import summon
+import summon.integrations.accelerate
+import summon.integrations.hf
+import summon.integrations.lightning
 import summon.mapping
 import summon.session
 import summon.torch
@@ -52,7 +55,8 @@ def callables() -> dict[str, list[Callable]]:
     """Public callables of the package by name."""
     found: dict[str, list[Callable]] = {}
     owners = [summon.Client, summon.session.FullParams, summon.mapping.SessionMapping,
-              summon.torch]
+              summon.torch, summon.integrations.accelerate, summon.integrations.hf,
+              summon.integrations.lightning]
     owners += [member for _, member in inspect.getmembers(summon.torch, inspect.isclass)
                if member.__module__ == "summon.torch"]
     for owner in owners:
@@ -77,11 +81,25 @@ def test_the_documents_have_python_blocks() -> None:
     assert len(BLOCKS) >= 8
 
 
+def foreign_names(tree: ast.AST) -> set[str]:
+    """Names a block imports from outside summon (a framework's `Trainer`,
+    `import lightning.pytorch as L`): calls through them are not summon's."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not (node.module or "").startswith("summon"):
+            names |= {alias.asname or alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names
+                      if not alias.name.startswith("summon")}
+    return names
+
+
 def checked_calls(where: str, code: str) -> list[str]:
     """The summon callables a block passes keywords to, each checked to take
     them all (AssertionError naming the block and call otherwise)."""
     tree = ast.parse(code, filename=where)  # a block that does not parse fails
     known = callables()
+    foreign = foreign_names(tree)
     checked = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -89,7 +107,10 @@ def checked_calls(where: str, code: str) -> list[str]:
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         keywords = {k.arg for k in node.keywords if k.arg is not None}
-        if name not in known or not keywords:
+        root = func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if name not in known or not keywords or getattr(root, "id", None) in foreign:
             continue
         checked.append(name)
         assert any(accepts(f, keywords) for f in known[name]), (
@@ -108,6 +129,15 @@ def test_the_blocks_call_the_api_with_keywords() -> None:
     keywords to these (a matcher that found none would pass every block)."""
     checked = {name for where, code in BLOCKS for name in checked_calls(where, code)}
     assert CALLED_WITH_KEYWORDS <= checked, sorted(CALLED_WITH_KEYWORDS - checked)
+
+
+def test_a_framework_call_is_not_summons() -> None:
+    """A framework's own Trainer (summon.torch has one too) is left alone; the
+    same call without the import is checked."""
+    code = 'from transformers import Trainer\nTrainer(model, callbacks=[])'
+    assert checked_calls("example", code) == []
+    with pytest.raises(AssertionError, match="callbacks"):
+        checked_calls("example", "Trainer(model, callbacks=[])")
 
 
 def test_a_stale_keyword_is_caught() -> None:

@@ -49,7 +49,8 @@ def free_port() -> int:
 class Job:
     """A running FSDP job: `world` worker processes (see worker.py)."""
 
-    def __init__(self, daemon: LocalDaemon, world: int, cases: list[dict], out: Path):
+    def __init__(self, daemon: LocalDaemon, world: int, cases: list[dict], out: Path,
+                 script: Path = HERE / "worker.py"):
         self.out = out
         cases_file = out / f"cases-{free_port()}.json"
         cases_file.write_text(json.dumps(cases))
@@ -63,7 +64,7 @@ class Job:
                        PYTHONPATH=str(REPO / "client" / "python"))
             with open(self.logs[rank], "wb") as log:
                 self.processes.append(subprocess.Popen(
-                    [sys.executable, str(HERE / "worker.py"), str(cases_file), str(out)],
+                    [sys.executable, str(script), str(cases_file), str(out)],
                     env=env, stdout=log, stderr=subprocess.STDOUT))
 
     def wait(self, timeout: float = 300) -> None:
@@ -108,8 +109,10 @@ def daemons() -> Iterator[Callable[[int], LocalDaemon]]:
 
 
 def run_job(daemon: LocalDaemon, world: int, cases: list[dict], out: Path,
-            timeout: float = 300) -> None:
-    Job(daemon, world, cases, out).wait(timeout)
+            timeout: float = 300, script: Path = HERE / "worker.py") -> None:
+    """Runs `script` (default worker.py; tests/integrations has its own) as a
+    job of `world` ranks with `cases` and waits for it."""
+    Job(daemon, world, cases, out, script).wait(timeout)
 
 
 def bits(array: Any) -> np.ndarray:

@@ -226,20 +226,34 @@ def _fsdp1_layout(bindings: list[Binding]) -> dict:
 # FSDP2 ----------------------------------------------------------------------------
 
 
+def _common_ancestor(fqns: list[str]) -> str:
+    parts = [fqn.split(".") if fqn else [] for fqn in fqns]
+    common = []
+    for names in zip(*parts):
+        if len(set(names)) > 1:
+            break
+        common.append(names[0])
+    return ".".join(common)
+
+
 def _fsdp2_units(module: torch.nn.Module, names: dict[int, str]) -> list[Binding]:
     from torch.distributed.fsdp import FSDPModule
 
     param_names: dict[int, list[str]] = {}
     for fqn, param in module.named_parameters(remove_duplicate=False):
         param_names.setdefault(id(param), []).append(_clean(fqn))
-    bindings = []
+    # fully_shard([a, b]) makes a and b one parameter group (accelerate groups
+    # the final norm with the head): one unit, named by the modules' deepest
+    # common ancestor, since summond keeps each parameter under its unit.
+    groups: dict[int, tuple[Any, list[str]]] = {}
     for child in module.modules():
-        if not isinstance(child, FSDPModule):
-            continue
-        group = child._get_fsdp_state()._fsdp_param_group
-        unit = _clean(names[id(child)])
-        if group is None or not group.fsdp_params:
-            continue
+        if isinstance(child, FSDPModule):
+            group = child._get_fsdp_state()._fsdp_param_group
+            if group is not None and group.fsdp_params:
+                groups.setdefault(id(group), (group, []))[1].append(_clean(names[id(child)]))
+    bindings = []
+    for group, modules in groups.values():
+        unit = _common_ancestor(modules)
         params: list[dict] = []
         offsets: list[int] = []
         numel = 0
@@ -271,8 +285,17 @@ def _fsdp2_units(module: torch.nn.Module, names: dict[int, str]) -> list[Binding
 def _fsdp2_layout(bindings: list[Binding], module: torch.nn.Module) -> dict:
     # FSDP2 never reshards the root after forward (it is needed at once in
     # backward), so the root unit says nothing about the model's strategy.
+    units = [b.unit for b in bindings]
+    if len(set(units)) < len(units):
+        raise ValueError(f"two fully_shard groups map to one unit ({sorted(units)}): group "
+                         "modules under a parent that has no parameters of its own")
     inner = [b for b in bindings if b.unit != ""] or bindings
     strategies = {b.strategy for b in inner}
+    # Units that keep their parameters unsharded between forward and
+    # backward beside ones that reshard (accelerate's head group): the model
+    # is SHARD_GRAD_OP for summon's rules, the stricter of the two (R4).
+    if strategies == {"FULL_SHARD", "SHARD_GRAD_OP"}:
+        strategies = {"SHARD_GRAD_OP"}
     if len(strategies) > 1:
         raise ValueError(f"the fully_shard units use different strategies "
                          f"({sorted(strategies)}): a summon model has one")

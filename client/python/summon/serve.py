@@ -61,7 +61,8 @@ class Served:
     def __init__(self, module: torch.nn.Module, name: str, client: Client,
                  optimizer: Optional[torch.optim.Optimizer], grads: bool,
                  wait: Optional[float], on_external_write: Optional[ExternalWriteCallback],
-                 rank: int, lease_seconds: int, publish_every: int = 0):
+                 rank: int, lease_seconds: int, publish_every: int = 0,
+                 module_hooks: bool = True, optimizer_events: bool = False):
 
         self.module = module
         self.name = name
@@ -77,6 +78,9 @@ class Served:
         self._on_external_write = on_external_write
         self._step: Optional[st.Step] = None
         self._backward_seen = False
+        # Steps are counted when the optimizer step ends (its hooks, or a
+        # framework's own events), else per backward.
+        self._counts_optimizer = optimizer is not None or optimizer_events
         self.layout, self.bindings = fsdp.units(module)
         self._check_parameters_are_optimized()
         self.created = self._create_or_adopt(rank)
@@ -86,10 +90,12 @@ class Served:
         except BaseException:
             self.trainer.detach()
             raise
-        self._hooks = [
-            module.register_forward_pre_hook(self._pre_forward, prepend=True),
-            module.register_forward_hook(self._post_forward),
-        ]
+        self._hooks = []
+        if module_hooks:
+            self._hooks += [
+                module.register_forward_pre_hook(self._pre_forward, prepend=True),
+                module.register_forward_hook(self._post_forward),
+            ]
         if optimizer is not None:
             self._hooks += [optimizer.register_step_pre_hook(self._pre_step),
                             optimizer.register_step_post_hook(self._post_step)]
@@ -209,7 +215,7 @@ class Served:
                    if isinstance(t, torch.Tensor) and t.requires_grad]
         if not torch.is_grad_enabled() or not tensors:
             self._finish_step()  # evaluation: FORWARD -> IDLE
-            if self.optimizer is None:
+            if not self._counts_optimizer:
                 self.steps += 1
             return
         self._step.between()
@@ -229,19 +235,61 @@ class Served:
                 grads = self.shards[binding.unit].grads
                 if grads is not None and binding.numel:
                     binding.copy_grads(grads)
-        if self.optimizer is None:
+        if not self._counts_optimizer:
             self.steps += 1
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._step is not None and self.trainer.phase == "BACKWARD":
-            self._step.optimizer()
+        self.begin_optimizer_step()
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._step is not None and self.trainer.phase == "OPTIMIZER":
+            self.end_step()
+
+    # Phases from a framework's own events (summon.integrations) ---------------------
+    # The same transitions the hooks make, for a training loop that announces
+    # them itself (Lightning's batch and backward hooks, the Trainer's
+    # optimizer events); each is a no-op where the step is not in the phase
+    # it follows, so events and hooks may both report.
+
+    def begin_step(self) -> None:
+        """FORWARD: a training (or evaluation) batch starts."""
+        if self._step is not None and self.trainer.phase in ("FORWARD", "BETWEEN"):
+            return
+        self._pre_forward(self.module, ())
+
+    def end_forward(self) -> None:
+        """BETWEEN: the forward is done, its backward not begun."""
+        if self._step is not None and self.trainer.phase == "FORWARD":
+            self._step.between()
+
+    def begin_backward(self) -> None:
+        """BACKWARD: the backward starts (gradients are copied at end_backward)."""
+        if self._step is not None and self.trainer.phase in ("FORWARD", "BETWEEN"):
+            self.end_forward()
+            self._backward_seen = True
+            self._step.backward()
+
+    def end_backward(self) -> None:
+        """The backward is done: with grads, each rank's reduced gradient goes
+        to summond (also counts the step where no optimizer step ends it)."""
+        if self._step is not None and self.trainer.phase == "BACKWARD":
+            self._backward_ends()
+
+    def begin_optimizer_step(self) -> None:
+        """OPTIMIZER: the optimizer steps the shards in place."""
+        if self._step is not None and self.trainer.phase == "BACKWARD":
+            self._step.optimizer()
+
+    def end_step(self) -> None:
+        """IDLE: the step is over (counted if an optimizer step ended it)."""
+        if self._step is None:
+            return
+        counted = self._counts_optimizer and self.trainer.phase == "OPTIMIZER"
+        if counted:
             self.steps += 1
-            self._finish_step()
-            if self.publish_every > 0 and self.steps % self.publish_every == 0:
-                self._publish()
+        self._finish_step()
+        if counted and self.publish_every > 0 and self.steps % self.publish_every == 0:
+            self._publish()
 
     def _publish(self) -> None:
         # Every rank has left OPTIMIZER once all reach the barrier; no rank
@@ -283,12 +331,36 @@ class Served:
         self.close()
 
 
+def _refuse_unsharded(module: torch.nn.Module) -> None:
+    """A model FSDP does not shard has nothing for summon to serve: every rank
+    holds all of it. Said plainly, so a framework's silent fallback to DDP
+    (accelerate and the Hugging Face Trainer on a CPU) cannot look like success."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if FSDP.fsdp_modules(module) or any(isinstance(m, FSDPModule) for m in module.modules()):
+        return
+    kind = type(module).__name__
+    if isinstance(module, DDP):
+        raise ValueError(
+            f"serve() refuses a model wrapped by {kind}: DDP keeps the whole model on "
+            "every rank, there is no FSDP shard for summon to serve. Shard it with "
+            "fully_shard (FSDP2) or FullyShardedDataParallel (FSDP1); note that accelerate "
+            "and the Hugging Face Trainer fall back to DDP without a word when FSDP is "
+            "asked for on a CPU (docs/api.md, Integrations)")
+    raise ValueError(f"serve() refuses a model that FSDP does not shard ({kind}, no "
+                     "fully_shard or FullyShardedDataParallel in it): wrap it first, "
+                     "then call serve")
+
+
 def serve(module: torch.nn.Module, name: str, *, client: Optional[Client] = None,
           optimizer: Optional[torch.optim.Optimizer] = None, grads: bool = False,
           wait: Optional[float] = DEFAULT_WAIT,
           on_external_write: Optional[ExternalWriteCallback] = None,
           rank: Optional[int] = None, lease_seconds: int = 10,
-          publish_every: int = 0) -> Served:
+          publish_every: int = 0, module_hooks: bool = True,
+          optimizer_events: bool = False) -> Served:
     """Serves an FSDP-wrapped model's full parameters through summond (every rank calls it).
 
     module: the model after fully_shard (FSDP2) or FullyShardedDataParallel
@@ -302,11 +374,18 @@ def serve(module: torch.nn.Module, name: str, *, client: Optional[Client] = None
     a step starts after someone else wrote units' shards. rank: summon's rank
     of this process (default torch's global rank). publish_every: publish
     version `served.steps` after every that many optimizer steps (0: never).
+    module_hooks: False when the caller reports forward and backward itself
+    (begin_step, end_forward, begin_backward, end_backward). optimizer_events:
+    the caller reports the optimizer step (begin_optimizer_step, end_step)
+    without passing the optimizer. A model FSDP does not shard (a plain
+    module, DistributedDataParallel) is refused with ValueError before summond
+    is asked anything.
     """
+    _refuse_unsharded(module)
     if not dist.is_initialized():
         raise ValueError("serve() runs in an FSDP job: torch.distributed is not initialized")
     served = Served(module, name, client or Client(), optimizer, grads, wait,
                     on_external_write, dist.get_rank() if rank is None else rank,
-                    lease_seconds, publish_every)
+                    lease_seconds, publish_every, module_hooks, optimizer_events)
     served._owns_client = client is None
     return served

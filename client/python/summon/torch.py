@@ -13,6 +13,7 @@ This module only gathers the two; serve builds on the trainer, never the
 other way round.
 """
 
+from summon.dcp import load_dcp, save_dcp
 from summon.serve import Served, serve
 from summon.trainer import (TORCH_DTYPES, ExternalWriteCallback, ShardViews, Step,
                             Trainer, UnitView, attach, layout_from_module,
@@ -28,8 +29,10 @@ __all__ = [
     "UnitView",
     "attach",
     "layout_from_module",
+    "load_dcp",
     "named_parameters_with_ties",
     "register",
+    "save_dcp",
     "serve",
     "torch_dtype",
 ]
