@@ -79,12 +79,15 @@ absl::Status Membership::CheckReady() const {
   for (int node = 0; node < size(); ++node) {
     if (joined_.count(node) == 0) missing.push_back(node);
   }
+  // On a coordinator a cluster forms after each election, so a call that
+  // meets the formation is told so in the words clients retry on.
   return absl::UnavailableError(absl::StrCat(
       "the cluster is not ready: ",
       missing.empty() || !LeadingLocked()
           ? std::string("nodes are still connecting")
           : absl::StrCat("waiting for node(s) ", absl::StrJoin(missing, ", "),
-                         " to join")));
+                         " to join"),
+      spec_.coordinator == nullptr ? "" : "; electing a leader"));
 }
 
 Communicator* Membership::communicator() const {

@@ -166,13 +166,8 @@ TEST_F(EtcdFailoverTest, APausedLeaderIsReplacedAndFollowsWhenItWakes) {
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_EQ(ReadOk(cluster_->client(via), opened->id(), kParam), edited);
   CloseOk(cluster_->client(via), opened->id());
-  absl::StatusOr<v1::ClusterStatus> after;
-  const absl::Time give_up = absl::Now() + absl::Seconds(40);
-  do {
-    absl::SleepFor(absl::Milliseconds(100));
-    after = AgreedLeadership(*cluster_);
-    ASSERT_FALSE(absl::IsInternal(after.status())) << after.status();
-  } while (!after.ok() && absl::Now() < give_up);
+  absl::StatusOr<v1::ClusterStatus> after =
+      AwaitAgreedLeadership(*cluster_, absl::Seconds(40));
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_NE(after->leader(), paused);
   EXPECT_GT(after->epoch(), first->epoch());
@@ -201,7 +196,8 @@ TEST_F(EtcdFailoverTest, AReturningFollowerJoinsANewEpochOfTheSameLeader) {
   const std::string edited = WriteEdit(follower);
   ASSERT_TRUE(cluster_->Kill(follower).ok());
   ASSERT_TRUE(cluster_->StartNode(follower).ok());
-  absl::StatusOr<v1::ClusterStatus> after = AgreedLeadership(*cluster_);
+  absl::StatusOr<v1::ClusterStatus> after =
+      AwaitAgreedLeadership(*cluster_, absl::Seconds(30));
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->leader(), first->leader());
   EXPECT_GT(after->epoch(), first->epoch());
@@ -237,13 +233,8 @@ TEST_F(EtcdDecidedFailoverTest, AWritebackDecidedBeforeTheLeaderDiedCompletes) {
   EXPECT_FALSE(cluster_->client(via).CloseSession(session.id()).ok());
   ASSERT_TRUE(cluster_->Kill(leader).ok());  // Reaps it.
   ASSERT_TRUE(cluster_->StartNode(leader).ok());
-  absl::StatusOr<v1::ClusterStatus> after;
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  do {
-    after = AgreedLeadership(*cluster_);
-    ASSERT_FALSE(absl::IsInternal(after.status())) << after.status();
-    if (!after.ok()) absl::SleepFor(absl::Milliseconds(100));
-  } while (!after.ok() && absl::Now() < give_up);
+  absl::StatusOr<v1::ClusterStatus> after =
+      AwaitAgreedLeadership(*cluster_, absl::Seconds(30));
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_NE(after->leader(), leader);
   // Every rank holds the edit (checksums computed from the layout), and a

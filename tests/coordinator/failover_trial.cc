@@ -55,6 +55,19 @@ absl::StatusOr<v1::ClusterStatus> AgreedLeadership(
   return *agreed;
 }
 
+absl::StatusOr<v1::ClusterStatus> AwaitAgreedLeadership(
+    const LocalCluster& cluster, absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (true) {
+    absl::StatusOr<v1::ClusterStatus> agreed = AgreedLeadership(cluster);
+    if (agreed.ok() || absl::IsInternal(agreed.status()) ||
+        absl::Now() >= give_up) {
+      return agreed;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
 absl::StatusOr<FailoverResult> KillLeaderUntilServed(
     LocalCluster& cluster, const std::string& model, const std::string& fqn,
     const std::string& expected, absl::Duration timeout) {

@@ -22,6 +22,12 @@ namespace summon::tests {
 // leaders acting), UNAVAILABLE while any node is not READY.
 absl::StatusOr<v1::ClusterStatus> AgreedLeadership(const LocalCluster& cluster);
 
+// AgreedLeadership asked every 100 ms until every node is READY under one
+// leadership, for at most `timeout` (a cluster forms a while after a node
+// starts or a leader is elected); INTERNAL at once on two leaderships.
+absl::StatusOr<v1::ClusterStatus> AwaitAgreedLeadership(
+    const LocalCluster& cluster, absl::Duration timeout);
+
 struct FailoverResult {
   v1::ClusterStatus before;  // The leadership the kill ended.
   v1::ClusterStatus after;   // The one that served the read.
