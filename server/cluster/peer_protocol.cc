@@ -35,8 +35,7 @@ absl::StatusOr<PeerProtocol> ParsePeerProtocol(const std::string& text) {
       !absl::SimpleAtoi(parts.back(), &protocol.newest) ||
       protocol.oldest < 1 || protocol.newest < protocol.oldest) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "peer protocol '", text,
-        "' is not N or MIN:MAX with 1 <= MIN <= MAX"));
+        "peer protocol '", text, "' is not N or MIN:MAX with 1 <= MIN <= MAX"));
   }
   return protocol;
 }

@@ -33,9 +33,9 @@ absl::Status WriteFormat(const std::filesystem::path& path, int format) {
     }
   }
   if (rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot rename ", temporary, " to ", path.string(), ": ",
-        strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("cannot rename ", temporary,
+                                               " to ", path.string(), ": ",
+                                               strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -44,12 +44,13 @@ absl::Status WriteFormat(const std::filesystem::path& path, int format) {
 
 absl::Status CheckDataDirFormat(const std::string& data_dir) {
   constexpr int understood = kDataDirFormat;
-  const std::filesystem::path path = std::filesystem::path(data_dir) / kFileName;
+  const std::filesystem::path path =
+      std::filesystem::path(data_dir) / kFileName;
   std::error_code error;
   if (!std::filesystem::exists(path, error)) {
     if (error) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot look at ", path.string(), ": ", error.message()));
+      return absl::UnavailableError(absl::StrCat(
+          "cannot look at ", path.string(), ": ", error.message()));
     }
     return WriteFormat(path, understood);
   }
@@ -68,7 +69,8 @@ absl::Status CheckDataDirFormat(const std::string& data_dir) {
         " holds no format number (one line, e.g. \"", understood,
         "\"); it was damaged or not written by summond: restore the data "
         "dir from a backup, or remove the file if the data dir is one this "
-        "release (summond ", kVersion, ", format ", understood, ") wrote"));
+        "release (summond ",
+        kVersion, ", format ", understood, ") wrote"));
   }
   if (format > understood) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -22,8 +22,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "gtest/gtest.h"
 #include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
 #include "tests/cluster/daemon_testing.h"
 #include "tests/faults/child_process.h"
 #include "version.h"
@@ -104,13 +104,14 @@ class VersionsTest : public ::testing::Test {
   // Starts node `rank` of a two-node static cluster on `ports`, speaking
   // `protocol` ("" its own).
   ChildProcess& StartNode(const std::vector<int>& ports, int rank,
-                          const std::string& protocol,
-                          const std::string& log) {
+                          const std::string& protocol, const std::string& log) {
     std::vector<std::string> flags = {
         absl::StrCat("--nodes=127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]),
         absl::StrCat("--node-rank=", rank),
         "--data-dir=" + Dir(absl::StrCat("node", rank))};
-    if (!protocol.empty()) flags.push_back("--testing-peer-protocol=" + protocol);
+    if (!protocol.empty()) {
+      flags.push_back("--testing-peer-protocol=" + protocol);
+    }
     return Start(log, flags);
   }
 
@@ -121,22 +122,24 @@ class VersionsTest : public ::testing::Test {
 TEST_F(VersionsTest, DataDirOfANewerFormatIsRefused) {
   const std::string dir = Dir("newer");
   WriteFile(dir + "/FORMAT", "2\n");
-  ChildProcess& daemon = Start("newer", {"--listen=127.0.0.1:0",
-                                         "--data-dir=" + dir});
+  ChildProcess& daemon =
+      Start("newer", {"--listen=127.0.0.1:0", "--data-dir=" + dir});
   absl::StatusOr<ExitStatus> exit = daemon.WaitExit(absl::Seconds(20));
   ASSERT_TRUE(exit.ok()) << exit.status();
   EXPECT_EQ(exit->code.value_or(-1), 9)  // FAILED_PRECONDITION
       << ExitStatusText(*exit);
-  EXPECT_NE(ReadFile(LogPath("newer")).find(absl::StrCat(
-                "summond failed to start: FAILED_PRECONDITION: data dir ", dir,
-                " has format 2, written by a newer summond; this summond (",
-                kVersion,
-                ") understands formats up to 1 and does not read it: run the "
-                "newer release on this node again (a rolling update rolled "
-                "back stops here), or start this release on a data dir it "
-                "wrote (restore a backup, or move this one aside and create "
-                "the models again)")),
-            std::string::npos)
+  EXPECT_NE(
+      ReadFile(LogPath("newer"))
+          .find(absl::StrCat(
+              "summond failed to start: FAILED_PRECONDITION: data dir ", dir,
+              " has format 2, written by a newer summond; this summond (",
+              kVersion,
+              ") understands formats up to 1 and does not read it: run the "
+              "newer release on this node again (a rolling update rolled "
+              "back stops here), or start this release on a data dir it "
+              "wrote (restore a backup, or move this one aside and create "
+              "the models again)")),
+      std::string::npos)
       << ReadFile(LogPath("newer"));
   // Nothing of the data dir was touched.
   EXPECT_EQ(ReadFile(dir + "/FORMAT"), "2\n");
@@ -146,8 +149,8 @@ TEST_F(VersionsTest, DataDirOfANewerFormatIsRefused) {
 TEST_F(VersionsTest, UnreadableFormatIsRefusedWithoutEchoingIt) {
   const std::string dir = Dir("garbage");
   WriteFile(dir + "/FORMAT", "s3cr3t-not-a-number\n");
-  ChildProcess& daemon = Start("garbage", {"--listen=127.0.0.1:0",
-                                           "--data-dir=" + dir});
+  ChildProcess& daemon =
+      Start("garbage", {"--listen=127.0.0.1:0", "--data-dir=" + dir});
   absl::StatusOr<ExitStatus> exit = daemon.WaitExit(absl::Seconds(20));
   ASSERT_TRUE(exit.ok()) << exit.status();
   EXPECT_EQ(exit->code.value_or(-1), 9) << ExitStatusText(*exit);
@@ -195,16 +198,19 @@ TEST_F(VersionsTest, JoinNeedsAPeerProtocolInCommon) {
   StartNode(*ports, 0, "", "leader");
   ChildProcess& newer = StartNode(*ports, 1, "2", "newer");
   const std::string refusal = absl::StrCat(
-      "node 1 (summond ", v, ") speaks peer protocol 2 and the leader, node 0 "
-      "(summond ", v, "), speaks 1: no version in common, node 1 cannot join. "
+      "node 1 (summond ", v,
+      ") speaks peer protocol 2 and the leader, node 0 "
+      "(summond ",
+      v,
+      "), speaks 1: no version in common, node 1 cannot join. "
       "Node 1 is more than one release newer than the cluster: update the "
       "cluster one release at a time (each release still speaks the previous "
       "one's protocol), or run node 1 on the cluster's release until the "
       "others are updated");
   EXPECT_TRUE(LogShows("leader", "cluster: refused node 1: " + refusal))
       << ReadFile(LogPath("leader"));
-  EXPECT_TRUE(LogShows("newer", "cluster: node 1 cannot join the leader: " +
-                                    refusal))
+  EXPECT_TRUE(
+      LogShows("newer", "cluster: node 1 cannot join the leader: " + refusal))
       << ReadFile(LogPath("newer"));
   for (const std::string& address : {leader, follower}) {
     absl::StatusOr<HealthCheckResponse::ServingStatus> health = Health(address);
@@ -240,14 +246,17 @@ TEST_F(VersionsTest, ANodeTooOldForTheClusterIsRefused) {
   StartNode(*ports, 0, "2:3", "leader");
   StartNode(*ports, 1, "", "old");
   const std::string refusal = absl::StrCat(
-      "node 1 (summond ", v, ") speaks peer protocol 1 and the leader, node 0 "
-      "(summond ", v, "), speaks 2..3: no version in common, node 1 cannot "
+      "node 1 (summond ", v,
+      ") speaks peer protocol 1 and the leader, node 0 "
+      "(summond ",
+      v,
+      "), speaks 2..3: no version in common, node 1 cannot "
       "join. Node 1 is too old for this cluster: update it to the cluster's "
       "release");
   EXPECT_TRUE(LogShows("leader", "cluster: refused node 1: " + refusal))
       << ReadFile(LogPath("leader"));
-  EXPECT_TRUE(LogShows("old", "cluster: node 1 cannot join the leader: " +
-                                  refusal))
+  EXPECT_TRUE(
+      LogShows("old", "cluster: node 1 cannot join the leader: " + refusal))
       << ReadFile(LogPath("old"));
 }
 
