@@ -21,8 +21,11 @@ for line in "after failover == before: yes" "failover OK"; do
 done
 grep -qE '^node [0-9] leads now \(epoch [0-9]+ > [0-9]+\); node [0-9] came back as a follower$' "$out" ||
   { echo "no new leader reported"; exit 1; }
-grep -q '^ERROR UNAVAILABLE: node [0-9] (the leader)' "$out" ||
-  { echo "the survivor's UNAVAILABLE was not shown"; exit 1; }
+# The survivor names the node that led (the one killed), not node 0.
+killed=$(sed -n 's/^.*== kill -9 the leader, node \([0-9]\).*$/\1/p' "$out")
+[ -n "$killed" ] || { echo "no kill reported"; exit 1; }
+grep -q "^ERROR UNAVAILABLE: node $killed (the leader)" "$out" ||
+  { echo "the survivor's UNAVAILABLE did not name node $killed"; exit 1; }
 work=$(sed -n "s/^etcd's data, the nodes' data dirs and logs under //p" "$out")
 [ -n "$work" ] || { echo "the work directory was not printed"; exit 1; }
 [ ! -e "$work" ] || { echo "left behind: $work"; exit 1; }
