@@ -3,7 +3,10 @@
 # ConfigMap), builds the --nodes list and passes the shared flags, the
 # optional listeners (metrics-listen, health-listen: ConfigMap keys) and the
 # mounted secrets (server certificate and key, client CA, tokens file) when
-# their files exist. Arguments given to this script (the container's args,
+# their files exist. With a ConfigMap key "coordinator" (an etcd URL, see
+# deploy/overlays/etcd) a cluster joins through etcd, which elects its
+# leader: --coordinator (and --coordinator-lease-ttl from its key); the rank
+# still comes from nodes.txt, since the cluster forms on that list. Arguments given to this script (the container's args,
 # e.g. the GPU overlay's --device cuda) are passed on after all of these.
 # SUMMON_DRY_RUN=1 prints the command instead of running it (tests).
 set -eu
@@ -53,7 +56,17 @@ set -- "$@" /opt/summon/summond \
   --data-dir /var/lib/summon
 if [ "$count" -gt 1 ]; then
   set -- "$@" --nodes "$nodes" --node-rank "$rank"
+  for key in coordinator coordinator-lease-ttl; do
+    if [ -f "$config/$key" ]; then
+      set -- "$@" "--$key" "$(cat "$config/$key")"
+    fi
+  done
 else
+  # summond refuses a coordinator for a single node (it needs none): say so
+  # here instead of letting the pod crash-loop on it.
+  if [ -f "$config/coordinator" ]; then
+    echo "entrypoint: one node in $config/nodes.txt needs no coordinator; not passing --coordinator" >&2
+  fi
   set -- "$@" --listen "0.0.0.0:7070"
 fi
 for key in metrics-listen health-listen; do

@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "grpc/support/log.h"
+#include "server/cluster/peer_protocol.h"
 #include "server/comm/nccl_communicator.h"
 #include "server/coordinator/coordinator_url.h"
 #include "server/gpu/cuda_shard_memory.h"
@@ -54,6 +55,10 @@ ABSL_FLAG(absl::Duration, coordinator_lease_ttl, absl::Seconds(5),
           "With an etcd --coordinator: each node's etcd lease (at least 2s). "
           "A dead leader is replaced after about this long (up to twice as "
           "long while etcd changes its own leader).");
+ABSL_FLAG(std::string, testing_peer_protocol, "",
+          "Rehearses a rolling update across releases: the Peer protocol "
+          "versions this node claims to speak, N or MIN:MAX, instead of its "
+          "own (a join needs a version in common). For tests only.");
 ABSL_FLAG(std::vector<std::string>, nodes, {},
           "HOST:PORT of every node's daemon, comma-separated, the same list "
           "on every node. Omitted: a single node.");
@@ -339,6 +344,16 @@ int Run(int argc, char** argv) {
   if (coordinator->etcd) spec_from_flags.etcd = coordinator->url;
   spec_from_flags.coordinator_lease_ttl =
       absl::GetFlag(FLAGS_coordinator_lease_ttl);
+  if (const std::string protocol = absl::GetFlag(FLAGS_testing_peer_protocol);
+      !protocol.empty()) {
+    absl::StatusOr<PeerProtocol> parsed = ParsePeerProtocol(protocol);
+    if (!parsed.ok()) {
+      spdlog::error("--testing-peer-protocol: {}",
+                    std::string(parsed.status().message()));
+      return ExitCode(parsed.status());
+    }
+    spec_from_flags.peer_protocol = *parsed;
+  }
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device == "cuda") {
     absl::StatusOr<std::unique_ptr<gpu::CudaShardMemoryProvider>> provider =

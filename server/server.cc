@@ -18,6 +18,7 @@
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
 #include "server/metrics/summon_metrics.h"
+#include "server/model/data_dir_format.h"
 #include "server/model/data_dir_lock.h"
 #include "server/model/model_registry.h"
 #include "server/rpc/reflection_v1.h"
@@ -136,6 +137,10 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
         DataDirLock::Acquire(spec.data_dir);
     if (!locked.ok()) return locked.status();
     data_dir_lock = *std::move(locked);
+    // Then its format: a data dir a newer release wrote is never read.
+    if (absl::Status format = CheckDataDirFormat(spec.data_dir); !format.ok()) {
+      return format;
+    }
   }
 
   // Both are process-wide switches read when a server is built.

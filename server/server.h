@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/auth/server_security.h"
+#include "server/cluster/peer_protocol.h"
 #include "server/comm/communicator.h"
 #include "server/coordinator/coordinator_url.h"
 #include "server/store/shard_memory.h"
@@ -75,6 +76,10 @@ class SummonServer {
     // The etcd lease of each node: a dead leader is replaced after about
     // this long (up to twice as long when etcd's own leader changes).
     absl::Duration coordinator_lease_ttl = absl::Seconds(5);
+    // The Peer protocol versions this node speaks (--testing-peer-protocol
+    // rehearses a node of another release; a join across releases needs a
+    // version in common).
+    PeerProtocol peer_protocol = kPeerProtocol;
     // Where models are recorded (so a restarted daemon re-attaches their
     // shared-memory shards). Empty: nothing is recorded; shards die with the
     // daemon.

@@ -97,7 +97,7 @@ void SummonServer::BuildCluster() {
           spec_.heartbeat_interval, spec_.collective_timeout,
           std::max(spec_.heartbeat_interval * 3, absl::Seconds(1)),
           security_->peer_credentials(), spec_.device_communicator,
-          coordinator_.get()},
+          coordinator_.get(), spec_.peer_protocol},
       kv_store_.get());
   runtime_ =
       std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(), nullptr,

@@ -10,6 +10,7 @@
 #include "grpcpp/security/credentials.h"
 #include "server/rpc/status_conversion.h"
 #include "spdlog/spdlog.h"
+#include "version.h"
 
 namespace summon::server {
 
@@ -134,6 +135,8 @@ v1::JoinResponse Membership::Roster() const {
       absl::ToInt64Milliseconds(spec_.heartbeat_interval)));
   response.set_collective_timeout_ms(static_cast<uint32_t>(
       absl::ToInt64Milliseconds(spec_.collective_timeout)));
+  SetProtocol(spec_.protocol, &response);
+  response.set_release(kVersion);
   return response;
 }
 
@@ -153,6 +156,16 @@ absl::StatusOr<v1::JoinResponse> Membership::HandleJoin(
     return absl::FailedPreconditionError(
         absl::StrCat("node ", node, " hosts ", request.local_ranks(),
                      " local ranks but the cluster has ", spec_.local_ranks));
+  }
+  // A rolling update across releases: admitted only with a version in
+  // common (the joining node reports the refusal and retries slowly).
+  if (absl::Status common =
+          CheckPeerProtocol(spec_.protocol, spec_.node_rank, kVersion,
+                            ProtocolOf(request), node, request.release());
+      !common.ok()) {
+    spdlog::error("cluster: refused node {}: {}", node,
+                  std::string(common.message()));
+    return common;
   }
   bool restarted_while_ready = false;
   {

@@ -17,6 +17,7 @@
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 #include "server/cluster/kv_store.h"
+#include "server/cluster/peer_protocol.h"
 #include "server/comm/communicator.h"
 #include "server/coordinator/coordinator.h"
 #include "summon/v1/peer.grpc.pb.h"
@@ -52,6 +53,8 @@ class Membership {
     // The cluster's coordinator (started by the caller, outliving the
     // membership); null: the static mode, node 0 leads.
     Coordinator* coordinator = nullptr;
+    // The Peer protocol versions this node speaks (joins check them).
+    PeerProtocol protocol = kPeerProtocol;
   };
 
   // `store` is the leader's key-value store (used on the leader only).
@@ -154,6 +157,9 @@ class Membership {
 
   // Between attempts to join, or to form the cluster.
   static constexpr absl::Duration kJoinRetry = absl::Milliseconds(100);
+  // After a leader refused this node's protocol: no quick fix (a node must
+  // run another release), so retry (and report) slowly.
+  static constexpr absl::Duration kProtocolRetry = absl::Seconds(5);
   // A random 64-bit number: incarnations, and the static mode's epochs.
   static uint64_t NewIncarnation();
 

@@ -16,6 +16,7 @@
 #include "server/cluster/rendezvous_store.h"
 #include "server/comm/gloo_communicator.h"
 #include "spdlog/spdlog.h"
+#include "version.h"
 
 namespace summon::server {
 namespace {
@@ -58,6 +59,8 @@ std::optional<uint64_t> Membership::JoinLeader(
   request.mutable_node()->set_address(spec_.nodes[spec_.node_rank]);
   request.mutable_node()->set_incarnation(incarnation_);
   request.set_local_ranks(spec_.local_ranks);
+  SetProtocol(spec_.protocol, &request);
+  request.set_release(kVersion);
   for (int attempt = 1;; ++attempt) {
     {
       absl::MutexLock lock(&mu_);
@@ -67,6 +70,25 @@ std::optional<uint64_t> Membership::JoinLeader(
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
     v1::JoinResponse response;
     const grpc::Status status = stub->Join(&context, request, &response);
+    // A leader of another release: both sides check the protocol (a leader
+    // older than the check admits anyone), and neither mismatch mends
+    // itself, so it is reported as an error and retried slowly.
+    absl::Status common = absl::OkStatus();
+    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      common = absl::UnimplementedError(status.error_message());
+    } else if (status.ok()) {
+      common = CheckPeerProtocol(ProtocolOf(response), leadership.node,
+                                 response.release(), spec_.protocol,
+                                 spec_.node_rank, kVersion);
+    }
+    if (!common.ok()) {
+      spdlog::error("cluster: node {} cannot join the leader: {}",
+                    spec_.node_rank, std::string(common.message()));
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), kProtocolRetry);
+      if (stopping_) return std::nullopt;
+      continue;
+    }
     // Epoch 0: the leader still waits for every node to be alive.
     if (status.ok() && response.membership_epoch() != 0 &&
         response.membership_epoch() != previous_epoch) {

@@ -14,14 +14,16 @@ constexpr absl::Duration kModelOperationTimeout = absl::Minutes(10);
 
 }  // namespace
 
-grpc::Status LeaderForwarder::FromLeader(grpc::Status status) {
+grpc::Status LeaderForwarder::FromLeader(grpc::Status status) const {
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
       status.error_message().find("node ") != std::string::npos) {
     return status;
   }
-  return grpc::Status(status.error_code(),
-                      absl::StrCat("node 0 (the leader) is unreachable: ",
-                                   status.error_message()));
+  // The leader this node forwarded to: node 0 only in the static mode.
+  return grpc::Status(
+      status.error_code(),
+      absl::StrCat("node ", membership_->leader(),
+                   " (the leader) is unreachable: ", status.error_message()));
 }
 
 std::unique_ptr<grpc::ClientContext> LeaderForwarder::ContextFor(

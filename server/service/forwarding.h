@@ -97,7 +97,7 @@ class LeaderForwarder {
 
   // A transport failure reaching the leader says so (the bare gRPC message
   // would not name the node).
-  static grpc::Status FromLeader(grpc::Status status);
+  grpc::Status FromLeader(grpc::Status status) const;
 
   // Passes the leader's replies on as they arrive, without parsing them.
   grpc::Status ReadTensor(grpc::ServerContext* context,

@@ -3,7 +3,9 @@
 # --nodes list; an unlisted node is refused; a one-node list runs standalone;
 # the optional listeners and the mounted secrets become flags only when their
 # files exist; a certificate without its key (or a client CA without TLS) is
-# refused; the container's args come last.
+# refused; the container's args come last; a "coordinator" key (and its
+# lease TTL) becomes --coordinator for a cluster, ignored with a note for one
+# node.
 set -euo pipefail
 entry="$TEST_SRCDIR/summon/deploy/entrypoint.sh"
 config=$(mktemp -d)
@@ -69,8 +71,31 @@ if run a 2>/dev/null; then echo "client CA without TLS accepted"; exit 1; fi
 pass
 rm "$secrets/ca.crt"
 
-# One node: standalone on the gRPC port, listeners still passed.
+# An etcd coordinator from the ConfigMap: after the rank, before the
+# listeners; the rank still from nodes.txt.
+url="etcd://summon-etcd-0.summon-etcd.summon.svc:2379,summon-etcd-1.summon-etcd.summon.svc:2379/summon"
+echo "$url" > "$config/coordinator"
+out=$(run c --device cuda)
+expected="$base $cluster --node-rank 2 --coordinator $url --metrics-listen 0.0.0.0:9464 --health-listen 0.0.0.0:7071 --tokens $secrets/tokens --device cuda"
+[ "$out" = "$expected" ] || { echo "coordinator: got '$out'"; exit 1; }
+pass
+echo 5s > "$config/coordinator-lease-ttl"
+out=$(run a)
+expected="$base $cluster --node-rank 0 --coordinator $url --coordinator-lease-ttl 5s --metrics-listen 0.0.0.0:9464 --health-listen 0.0.0.0:7071 --tokens $secrets/tokens"
+[ "$out" = "$expected" ] || { echo "coordinator and lease: got '$out'"; exit 1; }
+pass
+
+# One node: standalone on the gRPC port, listeners still passed; a
+# coordinator is not passed (summond refuses one for a single node) and the
+# entrypoint says so.
 printf 'solo 10.0.0.9:7070\n' > "$config/nodes.txt"
+out=$(run solo 2>"$config/stderr")
+expected="/opt/summon/summond --local-ranks 4 --memory-budget 1024 --heartbeat-ms 200 --collective-timeout-ms 3000 --data-dir /var/lib/summon --listen 0.0.0.0:7070 --metrics-listen 0.0.0.0:9464 --health-listen 0.0.0.0:7071 --tokens $secrets/tokens"
+[ "$out" = "$expected" ] || { echo "single node: got '$out'"; exit 1; }
+[ "$(cat "$config/stderr")" = "entrypoint: one node in $config/nodes.txt needs no coordinator; not passing --coordinator" ] ||
+  { echo "single node with a coordinator: stderr '$(cat "$config/stderr")'"; exit 1; }
+pass
+rm "$config/coordinator" "$config/coordinator-lease-ttl"
 run solo | grep -q -- "--listen 0.0.0.0:7070 --metrics-listen" || { echo "single node"; exit 1; }
 pass
 echo "entrypoint_test: $checks checks passed"

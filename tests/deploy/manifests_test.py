@@ -22,6 +22,7 @@ import unittest
 
 import yaml
 
+from etcd_manifests import EtcdOverlay  # noqa: F401 (run by main)
 from kustomize_build import (build, kubectl_build, kustomization, load_yaml,
                              manifest_files, matches, normalized, only,
                              quantity, _Recorder, write_junit)
@@ -32,6 +33,10 @@ DEPLOY = os.path.abspath(
                  "deploy"))
 BASE = os.path.join(DEPLOY, "base")
 GPU = os.path.join(DEPLOY, "overlays", "gpu")
+ETCD = os.path.join(DEPLOY, "overlays", "etcd")
+
+EtcdOverlay.directory = ETCD
+EtcdOverlay.base = BASE
 
 LABEL_KEYS = ("name", "instance", "component", "part-of", "version",
               "managed-by")
@@ -288,7 +293,19 @@ class Invariants:
         self.assertEqual(annotations.get("prometheus.io/port"), str(metrics))
 
     def services(self):
-        return [o for o in self.objects if o["kind"] == "Service"]
+        """The daemons' Services (the etcd overlay adds etcd's own)."""
+        return [o for o in self.objects if o["kind"] == "Service" and
+                o["metadata"]["labels"]["app.kubernetes.io/component"] ==
+                "daemon"]
+
+    def test_disruption_budget_for_the_daemons(self):
+        selector = self.daemonset()["spec"]["selector"]["matchLabels"]
+        (pdb,) = [o for o in self.objects
+                  if o["kind"] == "PodDisruptionBudget" and
+                  o["metadata"]["name"] == "summond"]
+        self.assertEqual(pdb["apiVersion"], "policy/v1")
+        self.assertEqual(pdb["spec"], {"maxUnavailable": 1,
+                                       "selector": {"matchLabels": selector}})
 
     def test_services_select_the_daemons_ports(self):
         pod_labels = self.daemonset()["spec"]["template"]["metadata"]["labels"]
@@ -365,8 +382,9 @@ class BaseManifests(Invariants, unittest.TestCase):
         cls.objects = raw_objects()
 
     def test_every_manifest_parses_with_kind_and_name(self):
-        files = manifest_files(BASE) + manifest_files(GPU)
-        self.assertGreaterEqual(len(files), 7)
+        files = (manifest_files(BASE) + manifest_files(GPU) +
+                 manifest_files(ETCD))
+        self.assertGreaterEqual(len(files), 12)
         for path in files:
             for doc in load_yaml(path):
                 self.assertTrue(doc.get("apiVersion"), path)
@@ -374,7 +392,7 @@ class BaseManifests(Invariants, unittest.TestCase):
                 self.assertTrue(doc.get("metadata", {}).get("name"), path)
 
     def test_no_latest_tag_anywhere(self):
-        for directory in (BASE, GPU):
+        for directory in (BASE, GPU, ETCD):
             for name in os.listdir(directory):
                 with open(os.path.join(directory, name), encoding="utf-8") as f:
                     self.assertNotIn(":latest", f.read(), name)
@@ -431,6 +449,15 @@ class GpuOverlay(Invariants, unittest.TestCase):
         self.assertIn("NODE_NAME", [e["name"] for e in self.summond()["env"]])
 
 
+class EtcdOverlayInvariants(Invariants, unittest.TestCase):
+    """deploy/overlays/etcd: the daemons' invariants hold with etcd added
+    (its own objects are checked in etcd_manifests.EtcdOverlay)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.objects = build(ETCD)
+
+
 class Kubectl(unittest.TestCase):
     """`kubectl kustomize` renders what this test checks (where installed)."""
 
@@ -445,6 +472,12 @@ class Kubectl(unittest.TestCase):
         key = lambda o: (o["kind"], o["metadata"]["name"])
         self.assertEqual([normalized(o) for o in sorted(rendered, key=key)],
                          [normalized(o) for o in sorted(build(GPU), key=key)])
+
+    def test_etcd_overlay_renders_as_the_merge_here(self):
+        rendered = kubectl_build(ETCD)
+        key = lambda o: (o["kind"], o["metadata"]["name"])
+        self.assertEqual([normalized(o) for o in sorted(rendered, key=key)],
+                         [normalized(o) for o in sorted(build(ETCD), key=key)])
 
 
 def operations_doc():
@@ -500,6 +533,11 @@ class OperationsDoc(unittest.TestCase):
     def test_services_and_policy(self):
         for s in (o for o in self.objects if o["kind"] == "Service"):
             self.assertQuoted(f"`{s['metadata']['name']}`")
+        for pdb in (o for o in build(ETCD) if o["kind"] == "PodDisruptionBudget"):
+            self.assertQuoted(f"PodDisruptionBudget `{pdb['metadata']['name']}`")
+        etcd = only(build(ETCD), "StatefulSet")
+        self.assertQuoted(f"image `{etcd['spec']['template']['spec']['containers'][0]['image']}`")
+        self.assertQuoted(f"podManagementPolicy: {etcd['spec']['podManagementPolicy']}")
         self.assertQuoted("internalTrafficPolicy: Local")
         self.assertQuoted("clusterIP: None")
         self.assertNotIn("headless Service for the peer addresses",
