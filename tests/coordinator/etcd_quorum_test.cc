@@ -113,6 +113,13 @@ TEST(EtcdQuorumTest, LostQuorumRefusesChangesServesOpenReadsAndRecovers) {
     ExpectNoQuorum(node.CreateModel(create).status(), leader, "create");
     ExpectNoQuorum(node.CloseSession(writing.id()).status(), leader,
                    "writeback");
+    // An open session's description and lease renewal go on.
+    absl::StatusOr<v1::Session> renewed = node.RenewSession(reading.id());
+    ASSERT_TRUE(renewed.ok()) << renewed.status();
+    EXPECT_EQ(renewed->id(), reading.id());
+    absl::StatusOr<v1::Session> described = node.GetSession(writing.id());
+    ASSERT_TRUE(described.ok()) << described.status();
+    EXPECT_EQ(described->id(), writing.id());
     // Reads of the sessions already open: the bytes as they were.
     EXPECT_EQ(ReadOk(node, reading.id(), kParam), original);
     EXPECT_EQ(ReadOk(node, writing.id(), kParam), edited);
