@@ -140,11 +140,6 @@ bool EtcdCoordinator::HeldWithoutQuorum() const {
   return leading_ && !lease_lost_ && quorum_lost_ && !ValidLocked();
 }
 
-bool EtcdCoordinator::HoldsLease() const {
-  absl::MutexLock lock(&mu_);
-  return leading_ && !lease_lost_;
-}
-
 absl::Duration EtcdCoordinator::LeadershipValidFor() const {
   absl::MutexLock lock(&mu_);
   if (!ValidLocked()) return absl::ZeroDuration();
@@ -388,7 +383,7 @@ void EtcdCoordinator::KeepAliveLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval);
       if (stopping_) return;
       if (lease_ == 0 || lease_lost_ || paused_) {
-        if (paused_) quorum_lost_ = false;
+        quorum_lost_ = quorum_lost_ && !paused_;
         // Beyond the TTL and the margin without a confirmed renewal: treat
         // the lease as gone and start a new session (leadership already
         // ended at TTL - margin).
@@ -418,9 +413,8 @@ void EtcdCoordinator::KeepAliveLoop() {
       spdlog::warn("coordinator: node {} keepalive: {}", options_.node,
                    renewed.status().ToString());
     }
-    // Without a quorum etcd expires no lease: this one is kept until etcd
-    // answers again (a new etcd leader renews every lease to its full TTL,
-    // or says it expired).
+    // Without a quorum etcd expires no lease: kept until etcd renews it or
+    // says it expired.
     if (!quorum_lost_ &&
         std::chrono::steady_clock::now() >
             confirmed_sent_ + ToSteady(ttl_ + options_.validity_margin)) {

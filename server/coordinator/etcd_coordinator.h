@@ -60,7 +60,10 @@ class EtcdCoordinator final : public Coordinator {
   absl::StatusOr<Leadership> CurrentLeader() override;
   bool IsLeader() const override;
   bool HeldWithoutQuorum() const override;
-  bool HoldsLease() const override;
+  bool HoldsLease() const override {
+    absl::MutexLock lock(&mu_);
+    return leading_ && !lease_lost_;
+  }
   absl::StatusOr<uint64_t> LeaderEpoch() const override;
   absl::StatusOr<uint64_t> NextEpoch() override;
   absl::Status AwaitLeadership(absl::Duration timeout) override;
