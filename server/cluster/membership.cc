@@ -55,11 +55,38 @@ int Membership::leader() const {
   return leader_;
 }
 
+bool Membership::HeldWithoutQuorum() const {
+  return spec_.coordinator != nullptr &&
+         spec_.coordinator->HeldWithoutQuorum();
+}
+
 absl::Status Membership::CheckLeading() const {
   if (LeadershipValid()) return absl::OkStatus();
+  if (HeldWithoutQuorum()) {
+    return absl::UnavailableError(absl::StrCat(
+        "coordinator has no quorum: node ", spec_.node_rank,
+        " (the leader) cannot renew its lease; new sessions, writebacks and "
+        "model operations wait until etcd has a quorum again (reads of open "
+        "sessions are served)"));
+  }
   return absl::UnavailableError(absl::StrCat(
       "electing a leader: node ", spec_.node_rank,
       "'s leadership lapsed (its coordinator lease could have expired)"));
+}
+
+absl::Status Membership::CheckServingReads() const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (ready_ && leader_ == spec_.node_rank && HeldWithoutQuorum()) {
+      return absl::OkStatus();
+    }
+  }
+  return CheckReady();
+}
+
+bool Membership::formed_as_leader() const {
+  absl::MutexLock lock(&mu_);
+  return leader_ == spec_.node_rank;
 }
 
 bool Membership::ready() const {
@@ -282,7 +309,12 @@ void Membership::MonitorLoop() {
   while (!stopping_ && !failure_.has_value()) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), spec_.heartbeat_interval);
     if (stopping_ || failure_.has_value()) break;
-    if (!LeadershipValid()) {
+    // A lapsed leader stops acting at once (CheckLeading) but keeps its
+    // formation until its coordinator finds the lease lost: without a
+    // quorum nobody else can lead, and the lease is either renewed (it
+    // serves again) or found expired once etcd answers (it steps down
+    // here); cut off from etcd, that is TTL + margin after its last renewal.
+    if (!LeadershipValid() && !spec_.coordinator->HoldsLease()) {
       // Lost to the coordinator (lease expired, cut off from etcd, paused
       // past it): another node may lead already, so this one stops and
       // rejoins as a follower.

@@ -81,6 +81,13 @@ class Membership {
   // a coordinator, UNAVAILABLE once its leadership lapsed (its lease could
   // have expired), before anything is sent or applied.
   absl::Status CheckLeading() const;
+  // OK where this node may serve reads of sessions already open: as
+  // CheckReady, and also on a leader held without a coordinator quorum
+  // (Coordinator::HeldWithoutQuorum), which refuses everything else.
+  absl::Status CheckServingReads() const;
+  // This node leads the formed cluster, whether or not it may act now
+  // (the node that decides the calls it gets rather than forwarding them).
+  bool formed_as_leader() const;
   int node_rank() const { return spec_.node_rank; }
   int size() const { return static_cast<int>(spec_.nodes.size()); }
   bool ready() const;
@@ -140,6 +147,9 @@ class Membership {
   bool LeadingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The leadership still holds: always static; on a coordinator, valid.
   bool LeadershipValid() const;
+  // The leadership cannot be renewed because the coordinator lost its
+  // quorum, and nobody else can lead meanwhile (see CheckServingReads).
+  bool HeldWithoutQuorum() const;
   // This epoch's communicators: Gloo's, and the device one when a factory is
   // given.
   struct Communicators {

@@ -77,6 +77,20 @@ class Coordinator {
   // valid (etcd: before its lease could have expired, see EtcdCoordinator).
   // A leader checks it before every action.
   virtual bool IsLeader() const = 0;
+  // This node led until the coordinator lost its quorum and still holds
+  // its lease as far as anybody can tell: it may not act (IsLeader is
+  // false), but no other node can be elected either until a quorum is back
+  // (etcd expires no lease and writes no epoch without one), so its open
+  // sessions may keep being read. Its lease is renewed (IsLeader again) or
+  // found expired once a quorum answers. The static coordinator has no
+  // quorum to lose.
+  virtual bool HeldWithoutQuorum() const { return false; }
+  // This node was elected and has not found its lease lost (expired,
+  // revoked, or unconfirmed past TTL + margin while etcd was reachable),
+  // whether or not it may act now: a leader whose validity lapsed keeps its
+  // formation until this turns false, so a lost quorum (which is found only
+  // after a keepalive's deadline) does not end it.
+  virtual bool HoldsLease() const { return IsLeader(); }
   // The epoch this node leads under; UNAVAILABLE when it does not lead.
   virtual absl::StatusOr<uint64_t> LeaderEpoch() const = 0;
   // The leader begins a new epoch under the same leadership (the cluster

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -47,11 +48,18 @@ bool Retriable(const grpc::Status& status) {
 // Between attempts on the members in turn.
 constexpr absl::Duration kRetryPause = absl::Milliseconds(50);
 
+// The payload that marks a failure etcd answered with "no leader".
+constexpr char kNoLeaderPayload[] = "summon.dev/etcd-no-leader";
+
 }  // namespace
 
 absl::Status NoQuorumError(absl::string_view why) {
   return absl::UnavailableError(
       absl::StrCat("coordinator has no quorum: ", why));
+}
+
+bool EtcdHasNoLeader(const absl::Status& status) {
+  return status.GetPayload(kNoLeaderPayload).has_value();
 }
 
 std::string PrefixEnd(absl::string_view prefix) {
@@ -175,6 +183,9 @@ absl::StatusOr<Response> EtcdClient::Unary(absl::string_view what,
   const int count = static_cast<int>(options_.endpoints.size());
   int endpoint = current();
   grpc::Status status;
+  // Any member answered "no leader" during this call (the last attempt may
+  // have gone to a member that is down).
+  bool no_leader = false;
   while (true) {
     const std::shared_ptr<grpc::Channel> channel = Channel(endpoint);
     Call call(*this, std::min(deadline, absl::Now() + per_attempt));
@@ -182,6 +193,7 @@ absl::StatusOr<Response> EtcdClient::Unary(absl::string_view what,
     status = attempt(channel, call.context(), &response);
     if (status.ok()) return response;
     if (!Retriable(status)) break;
+    no_leader = no_leader || NoLeader(status);
     // Not the member's answer but the connection's: a new channel next.
     if (!NoLeader(status)) Reconnect(endpoint, channel);
     Rotate(endpoint);
@@ -189,7 +201,11 @@ absl::StatusOr<Response> EtcdClient::Unary(absl::string_view what,
     absl::SleepFor(kRetryPause);
     endpoint = (endpoint + 1) % count;
   }
-  return MapFailure(what, options_.endpoints[endpoint], status);
+  absl::Status failed = MapFailure(what, options_.endpoints[endpoint], status);
+  if (no_leader && absl::IsUnavailable(failed)) {
+    failed.SetPayload(kNoLeaderPayload, absl::Cord("1"));
+  }
+  return failed;
 }
 
 absl::StatusOr<pb::RangeResponse> EtcdClient::Range(

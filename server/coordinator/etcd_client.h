@@ -111,6 +111,11 @@ class EtcdClient {
 // UNAVAILABLE "coordinator has no quorum: <why>".
 absl::Status NoQuorumError(absl::string_view why);
 
+// Whether a failed call's answer came from etcd itself saying it has no
+// leader (a member that lost its quorum), not from a member that could not
+// be reached: only the former proves that nobody can be elected meanwhile.
+bool EtcdHasNoLeader(const absl::Status& status);
+
 // The first key after every key that starts with `prefix` (etcd's
 // range_end for a prefix range).
 std::string PrefixEnd(absl::string_view prefix);

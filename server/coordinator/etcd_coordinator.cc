@@ -135,6 +135,11 @@ bool EtcdCoordinator::IsLeader() const {
   return ValidLocked();
 }
 
+bool EtcdCoordinator::HeldWithoutQuorum() const {
+  absl::MutexLock lock(&mu_);
+  return leading_ && !lease_lost_ && quorum_lost_ && !ValidLocked();
+}
+
 absl::Duration EtcdCoordinator::LeadershipValidFor() const {
   absl::MutexLock lock(&mu_);
   if (!ValidLocked()) return absl::ZeroDuration();
@@ -250,6 +255,7 @@ absl::Status EtcdCoordinator::Session() {
     if (stopping_) return absl::CancelledError("stopping");
     lease_ = lease;
     lease_lost_ = false;
+    quorum_lost_ = false;
     confirmed_sent_ = sent;
     ttl_ = absl::Seconds(grant->ttl());
   }
@@ -377,6 +383,7 @@ void EtcdCoordinator::KeepAliveLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval);
       if (stopping_) return;
       if (lease_ == 0 || lease_lost_ || paused_) {
+        quorum_lost_ = quorum_lost_ && !paused_;
         // Beyond the TTL and the margin without a confirmed renewal: treat
         // the lease as gone and start a new session (leadership already
         // ended at TTL - margin).
@@ -394,6 +401,7 @@ void EtcdCoordinator::KeepAliveLoop() {
         client_.KeepAliveOnce(lease, &sent);
     absl::MutexLock lock(&mu_);
     if (lease_ != lease || lease_lost_) continue;
+    quorum_lost_ = !renewed.ok() && EtcdHasNoLeader(renewed.status());
     if (renewed.ok() && renewed->ttl() > 0) {
       confirmed_sent_ = std::max(confirmed_sent_, sent);
       ttl_ = absl::Seconds(renewed->ttl());
@@ -405,8 +413,11 @@ void EtcdCoordinator::KeepAliveLoop() {
       spdlog::warn("coordinator: node {} keepalive: {}", options_.node,
                    renewed.status().ToString());
     }
-    if (std::chrono::steady_clock::now() >
-        confirmed_sent_ + ToSteady(ttl_ + options_.validity_margin)) {
+    // Without a quorum etcd expires no lease: kept until etcd renews it or
+    // says it expired.
+    if (!quorum_lost_ &&
+        std::chrono::steady_clock::now() >
+            confirmed_sent_ + ToSteady(ttl_ + options_.validity_margin)) {
       lease_lost_ = true;
     }
   }

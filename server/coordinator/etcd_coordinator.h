@@ -59,6 +59,11 @@ class EtcdCoordinator final : public Coordinator {
   absl::StatusOr<std::vector<Member>> Members() override;
   absl::StatusOr<Leadership> CurrentLeader() override;
   bool IsLeader() const override;
+  bool HeldWithoutQuorum() const override;
+  bool HoldsLease() const override {
+    absl::MutexLock lock(&mu_);
+    return leading_ && !lease_lost_;
+  }
   absl::StatusOr<uint64_t> LeaderEpoch() const override;
   absl::StatusOr<uint64_t> NextEpoch() override;
   absl::Status AwaitLeadership(absl::Duration timeout) override;
@@ -125,6 +130,10 @@ class EtcdCoordinator final : public Coordinator {
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
   bool lease_lost_ ABSL_GUARDED_BY(mu_) = false;
+  // The last keepalive was answered by etcd with "no leader" (its quorum
+  // is lost): the lease cannot expire meanwhile, so it is kept past its
+  // TTL until a quorum answers (renewed, or expired).
+  bool quorum_lost_ ABSL_GUARDED_BY(mu_) = false;
   // A lease given up while etcd could not be told (no quorum): revoked
   // before the next campaign, or its election key, older than the new one,
   // would make this node wait behind itself until it expires.

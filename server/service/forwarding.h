@@ -73,6 +73,25 @@ class LeaderForwarder {
     return Unary(incoming, stub, method, request, response);
   }
 
+  // As Route, for the calls that keep an open session going (its
+  // description, its lease renewal): also decided by a leader held without
+  // a coordinator quorum (Membership::CheckServingReads), which refuses
+  // every other call.
+  template <typename Stub, typename Request, typename Response>
+  std::optional<grpc::Status> RouteOpenSession(
+      const grpc::ServerContext& incoming,
+      grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                   Response*),
+      const Request& request, Response* response) const {
+    if (membership_ == nullptr) return std::nullopt;
+    if (absl::Status ready = membership_->CheckServingReads(); !ready.ok()) {
+      return ToGrpcStatus(ready);
+    }
+    if (membership_->formed_as_leader()) return std::nullopt;
+    Stub stub(membership_->ChannelTo(membership_->leader()));
+    return Unary(incoming, stub, method, request, response);
+  }
+
   // Where a read-only listing is answered: as Route while the cluster
   // serves and the leader answers; otherwise (a node down: not READY, or
   // the leader unreachable) nullopt, and this node answers from its own

@@ -98,7 +98,8 @@ grpc::Status SummonServiceImpl::GetSession(grpc::ServerContext* context,
     return denied;
   }
   if (auto routed =
-          Route(*context, &v1::Summon::Stub::GetSession, *request, response)) {
+          forwarder_.RouteOpenSession(*context, &v1::Summon::Stub::GetSession,
+                                      *request, response)) {
     return *routed;
   }
   absl::StatusOr<SessionInfo> info =
@@ -144,8 +145,8 @@ grpc::Status SummonServiceImpl::RenewSession(
       !denied.ok()) {
     return denied;
   }
-  if (auto routed = Route(*context, &v1::Summon::Stub::RenewSession, *request,
-                          response)) {
+  if (auto routed = forwarder_.RouteOpenSession(
+          *context, &v1::Summon::Stub::RenewSession, *request, response)) {
     return *routed;
   }
   std::optional<absl::Duration> lease;

@@ -62,10 +62,11 @@ grpc::Status SummonServiceImpl::StreamReadTensor(grpc::ServerContext* context,
   const StreamSlot slot(*this);
   if (!slot.status().ok()) return ToGrpcStatus(slot.status());
   if (cluster_ != nullptr) {
-    if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
+    // Reads of open sessions go on while etcd has no quorum.
+    if (absl::Status ready = cluster_->CheckServingReads(); !ready.ok()) {
       return ToGrpcStatus(ready);
     }
-    if (!cluster_->is_leader()) {
+    if (!cluster_->formed_as_leader()) {
       return forwarder_.ReadTensor(context, *request, stream);
     }
   }
@@ -230,11 +231,11 @@ grpc::Status SummonServiceImpl::MapSession(grpc::ServerContext* context,
         context->peer(), "); read with ReadTensor")));
   }
   if (cluster_ != nullptr) {
-    if (absl::Status ready = cluster_->CheckReady(); !ready.ok()) {
+    if (absl::Status ready = cluster_->CheckServingReads(); !ready.ok()) {
       return ToGrpcStatus(ready);
     }
     // Sessions live on the leader: a follower cannot vouch for one.
-    if (!cluster_->is_leader()) {
+    if (!cluster_->formed_as_leader()) {
       return ToGrpcStatus(absl::FailedPreconditionError(
           "sessions are mapped on the leader's host only (node 0); read "
           "with ReadTensor"));

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import grpc
@@ -36,6 +37,14 @@ if TYPE_CHECKING:
     from summon.session import FullParams
 
 DEFAULT_ADDRESS = "127.0.0.1:7070"
+# A cluster on etcd between leaders answers UNAVAILABLE with this reason;
+# the safe calls are sent again (pausing 50 ms, doubling to 500 ms) until
+# their timeout, a minute when the client has none.
+_ELECTING = "electing a leader"
+_ELECTION_WAIT = 60.0
+_ELECTION_PAUSE = 0.05
+_ELECTION_PAUSE_MAX = 0.5
+
 # ReadTensor payload per message. The daemon accepts up to 4 MiB; a 4 MiB
 # payload plus its framing is over gRPC's default 4 MiB receive limit, so the
 # channel raises that limit (below) and reads ask for 4 MiB chunks: fewer
@@ -152,10 +161,33 @@ class Client(TrainerCalls, WeightSyncCalls):
         except grpc.RpcError as error:
             raise SummonError.from_rpc(error) from None
 
+    def _call_through_election(self, method: Any, request: Any) -> Any:
+        """A call that is safe to send again (a listing, a description, the
+        open of a read-only session), sent again while a cluster on etcd
+        answers UNAVAILABLE "electing a leader", until the call's timeout (at
+        most a minute without one), like the C++ client: the caller sees the
+        new leader's answer instead of the gap. Any other answer, or the
+        timeout running out, is raised as it came."""
+        budget = self.timeout if self.timeout is not None else _ELECTION_WAIT
+        deadline = time.monotonic() + budget
+        pause = _ELECTION_PAUSE
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.001)
+            try:
+                return method(request, timeout=remaining, metadata=self._metadata)
+            except grpc.RpcError as error:
+                electing = (error.code() == grpc.StatusCode.UNAVAILABLE
+                            and _ELECTING in (error.details() or ""))
+                if not electing or time.monotonic() + pause >= deadline:
+                    raise SummonError.from_rpc(error) from None
+            time.sleep(pause)
+            pause = min(2 * pause, _ELECTION_PAUSE_MAX)
+
     # Models ----------------------------------------------------------------
 
     def list_models(self) -> list[ModelSummary]:
-        response = self._call(self._summon.ListModels, summon_pb2.ListModelsRequest())
+        response = self._call_through_election(self._summon.ListModels,
+                                               summon_pb2.ListModelsRequest())
         return [ModelSummary.from_proto(m) for m in response.models]
 
     def cluster_status(self) -> ClusterStatus:
@@ -164,7 +196,7 @@ class Client(TrainerCalls, WeightSyncCalls):
                                                    status_pb2.GetClusterStatusRequest()))
 
     def describe_model(self, name: str) -> Model:
-        return Model.from_proto(self._call(
+        return Model.from_proto(self._call_through_election(
             self._summon.DescribeModel, summon_pb2.DescribeModelRequest(model=name)))
 
     def create_model(self, name: str, layout: Union[dict, str],
@@ -252,19 +284,21 @@ class Client(TrainerCalls, WeightSyncCalls):
             with_grads, read_dtype, lease_seconds))
 
     def _open(self, model: str, options: types_pb2.SessionOptions) -> Session:
-        return Session.from_proto(self._call(
-            self._summon.OpenSession, summon_pb2.OpenSessionRequest(model=model,
-                                                                   options=options)))
+        request = summon_pb2.OpenSessionRequest(model=model, options=options)
+        # A read-only session changes nothing: its open is safe to repeat.
+        read_only = options.HasField("writeback") and not options.writeback
+        call = self._call_through_election if read_only else self._call
+        return Session.from_proto(call(self._summon.OpenSession, request))
 
     def get_session(self, session_id: str) -> Session:
-        return Session.from_proto(self._call(
+        return Session.from_proto(self._call_through_election(
             self._summon.GetSession, summon_pb2.GetSessionRequest(session_id=session_id)))
 
     def list_sessions(self, model: str = "", all: bool = False) -> list[Session]:
         """The sessions the caller may operate; with all, every open session
         and who holds it (operators: the admin role)."""
-        response = self._call(self._summon.ListSessions,
-                              status_pb2.ListSessionsRequest(model=model, all=all))
+        response = self._call_through_election(
+            self._summon.ListSessions, status_pb2.ListSessionsRequest(model=model, all=all))
         return [Session.from_proto(s) for s in response.sessions]
 
     def renew_session(self, session_id: str,
