@@ -17,7 +17,8 @@ columns, norms whole) for TP = 1, 2, 4. Printed per TP:
     the whole model, every full tensor read, each rank's slice cut);
   - 8 concurrent readers of one version: unit copies per unit per version
     per node (goal 1, from /metrics) and their time vs one reader;
-  - Publish's own cost (the trainer's stall).
+  - Publish's own cost (the trainer's stall), and the copy on write when a
+    trainer's step comes while a version still refers to the live shards.
 The trainer-step cost of publish_every=1 vs none is measured by
 bench/weight_sync_steps.py.
 """
@@ -36,6 +37,7 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -145,10 +147,38 @@ def median_time(fn, iters: int) -> float:
     return statistics.median(times)
 
 
-def metric(url: str, event: str) -> float:
+def metric(url: str, event: str, name: str = "events_total", label: str = "event") -> float:
     text = urllib.request.urlopen(url, timeout=10).read().decode()
-    match = re.search(r'summon_weight_sync_events_total\{event="%s"\} (\S+)' % event, text)
+    match = re.search(r'summon_weight_sync_%s\{%s="%s"\} (\S+)' % (name, label, event), text)
     return float(match.group(1)) if match else float("nan")
+
+
+def copy_on_write(leader: Any, metrics_url: str, units: int) -> tuple[float, float, float]:
+    """Rank 0's optimizer step while versions 1 and 2 are kept and still
+    refer to the live shards: its move into OPTIMIZER makes every node copy
+    its ranks' units into both first (the leader's node in the move; node 1
+    when the step's generations reach it). Returns the move's time, the time
+    until node 1 holds its copies, and the same move once more with nothing
+    left to copy (the baseline)."""
+    lease = leader.attach("llama", [0], "bench-cow").lease_id
+
+    def step(n: int) -> tuple[float, float]:
+        for phase in ("FORWARD", "BETWEEN", "BACKWARD"):
+            leader.report_phase("llama", 0, phase, step=n, lease_id=lease)
+        before = metric(metrics_url, "unit_copies")
+        start = time.perf_counter()
+        leader.report_phase("llama", 0, "OPTIMIZER", step=n, lease_id=lease)
+        moved = time.perf_counter() - start
+        while n == 1 and metric(metrics_url, "unit_copies") < before + 2 * units:
+            time.sleep(0.001)
+        done = time.perf_counter() - start
+        leader.report_phase("llama", 0, "IDLE", step=n, lease_id=lease)
+        return moved, done
+
+    moved, done = step(1)
+    plain, _ = step(2)
+    leader.detach(lease)
+    return moved, done, plain
 
 
 def main() -> None:
@@ -198,7 +228,7 @@ def main() -> None:
         start = time.perf_counter()
         leader.publish("llama", 1)
         publish_s = time.perf_counter() - start
-        print(f"# publish (every node copies its shards; the trainer's stall): "
+        print(f"# publish (every node records its live shards, copy on write): "
               f"{publish_s * 1e3:.1f} ms for {2 * params / 2**20:.0f} MiB "
               f"({2 * params / publish_s / 1e9:.2f} GB/s)")
         full_bytes = 2 * params
@@ -251,8 +281,15 @@ def main() -> None:
         units = len(layout["units"])
         print(f"# 8 readers (TP = 8) of version 2 on node 1: {t8 * 1e3:.1f} ms vs one reader's "
               f"{one * 1e3:.1f} ms ({t8 / one:.2f}x for 8x the readers); unit copies on node 1 "
-              f"while they read: {copies:.0f} (per unit per version per node: 1 at publish, "
+              f"while they read: {copies:.0f} (copy on write: none until a writer comes, "
               f"{units} units, none per reader)")
+        cow_bytes = metric(metrics_url, "versions", "version_bytes", "kind")
+        moved, done, plain = copy_on_write(leader, metrics_url, units)
+        cow_bytes = metric(metrics_url, "versions", "version_bytes", "kind") - cow_bytes
+        print(f"# copy on write: rank 0's move into OPTIMIZER with versions 1 and 2 live: "
+              f"{moved * 1e3:.1f} ms, node 1's {cow_bytes / 2**20:.0f} MiB copied after "
+              f"{done * 1e3:.1f} ms ({cow_bytes / done / 1e9:.2f} GB/s); the same move with "
+              f"nothing live {plain * 1e3:.1f} ms")
         print(f"# node 1 totals: versions {metric(metrics_url, 'versions'):.0f}, unit copies "
               f"{metric(metrics_url, 'unit_copies'):.0f}, reads {metric(metrics_url, 'reads'):.0f},"
               f" peer bytes received {metric(metrics_url, 'peer_bytes_received'):.0f}")

@@ -61,6 +61,7 @@ absl::StatusOr<int64_t> ModelRegistry::LoadCheckpoint(ModelEntry& model,
                      " open sessions; close them before loading a checkpoint"));
   }
   absl::MutexLock shards_lock(&model.shards_mu);
+  BeforeShardsWrite(model, ShardsWrite{});
   // One call into the store, which writes, flushes and moves the counters;
   // the entry takes the generations it chose.
   std::vector<uint64_t> generations;

@@ -263,6 +263,10 @@ absl::Status ModelRegistry::Remove(const std::string& name) {
   if (model->store == nullptr) {
     return ShardStore::RemoveSegments(options_.instance, name);
   }
+  // Readers of a published version's live units finish first; later ones
+  // hear that the model is gone.
+  absl::MutexLock shards_lock(&model->shards_mu);
+  BeforeShardsWrite(*model, ShardsWrite{-1, {}, /*deleting=*/true});
   return model->store->Destroy();
 }
 

@@ -2,6 +2,7 @@
 #define SUMMON_SERVER_MODEL_MODEL_REGISTRY_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -116,6 +117,29 @@ class ModelRegistry {
 
   const Options& options() const { return options_; }
 
+  // What a writer of a model's shards on this node is about to change:
+  // `rank` (-1: every local rank), `units` (empty: every unit); `deleting`:
+  // the shards go away instead.
+  struct ShardsWrite {
+    int rank = -1;
+    std::vector<int> units;
+    bool deleting = false;
+  };
+  using BeforeShardsWriteHook =
+      std::function<void(ModelEntry& model, const ShardsWrite& write)>;
+  // Weight sync's published versions refer to the live shards until they
+  // change (copy on write, server/weight_sync/version_store.h): every
+  // writer calls BeforeShardsWrite with `shards_mu` held (shared or
+  // exclusive) and before the first byte changes; the trainer's writes are
+  // announced by its phase move into OPTIMIZER (TrainerServiceImpl) before
+  // it hears back. Set before serving, cleared (null) by its owner.
+  void SetBeforeShardsWrite(BeforeShardsWriteHook hook) {
+    before_shards_write_ = std::move(hook);
+  }
+  void BeforeShardsWrite(ModelEntry& model, const ShardsWrite& write) const {
+    if (before_shards_write_) before_shards_write_(model, write);
+  }
+
  private:
   // The entry's spec and ranks, without shards or runtime state.
   absl::StatusOr<std::shared_ptr<ModelEntry>> NewEntry(
@@ -131,6 +155,7 @@ class ModelRegistry {
   absl::Status Persist(ModelEntry& model) const;
 
   Options options_;
+  BeforeShardsWriteHook before_shards_write_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ModelEntry>> models_
       ABSL_GUARDED_BY(mu_);

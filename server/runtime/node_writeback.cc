@@ -175,6 +175,11 @@ absl::Status NodeRuntime::Commit(const CommitOp& op) {
   return in_order([&]() -> absl::Status {
     absl::MutexLock shards_lock(&model.shards_mu);
     FaultPoint("commit.before_apply");
+    ModelRegistry::ShardsWrite written;
+    for (const auto& [unit, generation] : op.target_generations) {
+      written.units.push_back(unit);
+    }
+    registry_->BeforeShardsWrite(model, written);
     absl::Status status = model.store->CommitStaging(op.session_id);
     // A node whose ranks own nothing of the scope staged nothing.
     if (!status.ok() && !absl::IsNotFound(status)) return status;
@@ -202,8 +207,19 @@ absl::Status NodeRuntime::SetGenerations(const GenerationsOp& op) {
     if (!found.ok()) return found.status();
     ModelEntry& model = **found;
     if (model.store == nullptr) return absl::OkStatus();  // MISSING_SHARDS.
-    for (const auto& [unit, generation] : op.generations) {
-      model.store->SetGeneration(unit, generation);
+    // A moved generation announces a write (an optimizer step, an init):
+    // published versions keep their units first, so that a unit whose
+    // generation moved is never read live (version_store.h).
+    {
+      absl::ReaderMutexLock shards_lock(&model.shards_mu);
+      ModelRegistry::ShardsWrite moved;
+      for (const auto& [unit, generation] : op.generations) {
+        moved.units.push_back(unit);
+      }
+      registry_->BeforeShardsWrite(model, moved);
+      for (const auto& [unit, generation] : op.generations) {
+        model.store->SetGeneration(unit, generation);
+      }
     }
     return op.initialized ? registry_->EndInit(model) : absl::OkStatus();
   });

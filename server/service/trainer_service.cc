@@ -62,8 +62,15 @@ grpc::Status TrainerServiceImpl::Attach(grpc::ServerContext* context,
       !denied.ok()) {
     return denied;
   }
+  // An attaching trainer may write its ranks' shards at once (its own
+  // values into a model that exists): published versions keep them first.
   if (auto routed = forwarder_.Route(*context, &v1::Trainer::Stub::Attach,
                                      *request, response)) {
+    if (routed->ok()) {
+      for (int rank : request->ranks()) {
+        BeforeTrainerWrites(request->model(), rank);
+      }
+    }
     return *routed;
   }
   std::optional<absl::Duration> lease;
@@ -87,7 +94,21 @@ grpc::Status TrainerServiceImpl::Attach(grpc::ServerContext* context,
     *response->add_ranks() = RankStateOf(**model, *trainers_, rank);
   }
   AppendUnits(**model, response->mutable_units());
+  for (int rank : attached->lease.ranks) {
+    BeforeTrainerWrites(request->model(), rank);
+  }
   return grpc::Status::OK;
+}
+
+void TrainerServiceImpl::BeforeTrainerWrites(const std::string& model_name,
+                                             int rank) {
+  absl::StatusOr<std::shared_ptr<ModelEntry>> model =
+      registry_->Get(model_name);
+  if (!model.ok() || (*model)->store == nullptr) return;
+  const std::vector<int>& local = (*model)->local_ranks;
+  if (std::find(local.begin(), local.end(), rank) == local.end()) return;
+  absl::ReaderMutexLock shards_lock(&(*model)->shards_mu);
+  registry_->BeforeShardsWrite(**model, ModelRegistry::ShardsWrite{rank, {}, false});
 }
 
 grpc::Status TrainerServiceImpl::Heartbeat(
@@ -140,8 +161,15 @@ grpc::Status TrainerServiceImpl::ReportPhase(
     return denied;
   }
   // The leader knows every rank's phase before it decides an open.
+  // Into OPTIMIZER, the trainer writes its rank's shards once it hears
+  // back: published versions keep that rank's units first (copy on write).
+  // The leader has let the rank in, so no publish comes between.
+  const bool writes = request->phase() == v1::TRAINING_PHASE_OPTIMIZER;
   if (auto routed = forwarder_.Route(*context, &v1::Trainer::Stub::ReportPhase,
                                      *request, response)) {
+    if (routed->ok() && writes) {
+      BeforeTrainerWrites(request->model(), request->rank());
+    }
     return *routed;
   }
   absl::StatusOr<core::TrainingPhase> phase =
@@ -162,6 +190,7 @@ grpc::Status TrainerServiceImpl::ReportPhase(
       sessions_->ReportPhase(request->model(), request->rank(), *phase, step,
                              deadline, request->reestablishing());
   if (!report.ok()) return ToGrpcStatus(report.status());
+  if (writes) BeforeTrainerWrites(request->model(), request->rank());
   // The leader knows this rank's phase again (after a restart or a stall);
   // a re-establishing trainer says so once every rank is there (Heartbeat).
   if (!request->reestablishing()) {

@@ -52,6 +52,10 @@ class TrainerServiceImpl final : public v1::Trainer::Service {
   void StopWatches() { stopping_.store(true); }
 
  private:
+  // The trainer of local `rank` is about to write its shards (R15):
+  // published versions still referring to them copy its units first
+  // (ModelRegistry::BeforeShardsWrite, server/weight_sync/version_store.h).
+  void BeforeTrainerWrites(const std::string& model_name, int rank);
   // OK when the caller's roles allow `method` for `request` (the role
   // table of server/auth/roles.cc), else the refusal.
   grpc::Status Allow(const grpc::ServerContext& context, const char* method,

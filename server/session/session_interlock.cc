@@ -227,6 +227,12 @@ SessionManager::LockForSnapshot(std::shared_ptr<ModelEntry> model,
                                 const std::string& what) {
   absl::MutexLock lock(&mu_);
   absl::MutexLock runtime_lock(&model->runtime_mu);
+  if (model->awaiting_init) {
+    // The trainer writes its first values without a phase move.
+    return absl::FailedPreconditionError(
+        absl::StrCat("refusing the ", what, " of model '", model->name,
+                     "': it is awaiting init (Trainer.MarkInitialized)"));
+  }
   const std::vector<core::TrainingPhase>& phases =
       model->runtime.phase_per_rank;
   for (size_t rank = 0; rank < phases.size(); ++rank) {

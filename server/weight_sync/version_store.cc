@@ -1,11 +1,13 @@
 #include "server/weight_sync/version_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "spdlog/spdlog.h"
 
 namespace summon::server {
 
@@ -38,26 +40,111 @@ void VersionCounters::DropSpares() {
 }
 
 VersionSnapshot::VersionSnapshot(std::string model, int64_t version,
-                                 core::ModelSpec spec,
+                                 std::shared_ptr<ModelEntry> entry,
                                  std::shared_ptr<VersionCounters> counters)
     : model_(std::move(model)),
       version_(version),
-      spec_(std::move(spec)),
-      counters_(std::move(counters)) {}
+      spec_(entry->spec),
+      entry_(entry),
+      counters_(std::move(counters)),
+      ranks_(entry->local_ranks),
+      generations_([&] {
+        std::vector<uint64_t> generations;
+        for (size_t unit = 0; unit < entry->spec.units.size(); ++unit) {
+          generations.push_back(entry->store->Generation(static_cast<int>(unit)));
+        }
+        return generations;
+      }()),
+      unit_counted_(entry->spec.units.size(), false) {
+  for (const core::UnitSpec& unit : spec_.units) {
+    shard_bytes_ +=
+        unit.layout.shard_bytes() * static_cast<int64_t>(ranks_.size());
+  }
+}
 
 VersionSnapshot::~VersionSnapshot() {
+  absl::MutexLock lock(&mu_);
   counters_->bytes -= bytes_;
-  for (auto& [rank, buffer] : ranks_) counters_->Recycle(std::move(buffer));
+  for (auto& [where, buffer] : copies_) counters_->Recycle(std::move(buffer));
+}
+
+int64_t VersionSnapshot::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+absl::Status VersionSnapshot::Preserve(
+    const ModelRegistry::ShardsWrite& write) {
+  std::shared_ptr<ModelEntry> entry = entry_.lock();
+  absl::MutexLock lock(&mu_);
+  if (!cut_off_.empty()) return absl::OkStatus();
+  if (write.deleting || entry == nullptr || entry->store == nullptr) {
+    cut_off_ = absl::StrCat("model '", model_, "' was deleted");
+    return absl::OkStatus();
+  }
+  std::vector<int> units = write.units;
+  if (units.empty()) {
+    for (size_t unit = 0; unit < spec_.units.size(); ++unit) {
+      units.push_back(static_cast<int>(unit));
+    }
+  }
+  for (int rank : ranks_) {
+    if (write.rank >= 0 && rank != write.rank) continue;
+    for (int unit : units) {
+      if (unit < 0 || unit >= static_cast<int>(spec_.units.size()) ||
+          copies_.count({rank, unit}) > 0) {
+        continue;
+      }
+      const int64_t bytes = spec_.units[unit].layout.shard_bytes();
+      absl::StatusOr<memory::FreshMemory> copy = counters_->Buffer(bytes);
+      absl::Status read =
+          copy.ok() ? entry->store->ReadShard(rank, unit, /*grads=*/false, 0,
+                                              copy->data(), bytes)
+                    : copy.status();
+      if (!read.ok()) {
+        cut_off_ = absl::StrCat("unit #", unit, " of rank ", rank,
+                                " could not be kept before a write: ",
+                                read.message());
+        return read;
+      }
+      copies_.emplace(std::make_pair(rank, unit), *std::move(copy));
+      bytes_ += bytes;
+      counters_->bytes += bytes;
+      if (!unit_counted_[unit]) {
+        unit_counted_[unit] = true;
+        ++counters_->unit_copies;
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status VersionSnapshot::ReadPieces(
     const std::vector<VersionPiece>& pieces, core::DType dtype, bool scatter,
     uint8_t* out) const {
+  // A live unit is read from the shards under the shards lock (shared) and
+  // this version's lock (shared): a writer's copy before its write waits
+  // for the read, and the writer for the copy.
+  std::shared_ptr<ModelEntry> entry = entry_.lock();
+  if (entry == nullptr) {
+    absl::ReaderMutexLock lock(&mu_);
+    return ReadPiecesLocked(pieces, dtype, scatter, out);
+  }
+  absl::ReaderMutexLock shards(&entry->shards_mu);
+  absl::ReaderMutexLock lock(&mu_);
+  return ReadPiecesLocked(pieces, dtype, scatter, out);
+}
+
+absl::Status VersionSnapshot::ReadPiecesLocked(
+    const std::vector<VersionPiece>& pieces, core::DType dtype, bool scatter,
+    uint8_t* out) const {
   const int64_t out_size = static_cast<int64_t>(core::ElementSize(dtype));
+  std::shared_ptr<ModelEntry> entry = entry_.lock();
+  std::vector<uint8_t> live;  // One live piece's bytes.
   int64_t at = 0;
   for (const VersionPiece& piece : pieces) {
-    auto rank = ranks_.find(piece.rank);
-    if (rank == ranks_.end() || piece.unit < 0 ||
+    if (std::find(ranks_.begin(), ranks_.end(), piece.rank) == ranks_.end() ||
+        piece.unit < 0 ||
         piece.unit >= static_cast<int>(spec_.units.size())) {
       return absl::InvalidArgumentError(
           absl::StrCat("version ", version_, " of model '", model_,
@@ -73,8 +160,40 @@ absl::Status VersionSnapshot::ReadPieces(
           layout.chunk_numel(), " elements)"));
     }
     const size_t in_size = core::ElementSize(layout.dtype());
-    const uint8_t* from = rank->second.data() + unit_offsets_[piece.unit] +
-                          piece.shard_element * in_size;
+    const uint8_t* from = nullptr;
+    if (auto copy = copies_.find({piece.rank, piece.unit});
+        copy != copies_.end()) {
+      from = copy->second.data() + piece.shard_element * in_size;
+    } else {
+      if (!cut_off_.empty() || entry == nullptr || entry->store == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "version ", version_, " of model '", model_, "' cannot be read: ",
+            cut_off_.empty() ? "the model was deleted" : cut_off_));
+      }
+      if (entry->store->Generation(piece.unit) !=
+          generations_[piece.unit]) {
+        return absl::AbortedError(absl::StrCat(
+            "unit #", piece.unit, " of model '", model_,
+            "' changed after version ", version_,
+            " without its copy; refusing a mix"));
+      }
+      // Host shards in place; device ones through a bounce buffer.
+      if (const uint8_t* shard = entry->store->ParamShard(piece.rank,
+                                                          piece.unit);
+          shard != nullptr) {
+        from = shard + piece.shard_element * in_size;
+      } else {
+        live.resize(piece.numel * in_size);
+        if (absl::Status read = entry->store->ReadShard(
+                piece.rank, piece.unit, /*grads=*/false,
+                piece.shard_element * static_cast<int64_t>(in_size),
+                live.data(), static_cast<int64_t>(live.size()));
+            !read.ok()) {
+          return read;
+        }
+        from = live.data();
+      }
+    }
     uint8_t* to = out + (scatter ? piece.dest_element : at) * out_size;
     if (layout.dtype() == dtype) {
       std::memcpy(to, from, piece.numel * in_size);
@@ -91,7 +210,42 @@ absl::Status VersionSnapshot::ReadPieces(
 VersionStore::VersionStore(ModelRegistry* registry, int max_versions)
     : registry_(registry),
       max_versions_(max_versions < 1 ? 1 : max_versions),
-      counters_(std::make_shared<VersionCounters>()) {}
+      counters_(std::make_shared<VersionCounters>()) {
+  registry_->SetBeforeShardsWrite(
+      [this](ModelEntry& model, const ModelRegistry::ShardsWrite& write) {
+        BeforeShardsWrite(model, write);
+      });
+}
+
+VersionStore::~VersionStore() { registry_->SetBeforeShardsWrite(nullptr); }
+
+void VersionStore::BeforeShardsWrite(ModelEntry& model,
+                                     const ModelRegistry::ShardsWrite& write) {
+  std::vector<std::shared_ptr<VersionSnapshot>> alive;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(model.name);
+    if (it == models_.end()) return;
+    std::vector<std::weak_ptr<VersionSnapshot>>& versions = it->second.alive;
+    for (auto version = versions.begin(); version != versions.end();) {
+      std::shared_ptr<VersionSnapshot> held = version->lock();
+      if (held == nullptr) {
+        version = versions.erase(version);
+        continue;
+      }
+      // Another incarnation's (a model deleted and created again) never
+      // refers to these shards.
+      if (held->entry_.lock().get() == &model) alive.push_back(std::move(held));
+      ++version;
+    }
+  }
+  for (const std::shared_ptr<VersionSnapshot>& version : alive) {
+    if (absl::Status kept = version->Preserve(write); !kept.ok()) {
+      spdlog::error("version {} of model {} cut off before a write: {}",
+                    version->version(), model.name, kept.ToString());
+    }
+  }
+}
 
 std::string VersionStore::KeptText(const ModelVersions& versions) {
   if (versions.kept.empty()) return "none kept";
@@ -115,41 +269,17 @@ absl::StatusOr<int64_t> VersionStore::Take(const std::string& model,
           "' is not above the newest published, ", it->second.newest));
     }
   }
-  auto snapshot = std::make_shared<VersionSnapshot>(model, version, entry.spec,
-                                                    counters_);
-  int64_t rank_bytes = 0;
-  for (const core::UnitSpec& unit : entry.spec.units) {
-    snapshot->unit_offsets_.push_back(rank_bytes);
-    rank_bytes += unit.layout.shard_bytes();
+  if (entry.store == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", model, "' has missing shards; nothing to publish"));
   }
-  {
-    absl::ReaderMutexLock shards(&entry.shards_mu);
-    for (int rank : entry.local_ranks) {
-      absl::StatusOr<memory::FreshMemory> copy = counters_->Buffer(rank_bytes);
-      if (!copy.ok()) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "no memory for version ", version, " of model '", model,
-            "' (rank ", rank, ", ", rank_bytes, " bytes): ",
-            copy.status().message()));
-      }
-      for (size_t unit = 0; unit < entry.spec.units.size(); ++unit) {
-        if (absl::Status read = entry.store->ReadShard(
-                rank, static_cast<int>(unit), /*grads=*/false, 0,
-                copy->data() + snapshot->unit_offsets_[unit],
-                entry.spec.units[unit].layout.shard_bytes());
-            !read.ok()) {
-          return read;
-        }
-      }
-      snapshot->ranks_.emplace(rank, *std::move(copy));
-      snapshot->bytes_ += rank_bytes;
-      counters_->bytes += rank_bytes;
-    }
-  }
-  counters_->DropSpares();
-  counters_->unit_copies += static_cast<int64_t>(entry.spec.units.size());
-  ++counters_->versions;
-  const int64_t bytes = snapshot->bytes_;
+  // Recorded (generations) and listed for BeforeShardsWrite in one hold of
+  // the shards lock, which every writer's announcement holds too: a writer
+  // either finished before (the generations are its) or finds the version.
+  absl::MutexLock shards(&entry.shards_mu);
+  auto snapshot =
+      std::make_shared<VersionSnapshot>(model, version, *found, counters_);
+  const int64_t bytes = snapshot->shard_bytes();
   absl::MutexLock lock(&mu_);
   // Versions of deleted models go with the next publish of any model.
   for (auto it = models_.begin(); it != models_.end();) {
@@ -164,6 +294,11 @@ absl::StatusOr<int64_t> VersionStore::Take(const std::string& model,
                      "' was published meanwhile up to ", versions.newest));
   }
   versions.newest = version;
+  ++counters_->versions;
+  // Spares the copies since the last publish did not take go now, before
+  // this publish's releases add theirs (the next step's copies take them).
+  counters_->DropSpares();
+  versions.alive.push_back(snapshot);
   versions.kept.emplace(version, std::move(snapshot));
   while (static_cast<int>(versions.kept.size()) > max_versions_) {
     // Readers holding it keep its memory until they finish.

@@ -1,12 +1,19 @@
 #ifndef SUMMON_SERVER_WEIGHT_SYNC_VERSION_STORE_H_
 #define SUMMON_SERVER_WEIGHT_SYNC_VERSION_STORE_H_
 
-// One node's published versions (docs/api.md#weight-sync): each a copy of
-// this node's ranks' parameter shards taken while the model's trainers were
-// held out of a step, so a reader sees exactly the parameters after that
-// step whatever the trainer does next. At most --max-versions per model are
-// kept; the oldest is dropped from the list when a newer one arrives, and
-// its memory freed when its last reader lets go.
+// One node's published versions (docs/api.md#weight-sync), copy on write: a
+// version is taken while the model's trainers are held out of a step and
+// refers to this node's live shards (their generations recorded); a unit is
+// copied into it only when a writer is about to change that unit while the
+// version is still kept or read (ModelRegistry::BeforeShardsWrite: a rank's
+// move into OPTIMIZER, a writeback's COMMIT, a checkpoint load, a moved
+// generation). A reader sees exactly the parameters after the published
+// step whatever the trainer does next: it reads a live unit under the
+// version's lock, and the copy before a write takes that lock exclusively,
+// so the writer (who waits for the copy) cannot start while it reads. At
+// most --max-versions per model are kept; the oldest is dropped from the
+// list when a newer one arrives, and its copies freed when its last reader
+// lets go.
 
 #include <atomic>
 #include <cstdint>
@@ -14,6 +21,7 @@
 #include <set>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -30,17 +38,19 @@ namespace summon::server {
 // Counters of a node's versions, shared with its snapshots (which outlive
 // their place in the store while read).
 struct VersionCounters {
-  std::atomic<int64_t> bytes{0};         // Held now, read or kept.
-  std::atomic<int64_t> unit_copies{0};   // One per unit per version.
+  std::atomic<int64_t> bytes{0};         // Copies held now, read or kept.
+  // Units copied before a write: at most one per unit per version.
+  std::atomic<int64_t> unit_copies{0};
   std::atomic<int64_t> versions{0};      // Published here.
   std::atomic<int64_t> peer_bytes_sent{0};      // To readers on other nodes.
   std::atomic<int64_t> peer_bytes_received{0};  // By readers here.
   std::atomic<int64_t> reads{0};                // ReadSlices answered here.
 
-  // Buffers of released versions, kept until the next publish takes them:
-  // a copy into memory already faulted in runs at memcpy speed, and in
-  // steady training every version has the same size. Those it does not
-  // take are freed then (DropSpares), so at most one version's worth waits.
+  // Copies of released versions, kept for the next version's copies: a copy
+  // into memory already faulted in runs at memcpy speed, and in steady
+  // training every version copies the same units. Those not taken by the
+  // next publish are freed then (DropSpares), so at most one version's
+  // worth waits.
   std::atomic<int64_t> spare_bytes{0};
   absl::Mutex spares_mu;
   std::vector<memory::FreshMemory> spares ABSL_GUARDED_BY(spares_mu);
@@ -50,10 +60,11 @@ struct VersionCounters {
   void DropSpares();
 };
 
-// One version on this node: its ranks' shards, copied.
+// One version on this node: its ranks' shards, live until copied.
 class VersionSnapshot {
  public:
-  VersionSnapshot(std::string model, int64_t version, core::ModelSpec spec,
+  VersionSnapshot(std::string model, int64_t version,
+                  std::shared_ptr<ModelEntry> entry,
                   std::shared_ptr<VersionCounters> counters);
   ~VersionSnapshot();
   VersionSnapshot(const VersionSnapshot&) = delete;
@@ -62,37 +73,71 @@ class VersionSnapshot {
   const std::string& model() const { return model_; }
   int64_t version() const { return version_; }
   const core::ModelSpec& spec() const { return spec_; }
-  int64_t bytes() const { return bytes_; }
+  // Of its copies (0 while every unit is live).
+  int64_t bytes() const;
+  // Of this node's ranks' shards, copied or not.
+  int64_t shard_bytes() const { return shard_bytes_; }
 
   // Copies `pieces` (all of ranks held here) converted to `dtype`,
   // concatenated in order, to `out`; or each to its dest_element when
-  // `scatter`. INVALID_ARGUMENT for a rank, unit or range not held here.
+  // `scatter`. INVALID_ARGUMENT for a rank, unit or range not held here;
+  // FAILED_PRECONDITION once the model was deleted (for a live unit);
+  // ABORTED for a live unit whose generation moved without its copy (a
+  // writer that did not announce itself: refused, never a mix).
   absl::Status ReadPieces(const std::vector<VersionPiece>& pieces,
                           core::DType dtype, bool scatter,
                           uint8_t* out) const;
 
  private:
   friend class VersionStore;
+  // Copies `write`'s live units; `shards_mu` held by the caller.
+  absl::Status Preserve(const ModelRegistry::ShardsWrite& write)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReadPiecesLocked(const std::vector<VersionPiece>& pieces,
+                                core::DType dtype, bool scatter,
+                                uint8_t* out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
   const std::string model_;
   const int64_t version_;
   const core::ModelSpec spec_;
+  const std::weak_ptr<ModelEntry> entry_;
   const std::shared_ptr<VersionCounters> counters_;
-  std::map<int, memory::FreshMemory> ranks_;  // Rank -> its units' shards.
-  std::vector<int64_t> unit_offsets_;         // In each rank's copy.
-  int64_t bytes_ = 0;
+  const std::vector<int> ranks_;             // Local ranks, as published.
+  const std::vector<uint64_t> generations_;  // Per unit, as published.
+  int64_t shard_bytes_ = 0;
+  mutable absl::Mutex mu_;
+  // (rank, unit) -> its copy; absent: live.
+  std::map<std::pair<int, int>, memory::FreshMemory> copies_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<bool> unit_counted_ ABSL_GUARDED_BY(mu_);  // In unit_copies.
+  // Why its live units can no longer be read (the model deleted, a copy
+  // without memory); empty while they can.
+  std::string cut_off_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class VersionStore {
  public:
+  // Installs itself as the registry's BeforeShardsWrite (removed again by
+  // the destructor).
   VersionStore(ModelRegistry* registry, int max_versions);
+  ~VersionStore();
+  VersionStore(const VersionStore&) = delete;
+  VersionStore& operator=(const VersionStore&) = delete;
 
-  // Copies this node's shards of `model` as `version`, under the model's
-  // shards lock; the caller has held the trainers out of a step (the
-  // leader's interlock). FAILED_PRECONDITION when `version` is not above
-  // every version published here; NOT_FOUND for an unknown model;
-  // RESOURCE_EXHAUSTED when the copy's memory cannot be had. Returns its
-  // bytes.
+  // Records this node's shards of `model` as `version` (nothing copied);
+  // the caller has held the trainers out of a step (the leader's
+  // interlock). FAILED_PRECONDITION when `version` is not above every
+  // version published here; NOT_FOUND for an unknown model. Returns the
+  // bytes it covers (its ranks' shards).
   absl::StatusOr<int64_t> Take(const std::string& model, int64_t version);
+  // Every version of `model` still kept or read copies `write`'s live
+  // units (the registry's hook; `shards_mu` held). A copy that cannot get
+  // memory is logged and its version cut off (its later reads fail), so
+  // that the writer is never held.
+  void BeforeShardsWrite(ModelEntry& model,
+                         const ModelRegistry::ShardsWrite& write);
   // A kept version, held for reading (its memory lives while this does).
   // NOT_FOUND for one never published here, FAILED_PRECONDITION for one
   // released, each naming the versions kept.
@@ -113,6 +158,8 @@ class VersionStore {
     // are dropped at the next Take.
     std::weak_ptr<ModelEntry> entry;
     std::map<int64_t, std::shared_ptr<const VersionSnapshot>> kept;
+    // Every version not yet destroyed (kept, or released and still read).
+    std::vector<std::weak_ptr<VersionSnapshot>> alive;
     int64_t newest = -1;           // Newest published, kept or not.
     std::set<int64_t> released;    // Published, then dropped.
   };
