@@ -6,9 +6,7 @@ answers from its own membership view (nothing forwarded)."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -16,27 +14,12 @@ import pytest
 
 import summon
 from summon.local import REPO_ROOT, daemon_binary, summonctl_binary
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from polling import free_port, wait_until
 
 
 def summonctl(address: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([summonctl_binary(), "--server", address, *args],
                           capture_output=True, text=True, timeout=60)
-
-
-def wait_until(check, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 class TwoNodes:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -24,28 +23,13 @@ import pytest
 
 import summon
 from summon.local import daemon_binary
+from polling import free_port, wait_until
 
 ETCD = "/usr/bin/etcd"
 LAYOUT = {"strategy": "FULL_SHARD", "units": [
     {"fqn": "", "params": [{"fqn": "embed.w", "shape": [8, 4], "dtype": "float32"}]}]}
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD), reason="needs Debian's etcd-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(check, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 class EtcdPair:
@@ -80,7 +64,7 @@ class EtcdPair:
                 return status if status.ready else None
             except summon.SummonError:
                 return None  # Not listening yet, or still electing.
-        self.leader = wait_until(formed, "the cluster to form").leader
+        self.leader = wait_until(formed, "the cluster to form", timeout=60.0).leader
 
     def close(self) -> None:
         # Models' shared-memory segments outlive a daemon with a data dir.

@@ -8,7 +8,6 @@ naming a symlink that does not exist."""
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,14 +16,9 @@ import pytest
 
 import summon
 from summon.local import REPO_ROOT
+from polling import free_port
 
 README = REPO_ROOT / "README.md"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cluster_block() -> str:

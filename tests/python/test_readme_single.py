@@ -7,7 +7,6 @@ it was (nothing written into it)."""
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -16,14 +15,9 @@ import numpy as np
 
 import summon
 from summon.local import REPO_ROOT
+from polling import free_port
 
 README = REPO_ROOT / "README.md"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clone_state() -> str:
