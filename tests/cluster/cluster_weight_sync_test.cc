@@ -96,19 +96,6 @@ std::vector<float> Floats(const client::SlicesData& data, int entry) {
 template <typename Topology>
 class ClusterWeightSyncTest : public SharedClusterTest<Topology> {
  protected:
-  static void SetUpTestSuite() {
-    LocalCluster::Options options;
-    options.nodes = Topology::kNodes;
-    options.local_ranks = Topology::kLocalRanks;
-    absl::StatusOr<std::unique_ptr<LocalCluster>> started =
-        LocalCluster::Start(options);
-    if (started.ok()) {
-      SharedClusterTest<Topology>::cluster_ = *std::move(started);
-    } else {
-      SharedClusterTest<Topology>::start_error_ = started.status().ToString();
-    }
-  }
-
   std::vector<Box> Boxes() const {
     return {{"l0.w", {16, 8}, 0, {{5, 6}, {0, 8}}},   // rows
             {"l0.w", {16, 8}, 0, {{0, 16}, {3, 2}}},  // columns
