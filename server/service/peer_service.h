@@ -51,8 +51,7 @@ class PeerServiceImpl final : public KvStoreService {
                          const v1::NodeStatsRequest* request,
                          v1::NodeStatsResponse* response) override;
   grpc::Status NodeWatchPartials(
-      grpc::ServerContext* context,
-      const v1::NodeWatchPartialsRequest* request,
+      grpc::ServerContext* context, const v1::NodeWatchPartialsRequest* request,
       v1::NodeWatchPartialsResponse* response) override;
   // This node's copy of the leader's watches (a follower's replica; the
   // leader's own store answers when a restarted leader asks nothing).
@@ -128,6 +127,12 @@ class PeerServiceImpl final : public KvStoreService {
   // FAILED_PRECONDITION unless `epoch` is this node's current epoch: every
   // Node* handler but NodeHealth calls it first (peer.proto, "Fencing").
   grpc::Status Fence(uint64_t epoch) const;
+  // Allow, Fence, then weight sync served on this node: the preamble of
+  // both weight-sync handlers (peer_service_weight_sync.cc).
+  grpc::Status AdmitVersionCall(const grpc::ServerContext& context,
+                                const char* method,
+                                const google::protobuf::Message& request,
+                                uint64_t epoch) const;
 
   const auth::Authorizer* const authorizer_;
   Membership* const membership_;

@@ -19,20 +19,28 @@ constexpr int64_t kPieceChunkBytes = int64_t{1} << 20;
 
 }  // namespace
 
-grpc::Status PeerServiceImpl::NodePublishVersion(
-    grpc::ServerContext* context, const v1::NodePublishVersionRequest* request,
-    v1::NodePublishVersionResponse* response) {
-  if (grpc::Status denied =
-          Allow(*context, "/summon.v1.Peer/NodePublishVersion", *request);
-      !denied.ok()) {
+grpc::Status PeerServiceImpl::AdmitVersionCall(
+    const grpc::ServerContext& context, const char* method,
+    const google::protobuf::Message& request, uint64_t epoch) const {
+  if (grpc::Status denied = Allow(context, method, request); !denied.ok()) {
     return denied;
   }
-  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
-    return fenced;
-  }
+  if (grpc::Status fenced = Fence(epoch); !fenced.ok()) return fenced;
   if (versions_ == nullptr) {
     return ToGrpcStatus(
         absl::FailedPreconditionError("weight sync is not served here"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::NodePublishVersion(
+    grpc::ServerContext* context, const v1::NodePublishVersionRequest* request,
+    v1::NodePublishVersionResponse* response) {
+  if (grpc::Status admitted =
+          AdmitVersionCall(*context, "/summon.v1.Peer/NodePublishVersion",
+                           *request, request->epoch());
+      !admitted.ok()) {
+    return admitted;
   }
   absl::StatusOr<int64_t> bytes =
       versions_->Take(request->model(), request->version());
@@ -44,17 +52,11 @@ grpc::Status PeerServiceImpl::NodePublishVersion(
 grpc::Status PeerServiceImpl::NodeReadVersion(
     grpc::ServerContext* context, const v1::NodeReadVersionRequest* request,
     grpc::ServerWriter<v1::NodeReadVersionResponse>* writer) {
-  if (grpc::Status denied =
-          Allow(*context, "/summon.v1.Peer/NodeReadVersion", *request);
-      !denied.ok()) {
-    return denied;
-  }
-  if (grpc::Status fenced = Fence(request->epoch()); !fenced.ok()) {
-    return fenced;
-  }
-  if (versions_ == nullptr) {
-    return ToGrpcStatus(
-        absl::FailedPreconditionError("weight sync is not served here"));
+  if (grpc::Status admitted =
+          AdmitVersionCall(*context, "/summon.v1.Peer/NodeReadVersion",
+                           *request, request->epoch());
+      !admitted.ok()) {
+    return admitted;
   }
   absl::StatusOr<core::DType> dtype = DTypeFromProto(request->dtype(), "dtype");
   if (!dtype.ok()) return ToGrpcStatus(dtype.status());
@@ -62,8 +64,9 @@ grpc::Status PeerServiceImpl::NodeReadVersion(
   absl::StatusOr<std::shared_ptr<const VersionSnapshot>> snapshot =
       versions_->Acquire(request->model(), request->version());
   if (absl::IsNotFound(snapshot.status()) &&
-      versions_->Wait(request->model(), request->version(),
-                      absl::Now() + kVersionArrival)
+      versions_
+          ->Wait(request->model(), request->version(),
+                 absl::Now() + kVersionArrival)
           .ok()) {
     snapshot = versions_->Acquire(request->model(), request->version());
   }
@@ -78,9 +81,9 @@ grpc::Status PeerServiceImpl::NodeReadVersion(
           absl::StrCat("a piece of ", piece.numel(), " elements")));
     }
     for (int64_t at = 0; at < piece.numel(); at += chunk_numel) {
-      pieces.push_back(VersionPiece{
-          piece.rank(), piece.unit(), piece.shard_element() + at,
-          std::min(chunk_numel, piece.numel() - at), 0});
+      pieces.push_back(
+          VersionPiece{piece.rank(), piece.unit(), piece.shard_element() + at,
+                       std::min(chunk_numel, piece.numel() - at), 0});
     }
   }
   size_t first = 0;
@@ -97,9 +100,9 @@ grpc::Status PeerServiceImpl::NodeReadVersion(
     v1::NodeReadVersionResponse chunk;
     std::string* data = chunk.mutable_data();
     data->resize(numel * element);
-    if (absl::Status read = (*snapshot)->ReadPieces(
-            batch, *dtype, /*scatter=*/false,
-            reinterpret_cast<uint8_t*>(data->data()));
+    if (absl::Status read =
+            (*snapshot)->ReadPieces(batch, *dtype, /*scatter=*/false,
+                                    reinterpret_cast<uint8_t*>(data->data()));
         !read.ok()) {
       return ToGrpcStatus(read);
     }
