@@ -88,6 +88,8 @@ absl::StatusOr<std::unique_ptr<BenchCluster>> BenchCluster::Start(
     spec.staging_pool_idle = options.pool_idle;
     spec.gather_parts = options.gather_parts;
     spec.staging_prefault = options.staging_prefault;
+    if (options.nodes > 1) spec.etcd = options.etcd;
+    spec.coordinator_lease_ttl = options.coordinator_lease_ttl;
     absl::StatusOr<std::unique_ptr<server::SummonServer>> server =
         server::SummonServer::Start(std::move(spec));
     if (!server.ok()) return server.status();

@@ -2,6 +2,7 @@
 #define SUMMON_BENCH_BENCH_CLUSTER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,8 +17,9 @@ namespace summon::bench {
 // separately started daemon. Each node gets its own temporary data directory
 // and therefore its own shared-memory instance.
 //
-// Several nodes form a real cluster (the same `nodes` list, node 0 leads);
-// target() names node 0 (clients may talk to any node).
+// Several nodes form a real cluster (the same `nodes` list; node 0 leads,
+// or the node etcd elects); target() names node 0 (clients may talk to any
+// node).
 class BenchCluster {
  public:
   struct Options {
@@ -39,6 +41,12 @@ class BenchCluster {
     // SummonServer::Spec::staging_prefault (false: the writeback of a
     // session faults its staging itself, as before the pre-fault).
     bool staging_prefault = server::SummonServer::Spec().staging_prefault;
+    // Set (and nodes > 1): the cluster's coordinator is etcd at these
+    // endpoints (SummonServer::Spec::etcd), which elects the leader; unset:
+    // the static mode, node 0 leads.
+    std::optional<server::CoordinatorUrl> etcd;
+    absl::Duration coordinator_lease_ttl =
+        server::SummonServer::Spec().coordinator_lease_ttl;
   };
 
   // INVALID_ARGUMENT for local_ranks < 1; UNAVAILABLE when a data directory

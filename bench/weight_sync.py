@@ -3,6 +3,7 @@
 
     bazel build //server:summond
     scripts/python bench/weight_sync.py            # 2 nodes x 2 ranks, a 117 M-param bf16 Llama shape
+    scripts/python bench/weight_sync.py --preset 1b --iters 2 --skip-cow   # 1.0 B params, 2 GB
 
 A seeded bf16 Llama-shaped model (FULL_SHARD, W = 4 over 2 summond nodes) is
 published; readers on node 1 pull exactly their tensor-parallel slices
@@ -13,8 +14,10 @@ columns, norms whole) for TP = 1, 2, 4. Printed per TP:
     veRL: every rank gets every full tensor) moves per rank;
   - the pull time of all TP ranks (one after the other; and TP readers at
     once) vs memcpy and loopback TCP of the same bytes (goal >= 0.5x), and
-    vs the full-tensor path through summon itself (a read-only session of
-    the whole model, every full tensor read, each rank's slice cut);
+    vs the full-tensor path through summon itself (every TP rank reads every
+    full tensor of the version, a unit per ReadSlices, and cuts its slice), for
+    both deliveries: "shm" (the daemon writes into each rank's reused
+    summon.SliceBuffer, as summon.sync.pull does) and "grpc" (the stream);
   - 8 concurrent readers of one version: unit copies per unit per version
     per node (goal 1, from /metrics) and their time vs one reader;
   - Publish's own cost (the trainer's stall), and the copy on write when a
@@ -47,6 +50,19 @@ sys.path.insert(0, str(REPO / "client/python"))
 import summon  # noqa: E402
 from summon import SliceRequest  # noqa: E402
 from summon.local import LocalDaemon  # noqa: E402
+
+
+def create_when_joined(leader: summon.Client, layout: dict) -> None:
+    """Creates the bench model ("llama", seeded 7) once every node joined."""
+    for _ in range(600):
+        try:
+            leader.create_model("llama", layout, init="seeded:7")
+            return
+        except summon.SummonError as error:
+            if error.code != "UNAVAILABLE":
+                raise
+            time.sleep(0.1)
+    raise RuntimeError("the cluster did not form within 60 s")
 
 
 def llama_layout(hidden: int, inter: int, layers: int, vocab: int, kv: int, heads: int) -> dict:
@@ -94,6 +110,14 @@ def tp_requests(layout: dict, tp: int, rank: int) -> list[SliceRequest]:
 
 def nbytes(requests: list[SliceRequest]) -> int:
     return sum(2 * int(np.prod([n for _, n in r.box])) for r in requests)
+
+
+def packed_bytes(requests: list[SliceRequest]) -> int:
+    """The ReadSlices answer: each entry 16-byte aligned."""
+    return sum((2 * int(np.prod([n for _, n in r.box])) + 15) // 16 * 16 for r in requests)
+
+
+PRESETS = {"1b": dict(hidden=2048, inter=5632, layers=20, vocab=32000, heads=32, kv_heads=4)}
 
 
 def anchor_memcpy(size: int, iters: int) -> float:
@@ -190,7 +214,18 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--kv-heads", type=int, default=4)
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="a model shape: 1b = hidden 2048, 20 layers, 32/4 heads, "
+                             "intermediate 5632, vocab 32000 (1.0 B params)")
+    parser.add_argument("--skip-cow", action="store_true",
+                        help="skip the copy-on-write step (it copies two versions)")
+    parser.add_argument("--skip-full", action="store_true",
+                        help="skip the full-tensor path (gather + cut)")
+    parser.add_argument("--via", choices=("shm", "grpc"), action="append",
+                        help="the deliveries to time (default both; repeatable)")
     args = parser.parse_args()
+    for key, value in PRESETS.get(args.preset, {}).items():
+        setattr(args, key, value)
     layout = llama_layout(args.hidden, args.inter, args.layers, args.vocab, args.kv_heads,
                           args.heads)
     params = sum(int(np.prod(p["shape"])) for u in layout["units"] for p in u["params"])
@@ -206,20 +241,14 @@ def main() -> None:
     for node in range(2):
         (run / f"d{node}").mkdir()
         daemons.append(LocalDaemon(local_ranks=2, data_dir=str(run / f"d{node}"), extra_args=[
-            "--nodes", nodes, "--node-rank", str(node), "--max-versions", "2",
+            "--nodes", nodes, "--coordinator", "static", "--node-rank", str(node),
+            "--max-versions", "2",
             "--metrics-listen", "127.0.0.1:0",
             "--metrics-port-file", str(run / f"metrics{node}")]).start())
     try:
         leader = summon.Client(daemons[0].address, timeout=300)
         reader = summon.Client(daemons[1].address, timeout=300)
-        for _ in range(600):  # Until every node joined.
-            try:
-                leader.create_model("llama", layout, init="seeded:7")
-                break
-            except summon.SummonError as error:
-                if error.code != "UNAVAILABLE":
-                    raise
-                time.sleep(0.1)
+        create_when_joined(leader, layout)
         metrics_url = f"http://127.0.0.1:{(run / 'metrics1').read_text().strip()}/metrics"
         print(f"# weight_sync: 2 nodes x 2 ranks (W = 4, FULL_SHARD), bf16 Llama shape "
               f"hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}: "
@@ -232,40 +261,65 @@ def main() -> None:
               f"{publish_s * 1e3:.1f} ms for {2 * params / 2**20:.0f} MiB "
               f"({2 * params / publish_s / 1e9:.2f} GB/s)")
         full_bytes = 2 * params
-        print("#  TP  rank-slice(B)  peer-recv(B)  recv/slice  full-tensor recv(B)  "
+        print("#  TP  via   rank-slice(B)  peer-recv(B)  recv/slice  full-tensor recv(B)  "
               "pull-all(ms)  GB/s  memcpy(ms)  tcp(ms)  vs-memcpy  vs-tcp  "
               "parallel(ms)  full-path(ms)")
         for tp in (1, 2, 4):
             requests = [tp_requests(layout, tp, r) for r in range(tp)]
-            stats = [reader.read_slices_with_stats("llama", 1, q)[1] for q in requests]
+            # One reused buffer per TP rank, as summon.sync.pull keeps one.
+            buffers = [summon.SliceBuffer(packed_bytes(q)) for q in requests]
+            stats = [reader.read_slices_with_stats("llama", 1, q, into=b)[1]
+                     for q, b in zip(requests, buffers)]
+            assert all(s.local_buffer for s in stats), "not delivered into shared memory"
             slice_bytes = sum(s.slice_bytes for s in stats)
             peer = sum(s.peer_bytes for s in stats)
             # Full tensors to every rank: the other node's half of every tensor, per rank.
             full_recv = full_bytes // 2
-
-            def pull_all() -> None:
-                for q in requests:
-                    reader.read_slices("llama", 1, q)
-
-            def pull_parallel() -> None:
-                with ThreadPoolExecutor(tp) as pool:
-                    list(pool.map(lambda q: reader.read_slices("llama", 1, q), requests))
-
-            def full_path() -> None:
-                with reader.summon_full_params("llama", writeback=False) as full:
-                    for q in requests:
-                        for r in q:
-                            whole = full[r.fqn]
-                            np.ascontiguousarray(whole[tuple(slice(a, a + n) for a, n in r.box)])
-            t_pull = median_time(pull_all, args.iters)
-            t_par = median_time(pull_parallel, args.iters)
-            t_full = median_time(full_path, 1)
             t_mem = anchor_memcpy(slice_bytes, args.iters)
             t_tcp = anchor_tcp(slice_bytes, args.iters)
-            print(f"{tp:5d} {slice_bytes // tp:13d} {peer // tp:13d} {peer / max(slice_bytes, 1):10.3f}"
-                  f"  {full_recv:19d} {t_pull * 1e3:13.1f} {slice_bytes / t_pull / 1e9:5.2f}"
-                  f" {t_mem * 1e3:11.1f} {t_tcp * 1e3:8.1f} {t_mem / t_pull:10.2f}"
-                  f" {t_tcp / t_pull:7.2f} {t_par * 1e3:13.1f} {t_full * 1e3:14.1f}")
+
+            def full_path() -> None:
+                # Every TP rank receives every full tensor (a unit per
+                # ReadSlices, whole boxes) and cuts its slice: what
+                # checkpoint-engine and veRL do, through summon's own reads.
+                for q in requests:
+                    for unit in layout["units"]:
+                        whole = [SliceRequest(p["fqn"], [(0, n) for n in p["shape"]])
+                                 for p in unit["params"]]
+                        arrays = dict(zip((w.fqn for w in whole),
+                                          reader.read_slices("llama", 1, whole)))
+                        for r in q:
+                            if r.fqn in arrays:
+                                np.ascontiguousarray(arrays[r.fqn][
+                                    tuple(slice(a, a + n) for a, n in r.box)])
+            t_full = float("nan") if args.skip_full else median_time(full_path, 1)
+            for via in args.via or ("shm", "grpc"):
+                shm = via == "shm"
+
+                def read(rank: int) -> None:
+                    reader.read_slices("llama", 1, requests[rank],
+                                       into=buffers[rank] if shm else None, local=shm)
+
+                def pull_all() -> None:
+                    for rank in range(tp):
+                        read(rank)
+
+                def pull_parallel() -> None:
+                    with ThreadPoolExecutor(tp) as pool:
+                        list(pool.map(read, range(tp)))
+                before = dict(reader.slice_deliveries)
+                t_pull = median_time(pull_all, args.iters)
+                t_par = median_time(pull_parallel, args.iters)
+                other = "stream" if shm else "local_buffer"
+                assert reader.slice_deliveries.get(other, 0) == before.get(other, 0), via
+                print(f"{tp:5d} {via:>4} {slice_bytes // tp:13d} {peer // tp:13d} "
+                      f"{peer / max(slice_bytes, 1):10.3f}  {full_recv:19d} {t_pull * 1e3:13.1f} "
+                      f"{slice_bytes / t_pull / 1e9:5.2f} {t_mem * 1e3:11.1f} {t_tcp * 1e3:8.1f} "
+                      f"{t_mem / t_pull:10.2f} {t_tcp / t_pull:7.2f} {t_par * 1e3:13.1f} "
+                      f"{t_full * 1e3:14.1f}", flush=True)
+            for buffer in buffers:
+                buffer.close()
+            del buffers
         # 8 readers of one fresh version.
         leader.publish("llama", 2)
         copies_before = metric(metrics_url, "unit_copies")
@@ -284,7 +338,8 @@ def main() -> None:
               f"while they read: {copies:.0f} (copy on write: none until a writer comes, "
               f"{units} units, none per reader)")
         cow_bytes = metric(metrics_url, "versions", "version_bytes", "kind")
-        moved, done, plain = copy_on_write(leader, metrics_url, units)
+        moved, done, plain = ((float("nan"),) * 3 if args.skip_cow
+                              else copy_on_write(leader, metrics_url, units))
         cow_bytes = metric(metrics_url, "versions", "version_bytes", "kind") - cow_bytes
         print(f"# copy on write: rank 0's move into OPTIMIZER with versions 1 and 2 live: "
               f"{moved * 1e3:.1f} ms, node 1's {cow_bytes / 2**20:.0f} MiB copied after "
@@ -293,6 +348,7 @@ def main() -> None:
         print(f"# node 1 totals: versions {metric(metrics_url, 'versions'):.0f}, unit copies "
               f"{metric(metrics_url, 'unit_copies'):.0f}, reads {metric(metrics_url, 'reads'):.0f},"
               f" peer bytes received {metric(metrics_url, 'peer_bytes_received'):.0f}")
+        print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         for daemon in daemons:
             daemon.close()

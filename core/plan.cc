@@ -15,14 +15,17 @@ namespace {
 constexpr int64_t kTensorAlignment = 64;
 
 // The nearest holder of shard position `position` for a copy: the copy's own
-// rank, else the lowest rank on the copy's node, else the lowest rank.
-int SourceRank(const ShardGroups& groups, int position,
-               const SessionCopy& copy) {
+// rank, else the lowest rank on the copy's node, else the lowest rank; never
+// one on an absent or stale node. -1 when no rank may be a source.
+int SourceRank(const ShardGroups& groups, int position, const SessionCopy& copy,
+               const NodeSets& nodes) {
   const int world = groups.topology.world_size();
   int best = -1;
   int best_score = 3;
   for (int rank = 0; rank < world; ++rank) {
     if (groups.PositionOf(rank) != position) continue;
+    const int node = groups.topology.NodeOf(rank);
+    if (nodes.absent.count(node) > 0 || nodes.stale.count(node) > 0) continue;
     int score = 2;
     if (rank == copy.rank) {
       score = 0;
@@ -35,6 +38,14 @@ int SourceRank(const ShardGroups& groups, int position,
     }
   }
   return best;
+}
+
+// The lowest rank holding shard position `position`.
+int FirstHolder(const ShardGroups& groups, int position) {
+  for (int rank = 0; rank < groups.topology.world_size(); ++rank) {
+    if (groups.PositionOf(rank) == position) return rank;
+  }
+  return 0;
 }
 
 // The copy a rank takes its writeback slice from: its own, its node's, or the
@@ -76,18 +87,21 @@ SessionBufferLayout LayoutSessionBuffer(const ModelSpec& model,
 
 absl::StatusOr<GatherPlan> PlanGather(const ModelSpec& model,
                                       const SessionBufferLayout& buffer,
-                                      Placement placement, int home_rank) {
+                                      Placement placement, int home_rank,
+                                      const NodeSets& nodes) {
   const ShardGroups& groups = model.groups;
   const Topology& topology = groups.topology;
   GatherPlan plan;
   switch (placement) {
     case Placement::kEveryRank:
       for (int rank = 0; rank < topology.world_size(); ++rank) {
+        if (nodes.absent.count(topology.NodeOf(rank)) > 0) continue;
         plan.copies.push_back({topology.NodeOf(rank), rank});
       }
       break;
     case Placement::kPerNode:
       for (int node = 0; node < topology.nodes; ++node) {
+        if (nodes.absent.count(node) > 0) continue;
         plan.copies.push_back({node, -1});
       }
       break;
@@ -96,6 +110,12 @@ absl::StatusOr<GatherPlan> PlanGather(const ModelSpec& model,
         return absl::InvalidArgumentError(
             absl::StrCat("home rank ", home_rank, " is outside the world of ",
                          topology.world_size(), " ranks"));
+      }
+      if (nodes.absent.count(topology.NodeOf(home_rank)) > 0) {
+        return absl::UnavailableError(
+            absl::StrCat("the home rank ", home_rank, " is on node ",
+                         topology.NodeOf(home_rank),
+                         ", which is not in the cluster"));
       }
       plan.copies.push_back({topology.NodeOf(home_rank), home_rank});
       break;
@@ -109,7 +129,19 @@ absl::StatusOr<GatherPlan> PlanGather(const ModelSpec& model,
         const ShardSlice slice =
             layout.SliceOf(tensor.location.param, position);
         if (!slice.in_shard) continue;
-        const int source = SourceRank(groups, position, plan.copies[c]);
+        const int source =
+            SourceRank(groups, position, plan.copies[c], nodes);
+        if (source < 0) {
+          // Every holder of this chunk is away: name the first one.
+          const int rank = FirstHolder(groups, position);
+          const int node = topology.NodeOf(rank);
+          return absl::UnavailableError(absl::StrCat(
+              "it needs rank ", rank, " on node ", node,
+              nodes.absent.count(node) > 0
+                  ? ", which is not in the cluster"
+                  : ", which is catching up",
+              " (no node in the cluster holds a replica of its shard)"));
+        }
         // One transfer per run: an FSDP2 chunk on a dim > 0 is strided in
         // the full tensor, everything else is one run.
         ForEachRun(slice, [&](int64_t intra, int64_t in_shard, int64_t numel) {
@@ -130,10 +162,12 @@ absl::StatusOr<GatherPlan> PlanGather(const ModelSpec& model,
 
 WritebackPlan PlanWriteback(const ModelSpec& model,
                             const SessionBufferLayout& buffer,
-                            const GatherPlan& gather) {
+                            const GatherPlan& gather,
+                            const std::set<int>& absent) {
   const ShardGroups& groups = model.groups;
   WritebackPlan plan;
   for (int rank = 0; rank < groups.topology.world_size(); ++rank) {
+    if (absent.count(groups.topology.NodeOf(rank)) > 0) continue;
     const int position = groups.PositionOf(rank);
     const int copy =
         SourceCopy(gather.copies, rank, groups.topology.NodeOf(rank));

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -80,15 +81,33 @@ struct WritebackPlan {
   std::vector<Transfer> transfers;  // Ordered by (rank, unit, shard_offset).
 };
 
+// The nodes of the topology a plan may not use fully (a cluster formed on
+// its survivors, docs/architecture.md "Many nodes"). `absent`: not in the
+// cluster, so no copy is placed there, no rank there is a source, and no
+// rank there receives a writeback. `stale`: in the cluster but catching up
+// (its shards may be older than a replica's), so it holds a copy and
+// receives writebacks but is never a source. Every node of a cluster plans
+// with the same sets.
+struct NodeSets {
+  std::set<int> absent;
+  std::set<int> stale;
+  bool empty() const { return absent.empty() && stale.empty(); }
+};
+
 // INVALID_ARGUMENT when home_rank is outside the world (only kHomeRank uses
-// it).
+// it). UNAVAILABLE, naming the rank and its node, when a shard position has
+// no holder outside `nodes.absent` and `nodes.stale`, or the home rank's
+// node is absent.
 absl::StatusOr<GatherPlan> PlanGather(const ModelSpec& model,
                                       const SessionBufferLayout& buffer,
-                                      Placement placement, int home_rank);
+                                      Placement placement, int home_rank,
+                                      const NodeSets& nodes = {});
 
+// Ranks on `absent` nodes receive nothing.
 WritebackPlan PlanWriteback(const ModelSpec& model,
                             const SessionBufferLayout& buffer,
-                            const GatherPlan& gather);
+                            const GatherPlan& gather,
+                            const std::set<int>& absent = {});
 
 // A range of one rank's shard of one unit: rank, unit, byte offset, bytes.
 using ShardRange = std::tuple<int, int, int64_t, int64_t>;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -69,6 +70,59 @@ TEST(PlanTest, HybridShardGathersWithinEachNode) {
   EXPECT_EQ(bytes_per_rank[0], bytes_per_rank[2]);
   EXPECT_EQ(bytes_per_rank[1], bytes_per_rank[3]);
   EXPECT_EQ(bytes_per_rank[0] + bytes_per_rank[1], (25 + 5 + 35 + 7) * 4);
+}
+
+// A cluster formed on its survivors (node 1 of 3 absent): replicas on the
+// others serve every chunk, no copy lands on node 1 and nothing is written
+// back to its rank; a stale node holds a copy but is never a source.
+TEST(PlanTest, HybridShardOnTheSurvivorsLeavesTheAbsentNodeOut) {
+  ModelSpec model =
+      ParseOrDie(kTwoLinear, Topology{3, 1}, Strategy::kHybridShard);
+  Scope scope = ResolveScope(model, {"", true, {}}).value();
+  SessionBufferLayout buffer = LayoutSessionBuffer(model, scope);
+  NodeSets nodes;
+  nodes.absent = {1};
+  GatherPlan plan =
+      PlanGather(model, buffer, Placement::kPerNode, 0, nodes).value();
+  ASSERT_EQ(plan.copies.size(), 2u);
+  EXPECT_EQ(plan.copies[0].node, 0);
+  EXPECT_EQ(plan.copies[1].node, 2);
+  for (const Transfer& t : plan.transfers) EXPECT_NE(t.rank, 1);
+  WritebackPlan writeback = PlanWriteback(model, buffer, plan, nodes.absent);
+  std::set<int> written;
+  for (const Transfer& t : writeback.transfers) written.insert(t.rank);
+  EXPECT_EQ(written, (std::set<int>{0, 2}));
+
+  NodeSets catching_up;
+  catching_up.stale = {2};
+  GatherPlan catch_up =
+      PlanGather(model, buffer, Placement::kPerNode, 0, catching_up).value();
+  ASSERT_EQ(catch_up.copies.size(), 3u);
+  for (const Transfer& t : catch_up.transfers) EXPECT_NE(t.rank, 2);
+}
+
+TEST(PlanTest, FullShardOnTheSurvivorsNamesTheMissingRank) {
+  ModelSpec model = ParseOrDie(kTwoLinear, Topology{2, 1});
+  Scope scope = ResolveScope(model, {"", true, {}}).value();
+  SessionBufferLayout buffer = LayoutSessionBuffer(model, scope);
+  NodeSets nodes;
+  nodes.absent = {1};
+  absl::StatusOr<GatherPlan> plan =
+      PlanGather(model, buffer, Placement::kPerNode, 0, nodes);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(plan.status().message(),
+            "it needs rank 1 on node 1, which is not in the cluster (no node "
+            "in the cluster holds a replica of its shard)");
+  // lin1.weight lies in rank 0's chunk alone: it still gathers.
+  Scope first = ResolveScope(model, {"", true, {"lin1.weight"}}).value();
+  EXPECT_TRUE(PlanGather(model, LayoutSessionBuffer(model, first),
+                         Placement::kPerNode, 0, nodes)
+                  .ok());
+  // rank0_only at a home on the absent node.
+  EXPECT_EQ(PlanGather(model, buffer, Placement::kHomeRank, 1, nodes)
+                .status()
+                .message(),
+            "the home rank 1 is on node 1, which is not in the cluster");
 }
 
 TEST(PlanTest, FullShardPerNodeCopiesCrossNodesAndRankZeroOnlyOneCopy) {

@@ -5,9 +5,14 @@
 # mounted secrets (server certificate and key, client CA, tokens file) when
 # their files exist. With a ConfigMap key "coordinator" (an etcd URL, see
 # deploy/overlays/etcd) a cluster joins through etcd, which elects its
-# leader: --coordinator (and --coordinator-lease-ttl from its key); the rank
-# still comes from nodes.txt, since the cluster forms on that list. Arguments given to this script (the container's args,
-# e.g. the GPU overlay's --device cuda) are passed on after all of these.
+# leader: --coordinator (and --coordinator-lease-ttl from its key), with the
+# secret summon-etcd-client's files when they exist (ca.crt, tls.crt and
+# tls.key: TLS to etcd) and the ConfigMap key "coordinator-user" with the
+# secret's "password" (etcd's authentication); without that key a cluster
+# runs --coordinator static (node 0 leads). The rank still comes from
+# nodes.txt, since the cluster forms on that list. Arguments given to this
+# script (the container's args, e.g. the GPU overlay's --device cuda) are
+# passed on after all of these.
 # SUMMON_DRY_RUN=1 prints the command instead of running it (tests).
 set -eu
 config=${SUMMON_CONFIG:-/etc/summon}
@@ -21,6 +26,8 @@ peer_token=${SUMMON_PEER_TOKEN:-/etc/summon-tokens/peer-token}
 # The CA that peers' server certificates are checked with (cert-manager and
 # kubectl put it beside tls.crt in the TLS secret).
 tls_ca=${SUMMON_TLS_CA:-/etc/summon-tls/ca.crt}
+# TLS and authentication to etcd (secret summon-etcd-client).
+etcd_dir=${SUMMON_ETCD_DIR:-/etc/summon-etcd}
 
 rank=-1
 nodes=""
@@ -56,11 +63,36 @@ set -- "$@" /opt/summon/summond \
   --data-dir /var/lib/summon
 if [ "$count" -gt 1 ]; then
   set -- "$@" --nodes "$nodes" --node-rank "$rank"
-  for key in coordinator coordinator-lease-ttl; do
-    if [ -f "$config/$key" ]; then
-      set -- "$@" "--$key" "$(cat "$config/$key")"
+  if [ -f "$config/coordinator" ]; then
+    for key in coordinator coordinator-lease-ttl; do
+      if [ -f "$config/$key" ]; then
+        set -- "$@" "--$key" "$(cat "$config/$key")"
+      fi
+    done
+    if { [ -f "$etcd_dir/tls.crt" ] && [ ! -f "$etcd_dir/tls.key" ]; } ||
+       { [ ! -f "$etcd_dir/tls.crt" ] && [ -f "$etcd_dir/tls.key" ]; }; then
+      echo "entrypoint: $etcd_dir/tls.crt and $etcd_dir/tls.key go together; one is missing" >&2
+      exit 2
     fi
-  done
+    if [ -f "$etcd_dir/ca.crt" ]; then
+      set -- "$@" --coordinator-ca "$etcd_dir/ca.crt"
+    fi
+    if [ -f "$etcd_dir/tls.crt" ]; then
+      set -- "$@" --coordinator-cert "$etcd_dir/tls.crt" \
+        --coordinator-key "$etcd_dir/tls.key"
+    fi
+    if [ -f "$config/coordinator-user" ]; then
+      if [ ! -f "$etcd_dir/password" ]; then
+        echo "entrypoint: $config/coordinator-user needs the password in $etcd_dir/password" >&2
+        exit 2
+      fi
+      set -- "$@" --coordinator-user "$(cat "$config/coordinator-user")" \
+        --coordinator-password-file "$etcd_dir/password"
+    fi
+  else
+    # The fixed list, named: summond refuses a cluster without a coordinator.
+    set -- "$@" --coordinator static
+  fi
 else
   # summond refuses a coordinator for a single node (it needs none): say so
   # here instead of letting the pod crash-loop on it.

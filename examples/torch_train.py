@@ -257,7 +257,8 @@ def start_daemons(args: argparse.Namespace, run_dir: Path,
                          for other, port in enumerate(ports))
         daemon = LocalDaemon(local_ranks=args.world_size // args.nodes,
                              data_dir=str(run_dir / f"data{node}"),
-                             extra_args=["--nodes", nodes, "--node-rank", str(node),
+                             extra_args=["--nodes", nodes, "--coordinator", "static",
+                                         "--node-rank", str(node),
                                          *(["--heartbeat-ms", str(args.heartbeat_ms)]
                                            if args.heartbeat_ms else [])])
         os.makedirs(daemon.data_dir)

@@ -29,6 +29,7 @@
 #include "server/cluster/peer_protocol.h"
 #include "server/comm/nccl_communicator.h"
 #include "server/coordinator/coordinator_url.h"
+#include "server/coordinator/etcd_access.h"
 #include "server/gpu/cuda_shard_memory.h"
 #include "server/server.h"
 #include "server/summond_flags.h"
@@ -46,8 +47,9 @@ ABSL_FLAG(std::string, unix_socket, "",
 ABSL_FLAG(int32_t, local_ranks, 1, "Shard-owning ranks hosted by this node.");
 ABSL_FLAG(int32_t, node_rank, 0, "This node's position in --nodes.");
 ABSL_FLAG(std::string, coordinator, "",
-          "What the cluster runs on: static (the default: one node, or the "
-          "fixed --nodes list led by node 0) or "
+          "What a cluster runs on (a multi-node --nodes needs it; a single "
+          "node none): static (the fixed --nodes list led by node 0, for "
+          "tests and small labs) or "
           "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER (etcd elects the leader "
           "among --nodes, any node may lead; keeps the epoch and the "
           "rendezvous).");
@@ -55,6 +57,20 @@ ABSL_FLAG(absl::Duration, coordinator_lease_ttl, absl::Seconds(5),
           "With an etcd --coordinator: each node's etcd lease (at least 2s). "
           "A dead leader is replaced after about this long (up to twice as "
           "long while etcd changes its own leader).");
+ABSL_FLAG(std::string, coordinator_ca, "",
+          "With an etcd --coordinator: PEM CA that etcd's server certificate "
+          "is checked with; TLS to etcd (also with --coordinator-cert alone, "
+          "then the system's roots). Empty: plaintext.");
+ABSL_FLAG(std::string, coordinator_cert, "",
+          "PEM client certificate presented to etcd (its "
+          "--client-cert-auth); with --coordinator-key.");
+ABSL_FLAG(std::string, coordinator_key, "",
+          "PEM private key of --coordinator-cert.");
+ABSL_FLAG(std::string, coordinator_user, "",
+          "etcd user this node authenticates as (etcd's auth enabled); with "
+          "--coordinator-password-file.");
+ABSL_FLAG(std::string, coordinator_password_file, "",
+          "File whose first line is --coordinator-user's etcd password.");
 ABSL_FLAG(std::string, testing_peer_protocol, "",
           "Rehearses a rolling update across releases: the Peer protocol "
           "versions this node claims to speak, N or MIN:MAX, instead of its "
@@ -87,6 +103,12 @@ ABSL_FLAG(int32_t, max_versions, 2,
           "ends). Each costs a copy of the model's shards on every node.");
 ABSL_FLAG(int64_t, max_read_bytes, int64_t{64} << 30,
           "Weight sync: most bytes one ReadSlices call answers.");
+ABSL_FLAG(int64_t, slice_fetch_bytes, int64_t{8} << 20,
+          "Weight sync: a ReadSlices fetches other nodes' pieces in batches "
+          "of at most this many bytes (one Peer stream each).");
+ABSL_FLAG(int32_t, slice_fetches_in_flight, 4,
+          "Weight sync: most of one ReadSlices' batch fetches in flight at "
+          "once (they overlap each other and this node's own copies).");
 ABSL_FLAG(bool, map_sessions, true,
           "Serve MapSession: clients on this host may map read-only "
           "sessions' copies (read-only, through an abstract Unix socket).");
@@ -245,6 +267,8 @@ SummonServer::Spec SpecFromFlags() {
   spec.max_open_streams = absl::GetFlag(FLAGS_max_open_streams);
   spec.max_versions = absl::GetFlag(FLAGS_max_versions);
   spec.max_read_bytes = absl::GetFlag(FLAGS_max_read_bytes);
+  spec.slice_fetch_bytes = absl::GetFlag(FLAGS_slice_fetch_bytes);
+  spec.slice_fetches_in_flight = absl::GetFlag(FLAGS_slice_fetches_in_flight);
   spec.map_sessions = absl::GetFlag(FLAGS_map_sessions);
   spec.memory_budget_bytes = absl::GetFlag(FLAGS_memory_budget);
   spec.copy_pool_bytes = absl::GetFlag(FLAGS_copy_pool_bytes);
@@ -340,8 +364,38 @@ int Run(int argc, char** argv) {
     return ExitCode(coordinator.status());
   }
 
+  // A cluster says what it runs on: etcd, or the fixed list by name (for
+  // tests and small labs: node 0 leads and the cluster stops with any
+  // node). A single node needs nothing.
+  if (const size_t nodes = absl::GetFlag(FLAGS_nodes).size();
+      nodes > 1 && absl::GetFlag(FLAGS_coordinator).empty()) {
+    const absl::Status unnamed = absl::InvalidArgumentError(absl::StrCat(
+        "--nodes names ", nodes,
+        " nodes but no --coordinator: give --coordinator "
+        "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER (etcd elects the leader, "
+        "the cluster outlives any node) or --coordinator static (the fixed "
+        "list, node 0 leads: for tests and small labs)"));
+    spdlog::error("{}", unnamed.ToString());
+    return ExitCode(unnamed);
+  }
+
+  // TLS and authentication to etcd; a bad file is INVALID_ARGUMENT naming
+  // its flag.
+  absl::StatusOr<EtcdAccess> etcd_access = LoadEtcdAccess(
+      EtcdAccessFlags{absl::GetFlag(FLAGS_coordinator_ca),
+                      absl::GetFlag(FLAGS_coordinator_cert),
+                      absl::GetFlag(FLAGS_coordinator_key),
+                      absl::GetFlag(FLAGS_coordinator_user),
+                      absl::GetFlag(FLAGS_coordinator_password_file)},
+      coordinator->etcd);
+  if (!etcd_access.ok()) {
+    spdlog::error("{}", etcd_access.status().ToString());
+    return ExitCode(etcd_access.status());
+  }
+
   SummonServer::Spec spec_from_flags = SpecFromFlags();
   if (coordinator->etcd) spec_from_flags.etcd = coordinator->url;
+  spec_from_flags.etcd_access = *std::move(etcd_access);
   spec_from_flags.coordinator_lease_ttl =
       absl::GetFlag(FLAGS_coordinator_lease_ttl);
   if (const std::string protocol = absl::GetFlag(FLAGS_testing_peer_protocol);

@@ -37,6 +37,7 @@
 #include "server/watch/watch_store.h"
 #include "server/watch/watcher.h"
 #include "server/web/web_view.h"
+#include "spdlog/spdlog.h"
 #include "summon/v1/summon.grpc.pb.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
@@ -164,6 +165,17 @@ absl::StatusOr<std::unique_ptr<SummonServer>> SummonServer::Start(Spec spec) {
   // Models recorded in the data directory come back with their shards.
   if (absl::Status recovered = server->registry_->Recover(); !recovered.ok()) {
     return recovered;
+  }
+  // On etcd, a node whose data dir was lost (or that missed a create or a
+  // delete) has its models again before it joins; reconciled again each
+  // time the cluster forms (StartCluster), which also covers an etcd not
+  // reachable now.
+  if (server->coordinator_ != nullptr) {
+    if (absl::Status reconciled = server->ReconcileModelRecords();
+        !reconciled.ok()) {
+      spdlog::warn("{}; reconciled when the cluster forms",
+                   reconciled.ToString());
+    }
   }
   // The watches and their history (R: a restart keeps them).
   if (absl::Status loaded = server->watch_store_->Load(); !loaded.ok()) {

@@ -15,6 +15,7 @@
 #include "server/cluster/peer_protocol.h"
 #include "server/comm/communicator.h"
 #include "server/coordinator/coordinator_url.h"
+#include "server/coordinator/etcd_access.h"
 #include "server/store/shard_memory.h"
 
 namespace summon::server {
@@ -73,6 +74,8 @@ class SummonServer {
     // leader among `nodes` (any of them may lead) and keeps the epoch and
     // the rendezvous.
     std::optional<CoordinatorUrl> etcd;
+    // How etcd is reached: TLS, client certificate, user and password.
+    EtcdAccess etcd_access;
     // The etcd lease of each node: a dead leader is replaced after about
     // this long (up to twice as long when etcd's own leader changes).
     absl::Duration coordinator_lease_ttl = absl::Seconds(5);
@@ -124,6 +127,10 @@ class SummonServer {
     // beyond it), and the most bytes one ReadSlices answers.
     int max_versions = 2;
     int64_t max_read_bytes = int64_t{64} << 30;
+    // Other nodes' pieces of a ReadSlices: fetched in batches of at most
+    // this many bytes, this many at once (WeightSync::Options).
+    int64_t slice_fetch_bytes = int64_t{8} << 20;
+    int slice_fetches_in_flight = 4;
     // How often expired leases are looked for.
     absl::Duration reaper_interval = absl::Milliseconds(200);
     absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -211,6 +218,13 @@ class SummonServer {
   absl::Status Listen(const std::string& listen);
   // A cluster node: joins, and serves each time the cluster forms.
   void StartCluster();
+  // On a coordinator (etcd): the leader publishes every change of the model
+  // registry's records there before it is made, and each node makes its
+  // registry what those records say at its start and each time the cluster
+  // forms, so a node that lost its data dir (or missed a create or delete)
+  // rebuilds it (server_wiring.cc).
+  void PublishModelRecords();
+  absl::Status ReconcileModelRecords();
 
   // The metrics listener with the web view on it (server_metrics.cc).
   absl::Status StartMetricsListener();

@@ -20,6 +20,7 @@
 #include "server/rpc/reflection_v1.h"
 #include "server/runtime/node_runtime.h"
 #include "server/server.h"
+#include "server/service/cluster_generations.h"
 #include "server/service/cluster_node_ops.h"
 #include "server/service/peer_service.h"
 #include "server/service/summon_service.h"
@@ -108,13 +109,37 @@ void SummonServer::StartCluster() {
   SummonServer* raw = this;
   membership_->Start(
       [raw]() -> absl::Status {
+        // Before anything is served: a node that lost its data dir has its
+        // models again (their shards re-attached) when the first call comes.
+        if (raw->coordinator_ != nullptr) {
+          if (absl::Status reconciled = raw->ReconcileModelRecords();
+              !reconciled.ok()) {
+            return reconciled;
+          }
+        }
+        raw->runtime_->SetAbsentNodes(raw->membership_->AbsentNodes());
         raw->runtime_->SetCommunicator(raw->membership_->communicator());
         raw->runtime_->SetDeviceCommunicator(
             raw->membership_->device_communicator());
+        if (!raw->membership_->is_leader()) {
+          // Sessions live in their leader's memory: any this node still
+          // holds from an earlier leadership (an open that finished after
+          // its failure was handled) ends, or its model would count them
+          // and refuse a delete until their leases ran out.
+          raw->sessions_->AbortAll(absl::UnavailableError(
+              "leader lost: this node follows another leader"));
+        }
         if (raw->membership_->is_leader()) {
           if (absl::Status formed = raw->sessions_->OnClusterFormed();
               !formed.ok()) {
             return formed;
+          }
+          // A leader new to the role holds the generations of its own load:
+          // it takes the highest any node holds before it serves (issue 31).
+          if (absl::Status rebuilt = RebuildLeaderGenerations(
+                  *raw->membership_, *raw->registry_, *raw->sessions_);
+              !rebuilt.ok()) {
+            return rebuilt;
           }
           // Before serving: a leader restarted without its watch files
           // answers `watch list` with the followers' copies.

@@ -5,16 +5,19 @@
 // what the layers below it built.
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/checkpoint/checkpoint_roots.h"
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
+#include "server/coordinator/coordinator.h"
 #include "server/coordinator/etcd_coordinator.h"
 #include "server/metrics/summon_metrics.h"
 #include "server/model/model_registry.h"
@@ -80,6 +83,9 @@ void SummonServer::BuildCluster() {
   if (spec_.etcd.has_value()) {
     EtcdCoordinator::Options options;
     options.etcd.endpoints = spec_.etcd->endpoints;
+    options.etcd.credentials = spec_.etcd_access.credentials;
+    options.etcd.user = spec_.etcd_access.user;
+    options.etcd.password = spec_.etcd_access.password;
     options.cluster = spec_.etcd->cluster;
     options.node = spec_.node_rank;
     options.address = spec_.nodes[spec_.node_rank];
@@ -99,6 +105,7 @@ void SummonServer::BuildCluster() {
           security_->peer_credentials(), spec_.device_communicator,
           coordinator_.get(), spec_.peer_protocol},
       kv_store_.get());
+  if (coordinator_ != nullptr) PublishModelRecords();
   runtime_ =
       std::make_unique<NodeRuntime>(spec_.node_rank, registry_.get(), nullptr,
                                     spec_.collective_timeout, copy_pool_);
@@ -110,6 +117,37 @@ void SummonServer::BuildCluster() {
   peer_service_ = std::make_unique<PeerServiceImpl>(
       *kv_store_, membership_.get(), registry_.get(), runtime_.get(),
       &security_->authorizer());
+}
+
+void SummonServer::PublishModelRecords() {
+  registry_->SetRecordHook(
+      [this](const std::string& name, const std::string& record) {
+        // A follower applies the leader's change, already published. A
+        // leader whose leadership lapsed is refused by the fence (and so is
+        // the change), as is one whose epoch was deposed.
+        if (membership_->leader() != spec_.node_rank) return absl::OkStatus();
+        return coordinator_->Put(
+            coordinator_keys::Model(name), record,
+            Coordinator::Fence{membership_->epoch(), /*leader=*/true});
+      });
+}
+
+absl::Status SummonServer::ReconcileModelRecords() {
+  absl::StatusOr<std::map<std::string, std::string>> listed =
+      coordinator_->List(coordinator_keys::kModelsPrefix);
+  if (!listed.ok()) {
+    return absl::Status(
+        listed.status().code(),
+        absl::StrCat("the model records on the coordinator: ",
+                     listed.status().message()));
+  }
+  std::map<std::string, std::string> records;
+  for (auto& [key, record] : *listed) {
+    records.emplace(key.substr(sizeof(coordinator_keys::kModelsPrefix) - 1),
+                    std::move(record));
+  }
+  registry_->Reconcile(records);
+  return absl::OkStatus();
 }
 
 void SummonServer::BuildWatches() {
@@ -191,7 +229,9 @@ void SummonServer::BuildWeightSync() {
   }
   weight_sync_ = std::make_unique<WeightSync>(
       registry_.get(), sessions_.get(), versions_.get(), version_nodes_.get(),
-      WeightSync::Options{spec_.node_rank, spec_.max_read_bytes});
+      WeightSync::Options{spec_.node_rank, spec_.max_read_bytes,
+                          spec_.slice_fetch_bytes,
+                          spec_.slice_fetches_in_flight});
 }
 
 void SummonServer::BuildServices(

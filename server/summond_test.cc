@@ -178,6 +178,68 @@ TEST(SummondFlagsTest, EtcdCoordinatorNeedsAClusterAndALongEnoughLease) {
             kInvalidArgument);
 }
 
+// A cluster names what it runs on; a single node needs nothing.
+TEST(SummondFlagsTest, AClusterNamesItsCoordinator) {
+  const int kInvalidArgument = 3;
+  const auto [code, log] =
+      RunToExit({"--insecure-local", "--nodes=127.0.0.1:1,127.0.0.1:2"});
+  EXPECT_EQ(code, kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(
+      log,
+      "--nodes names 2 nodes but no --coordinator: give --coordinator "
+      "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER (etcd elects the leader, the "
+      "cluster outlives any node) or --coordinator static (the fixed list, "
+      "node 0 leads: for tests and small labs)"))
+      << log;
+  // Named static, the list passes that check (and meets the next one).
+  const auto [static_code, static_log] = RunToExit(
+      {"--insecure-local", "--nodes=127.0.0.1:1,127.0.0.1:2",
+       "--coordinator=static", "--coordinator-ca=/etc/hostname"});
+  EXPECT_EQ(static_code, kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(
+      static_log,
+      "--coordinator-ca is for an etcd coordinator: give --coordinator "
+      "etcd://HOST:PORT[,HOST:PORT...]/CLUSTER"))
+      << static_log;
+}
+
+// TLS and authentication to etcd: each bad flag named, no file echoed.
+TEST(SummondFlagsTest, EtcdAccessFlagsNameTheFlagNotTheContents) {
+  const int kInvalidArgument = 3;
+  const std::string secret = absl::StrCat(testing::TempDir(), "/secret");
+  std::ofstream(secret) << "hunter2-not-a-certificate\n";
+  const std::string blank = absl::StrCat(testing::TempDir(), "/blank");
+  std::ofstream(blank) << "\nsecond line\n";
+  const std::vector<std::string> etcd = {
+      "--insecure-local", "--nodes=127.0.0.1:1,127.0.0.1:2",
+      "--coordinator=etcd://127.0.0.1:2379/lab"};
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--coordinator-cert=" + secret},
+       "--coordinator-cert needs --coordinator-key"},
+      {{"--coordinator-key=" + secret},
+       "--coordinator-key needs --coordinator-cert"},
+      {{"--coordinator-user=summon"},
+       "--coordinator-user needs --coordinator-password-file"},
+      {{"--coordinator-password-file=" + secret},
+       "--coordinator-password-file needs --coordinator-user"},
+      {{"--coordinator-ca=/nonexistent/ca.crt"},
+       "--coordinator-ca /nonexistent/ca.crt: cannot read the file"},
+      {{"--coordinator-ca=" + secret},
+       "--coordinator-ca " + secret + ": the file holds no PEM CERTIFICATE"},
+      {{"--coordinator-user=summon", "--coordinator-password-file=" + blank},
+       "--coordinator-password-file " + blank + ": the first line is empty"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = etcd;
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto [code, log] = RunToExit(args);
+    EXPECT_EQ(code, kInvalidArgument) << message;
+    EXPECT_TRUE(absl::StrContains(log, message)) << log;
+    EXPECT_FALSE(absl::StrContains(log, "hunter2")) << log;
+    EXPECT_FALSE(absl::StrContains(log, "second line")) << log;
+  }
+}
+
 TEST(SummondFlagsTest, RefusesToServeUnsafely) {
   const int kInvalidArgument = 3;
   // Neither TLS nor --insecure-local.

@@ -37,8 +37,8 @@ absl::StatusOr<ExportFormat> FormatOf(const Invocation& args) {
   if (format == "npz") return ExportFormat::kNpz;
   if (format == "safetensors") return ExportFormat::kSafetensors;
   if (args.Has("format")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--format: \"", format, "\" is not npz or safetensors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format: \"", format, "\" is not npz or safetensors"));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "--out ", out,
@@ -53,8 +53,8 @@ struct Planned {
   int64_t bytes = 0;
 };
 
-absl::StatusOr<std::vector<Planned>> Plan(const v1::Session& session,
-                                          bool grad, v1::DType requested) {
+absl::StatusOr<std::vector<Planned>> Plan(const v1::Session& session, bool grad,
+                                          v1::DType requested) {
   const auto& tensors = grad ? session.grads() : session.params();
   if (tensors.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -72,11 +72,12 @@ absl::StatusOr<std::vector<Planned>> Plan(const v1::Session& session,
     const std::optional<core::DType> dtype =
         CoreDType(wire == v1::DTYPE_UNSPECIFIED ? info.dtype() : wire);
     if (!dtype) {
-      return absl::InternalError(absl::StrCat(
-          "the server lists ", info.fqn(), " with dtype ", info.dtype()));
+      return absl::InternalError(absl::StrCat("the server lists ", info.fqn(),
+                                              " with dtype ", info.dtype()));
     }
     tensor.dtype = *dtype;
-    tensor.bytes = info.numel() * static_cast<int64_t>(core::ElementSize(*dtype));
+    tensor.bytes =
+        info.numel() * static_cast<int64_t>(core::ElementSize(*dtype));
     planned.push_back(std::move(tensor));
   }
   return planned;
@@ -167,8 +168,8 @@ absl::Status SessionExport(const CommandContext& c) {
     if (!status.ok()) break;
     if (*format == ExportFormat::kNpz) {
       absl::StatusOr<std::string> header = EncodeNpyHeader(
-          tensor.dtype, core::Shape(tensor.info.shape().begin(),
-                                    tensor.info.shape().end()));
+          tensor.dtype,
+          core::Shape(tensor.info.shape().begin(), tensor.info.shape().end()));
       status = header.ok() ? npz.Begin(tensor.info.fqn()) : header.status();
       if (status.ok()) status = npz.Write(*header);
       if (!status.ok()) break;
@@ -182,7 +183,8 @@ absl::Status SessionExport(const CommandContext& c) {
         c, params, &route,
         [&](const v1::TensorInfo& info) -> absl::Status {
           // The header already promised this dtype and size.
-          if (info.dtype() != params.dtype || info.numel() != tensor.info.numel()) {
+          if (info.dtype() != params.dtype ||
+              info.numel() != tensor.info.numel()) {
             return absl::InternalError(absl::StrCat(
                 "the server sent ", info.fqn(), " as ", info.numel(),
                 " elements of dtype ", info.dtype(), ", not the ",
@@ -193,23 +195,17 @@ absl::Status SessionExport(const CommandContext& c) {
         [&](absl::string_view bytes) -> absl::Status {
           delivered += static_cast<int64_t>(bytes.size());
           if (bar) bar->Add(static_cast<int64_t>(bytes.size()));
-          return *format == ExportFormat::kNpz ? npz.Write(bytes) : write(bytes);
+          return *format == ExportFormat::kNpz ? npz.Write(bytes)
+                                               : write(bytes);
         });
     if (status.ok() && delivered != tensor.bytes) {
-      status = absl::DataLossError(
-          absl::StrCat(tensor.info.fqn(), ": ", delivered, " bytes arrived of ",
-                       tensor.bytes));
+      status =
+          absl::DataLossError(absl::StrCat(tensor.info.fqn(), ": ", delivered,
+                                           " bytes arrived of ", tensor.bytes));
     }
   }
   if (status.ok() && *format == ExportFormat::kNpz) status = npz.Finish();
-  if (bar && status.ok()) bar->Finish();
-  if (file && status.ok()) {
-    if (absl::Status committed = file->Commit(); !committed.ok()) {
-      status = LocalFileError(committed, /*input=*/false);
-    }
-  }
-  // Not committed: the destructor removes the temporary file.
-  file.reset();
+  status = FinishDownload(std::move(status), bar, file);
   if (!status.ok()) return status;
 
   const char* format_name =
@@ -227,9 +223,10 @@ absl::Status SessionExport(const CommandContext& c) {
     table.AddRow(TensorInfoCells(info));
   }
   std::string text = absl::StrCat(
-      "exported ", tensors->size(), tensors->size() == 1 ? " tensor" : " tensors",
-      " of session ", id, " to ", to_stdout ? "standard output" : path, " (",
-      format_name, ", ", file_bytes, " bytes)\n", table.ToString());
+      "exported ", tensors->size(),
+      tensors->size() == 1 ? " tensor" : " tensors", " of session ", id, " to ",
+      to_stdout ? "standard output" : path, " (", format_name, ", ", file_bytes,
+      " bytes)\n", table.ToString());
   if (to_stdout) {
     // The data went to stdout: the description goes to stderr.
     c.err << text;

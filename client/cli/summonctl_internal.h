@@ -16,7 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli_output.h"
 #include "client/cli/cli_values.h"
+#include "client/cli/progress_bar.h"
 #include "client/cli/summonctl_context.h"
+#include "client/files/output_file.h"
 
 namespace summon::client {
 
@@ -111,8 +113,7 @@ void WarnIfLeaseEndsSoon(std::ostream& err, const v1::Session& session);
 absl::Status TensorRead(const CommandContext& c);
 // tensor read's body for any session: streams `tensor` into --out (a .npy
 // or - for stdout), honouring --dtype and --no-map.
-absl::Status ReadTensorToFile(const CommandContext& c,
-                              const TensorRef& tensor);
+absl::Status ReadTensorToFile(const CommandContext& c, const TensorRef& tensor);
 using InfoSink = std::function<absl::Status(const v1::TensorInfo&)>;
 using BytesSink = std::function<absl::Status(absl::string_view)>;
 // One tensor's description, then its bytes chunk by chunk (about 1 MiB):
@@ -122,6 +123,13 @@ using BytesSink = std::function<absl::Status(absl::string_view)>;
 absl::Status StreamTensor(const CommandContext& c,
                           const ReadTensorParams& params, std::string* route,
                           const InfoSink& on_info, const BytesSink& on_bytes);
+// Ends a download into a file the user named: when `status` is OK the
+// progress bar finishes and the file is committed (renamed into place);
+// otherwise, or when the commit fails, the temporary file is removed so no
+// half-written file is left behind. Returns the download's final status.
+absl::Status FinishDownload(absl::Status status,
+                            std::optional<ProgressBar>& bar,
+                            std::optional<OutputFile>& file);
 // tensor get (summonctl_get.cc): a read-only session of exactly one
 // parameter, read into --out and closed, on error and on Ctrl-C too.
 absl::Status TensorGet(const CommandContext& c);

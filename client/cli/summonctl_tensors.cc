@@ -212,15 +212,8 @@ absl::Status ReadTensorToFile(const CommandContext& c,
     if (bar) bar->Add(static_cast<int64_t>(bytes.size()));
     return write(bytes);
   };
-  absl::Status read = StreamTensor(c, params, &route, on_info, on_bytes);
-  if (bar && read.ok()) bar->Finish();
-  if (file && read.ok()) {
-    if (absl::Status committed = file->Commit(); !committed.ok()) {
-      read = LocalFileError(committed, /*input=*/false);
-    }
-  }
-  // Not committed: the destructor removes a temporary file.
-  file.reset();
+  absl::Status read = FinishDownload(
+      StreamTensor(c, params, &route, on_info, on_bytes), bar, file);
   if (!read.ok()) return read;
   if (to_stdout) {
     // The data went to stdout: the description goes to stderr.
@@ -228,6 +221,20 @@ absl::Status ReadTensorToFile(const CommandContext& c,
     return absl::OkStatus();
   }
   return Print(c, absl::StatusOr<v1::TensorInfo>(info), &TensorInfoTable);
+}
+
+absl::Status FinishDownload(absl::Status status,
+                            std::optional<ProgressBar>& bar,
+                            std::optional<OutputFile>& file) {
+  if (bar && status.ok()) bar->Finish();
+  if (file && status.ok()) {
+    if (absl::Status committed = file->Commit(); !committed.ok()) {
+      status = LocalFileError(committed, /*input=*/false);
+    }
+  }
+  // Not committed: the destructor removes the temporary file.
+  file.reset();
+  return status;
 }
 
 // Streams a .npy file (or stdin for "-") into the tensor chunk by chunk,

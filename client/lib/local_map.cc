@@ -16,8 +16,7 @@
 
 namespace summon::client {
 
-absl::StatusOr<int> RedeemMapToken(absl::string_view socket,
-                                   absl::string_view token) {
+absl::StatusOr<int> ConnectToBroker(absl::string_view socket) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (socket.empty() || socket.size() >= sizeof(address.sun_path)) {
@@ -38,12 +37,37 @@ absl::StatusOr<int> RedeemMapToken(absl::string_view socket,
   }
   if (connect(connection, reinterpret_cast<sockaddr*>(&address), length) !=
       0) {
-    absl::Status error = absl::UnavailableError(absl::StrCat(
-        "cannot reach the daemon's map socket ", socket, " (",
-        std::strerror(errno), "): MapSession works on the daemon's host only"));
+    absl::Status error = absl::UnavailableError(
+        absl::StrCat("cannot reach the daemon's socket ", socket, " (",
+                     std::strerror(errno), ")"));
     close(connection);
     return error;
   }
+  return connection;
+}
+
+absl::Status BrokerAnswer(ssize_t n, const char* reply, absl::string_view what,
+                          absl::string_view socket) {
+  if (n >= 1 && reply[0] == 'K') return absl::OkStatus();
+  if (n < 1) {
+    return absl::UnavailableError(
+        absl::StrCat("the daemon's ", socket, " closed unanswered"));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("the daemon refused ", what, ": ",
+                   absl::string_view(reply + 1, static_cast<size_t>(n - 1))));
+}
+
+absl::StatusOr<int> RedeemMapToken(absl::string_view socket,
+                                   absl::string_view token) {
+  absl::StatusOr<int> connected = ConnectToBroker(socket);
+  if (!connected.ok()) {
+    if (!absl::IsUnavailable(connected.status())) return connected.status();
+    return absl::UnavailableError(
+        absl::StrCat(connected.status().message(),
+                     ": MapSession works on the daemon's host only"));
+  }
+  const int connection = *connected;
   if (send(connection, token.data(), token.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(token.size())) {
     absl::Status error = absl::UnavailableError(
@@ -70,10 +94,9 @@ absl::StatusOr<int> RedeemMapToken(absl::string_view socket,
   }
   if (n >= 1 && reply[0] == 'K' && fd >= 0) return fd;
   if (fd >= 0) close(fd);
-  if (n < 1) {
-    return absl::UnavailableError("the daemon's map socket closed unanswered");
-  }
-  return absl::FailedPreconditionError(
+  absl::Status answer = BrokerAnswer(n, reply, "the map token", "map socket");
+  if (!answer.ok()) return answer;
+  return absl::FailedPreconditionError(  // Accepted, but no descriptor came.
       absl::StrCat("the daemon refused the map token: ",
                    absl::string_view(reply + 1, static_cast<size_t>(n - 1))));
 }

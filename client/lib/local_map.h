@@ -1,6 +1,8 @@
 #ifndef SUMMON_CLIENT_LIB_LOCAL_MAP_H_
 #define SUMMON_CLIENT_LIB_LOCAL_MAP_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -10,6 +12,18 @@
 #include "summon/v1/summon.pb.h"
 
 namespace summon::client {
+
+// A connected stream socket to the daemon's broker socket ("@name": the
+// abstract namespace), the caller's to close; UNAVAILABLE naming the socket
+// and errno when it cannot be reached (not on the daemon's host).
+absl::StatusOr<int> ConnectToBroker(absl::string_view socket);
+
+// The broker's one-message answer (`n` and `reply` as recv/recvmsg
+// returned them): 'K' accepts, anything else is the daemon's reason,
+// FAILED_PRECONDITION "the daemon refused <what>: ..."; UNAVAILABLE
+// "the daemon's <socket> closed unanswered" when nothing came.
+absl::Status BrokerAnswer(ssize_t n, const char* reply, absl::string_view what,
+                          absl::string_view socket = "socket");
 
 // Redeems a MapSession token at the daemon's broker socket ("@name": the
 // abstract namespace) and returns the descriptor it hands over (the

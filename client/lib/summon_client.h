@@ -1,6 +1,7 @@
 #ifndef SUMMON_CLIENT_LIB_SUMMON_CLIENT_H_
 #define SUMMON_CLIENT_LIB_SUMMON_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/lib/local_map.h"
+#include "client/lib/slice_buffer.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
 #include "summon/v1/summon.grpc.pb.h"
@@ -98,11 +100,15 @@ struct ReadTensorParams {
 
 // A tensor (or an element range of it) assembled from ReadTensor's stream.
 // A ReadSlices answer: where each entry lies in `packed` (16-byte aligned
-// offsets), the packed bytes, and what the read moved between nodes.
+// offsets), the packed bytes, and what the read moved between nodes. Read
+// into a SliceBuffer, `packed` is empty: the bytes are the buffer's
+// packed(), and `local_buffer` says whether the daemon wrote them there
+// itself (on its host) or they came as data messages.
 struct SlicesData {
   std::vector<v1::SliceLayout> entries;
   std::string packed;
   v1::ReadSlicesStats stats;
+  bool local_buffer = false;
 };
 
 struct TensorData {
@@ -273,8 +279,16 @@ class SummonClient {
   absl::StatusOr<int64_t> WaitVersion(const std::string& model,
                                       int64_t min_step,
                                       absl::Duration timeout) const;
-  absl::StatusOr<SlicesData> ReadSlices(
-      const v1::ReadSlicesRequest& request) const;
+  // With `into`: the answer lands in that shared-memory buffer, written by
+  // the daemon itself on its host (request.local_buffer is set for it; no
+  // data messages), else copied there from the stream; its header complete
+  // only after a whole answer. INVALID_ARGUMENT naming the entry when the
+  // buffer is too small. A daemon whose buffer socket cannot be reached
+  // from here (it looks local behind a tunnel or in another network
+  // namespace) answers again as a stream, and this client (and its copies)
+  // asks for the stream from then on.
+  absl::StatusOr<SlicesData> ReadSlices(const v1::ReadSlicesRequest& request,
+                                        SliceBuffer* into = nullptr) const;
 
   // Trainer. With `deadline_ms` the call's own deadline is extended by it,
   // since the daemon may wait that long for writable sessions (R3).
@@ -309,6 +323,9 @@ class SummonClient {
   std::shared_ptr<grpc::ChannelInterface> channel_;  // For raw reads.
   std::shared_ptr<v1::Summon::Stub> summon_;
   std::shared_ptr<v1::Trainer::Stub> trainer_;
+  // Cleared once the daemon's buffer socket was out of reach (ReadSlices).
+  std::shared_ptr<std::atomic<bool>> local_slices_ =
+      std::make_shared<std::atomic<bool>>(true);
 };
 
 }  // namespace summon::client

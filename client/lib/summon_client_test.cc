@@ -465,6 +465,51 @@ TEST_F(SummonClientTest, ReportPhaseDeadlineExtendsTheCallsOwn) {
       absl::StatusCode::kDeadlineExceeded);
 }
 
+// A daemon that looks local but whose buffer socket this client cannot
+// reach (behind a tunnel, another network namespace; here a name nobody
+// listens on): the read is answered again as a stream into the buffer,
+// and later reads ask for the stream at once.
+TEST_F(SummonClientTest, ReadSlicesStreamsWhenTheBufferSocketIsOutOfReach) {
+  const std::string packed = PatternBytes(48);
+  v1::SliceLayout first;
+  first.set_offset(0);
+  first.set_bytes(32);
+  first.set_dtype(v1::DTYPE_FLOAT32);
+  first.add_shape(8);
+  v1::SliceLayout second;
+  second.set_offset(32);
+  second.set_bytes(16);
+  second.set_dtype(v1::DTYPE_FLOAT32);
+  second.add_shape(4);
+  server_.summon().SetSlices({first, second}, packed,
+                             absl::StrCat("@summon-unreachable-", getpid()));
+  absl::StatusOr<SliceBuffer> buffer = SliceBuffer::Create(64);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  const SummonClient client = Client();
+  v1::ReadSlicesRequest request;
+  request.set_model("m");
+  request.set_version(3);
+  request.add_entries()->set_fqn("a");
+  request.add_entries()->set_fqn("b");
+  for (int read = 0; read < 2; ++read) {
+    absl::StatusOr<SlicesData> data = client.ReadSlices(request, &*buffer);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_FALSE(data->local_buffer);
+    ASSERT_EQ(data->entries.size(), 2u);
+    EXPECT_EQ(data->entries[1].offset(), 32);
+    EXPECT_EQ(data->stats.slice_bytes(), 48);
+    EXPECT_TRUE(buffer->complete());
+    EXPECT_EQ(buffer->total_bytes(), 48);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(buffer->packed()),
+                          packed.size()),
+              packed);
+  }
+  // Asked for the buffer once, then the stream (that read again and the
+  // next read).
+  EXPECT_EQ(server_.summon().SliceBufferAsks(),
+            (std::vector<bool>{true, false, false}));
+}
+
 TEST(SummonClientUnixSocketTest, ConnectsToAUnixSocketTarget) {
   // Socket paths are limited to 107 bytes, too few for TEST_TMPDIR.
   char directory[] = "/tmp/summon_client_test.XXXXXX";

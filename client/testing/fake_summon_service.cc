@@ -193,6 +193,57 @@ grpc::Status FakeSummonService::ReadTensor(
   return grpc::Status::OK;
 }
 
+void FakeSummonService::SetSlices(std::vector<v1::SliceLayout> entries,
+                                  std::string packed,
+                                  std::string buffer_socket) {
+  absl::MutexLock lock(&mutex_);
+  slice_entries_ = std::move(entries);
+  slice_bytes_ = std::move(packed);
+  slice_socket_ = std::move(buffer_socket);
+}
+
+std::vector<bool> FakeSummonService::SliceBufferAsks() const {
+  absl::MutexLock lock(&mutex_);
+  return slice_buffer_asks_;
+}
+
+grpc::Status FakeSummonService::ReadSlices(
+    grpc::ServerContext* context, const v1::ReadSlicesRequest* request,
+    grpc::ServerWriter<v1::ReadSlicesResponse>* writer) {
+  v1::ReadSlicesResponse header;
+  std::string packed;
+  {
+    absl::MutexLock lock(&mutex_);
+    slice_buffer_asks_.push_back(request->local_buffer());
+    for (const v1::SliceLayout& entry : slice_entries_) {
+      *header.add_entries() = entry;
+    }
+    header.set_total_bytes(static_cast<int64_t>(slice_bytes_.size()));
+    if (request->local_buffer() && !slice_socket_.empty()) {
+      header.set_buffer_socket(slice_socket_);
+      header.set_buffer_token("fake-token-of-this-call");
+    }
+    packed = slice_bytes_;
+  }
+  writer->Write(header);
+  if (!header.buffer_token().empty()) {
+    // Granted: the daemon would write into the caller's buffer once it
+    // arrives at the socket; none comes, and the caller cancels.
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!context->IsCancelled() && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED, "no buffer came");
+  }
+  v1::ReadSlicesResponse data;
+  data.set_data(packed);
+  writer->Write(data);
+  v1::ReadSlicesResponse stats;
+  stats.mutable_stats()->set_slice_bytes(static_cast<int64_t>(packed.size()));
+  writer->Write(stats);
+  return grpc::Status::OK;
+}
+
 grpc::Status FakeSummonService::WriteTensor(
     grpc::ServerContext* context,
     grpc::ServerReader<v1::WriteTensorRequest>* reader,

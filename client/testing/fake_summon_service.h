@@ -127,6 +127,17 @@ class FakeSummonService final : public v1::Summon::Service {
                            const v1::TensorStatsRequest* request,
                            v1::TensorStatsResponse* response) override;
 
+  // ReadSlices answers `entries` and their `packed` bytes as a stream; a
+  // request for a local buffer is first granted at `buffer_socket` (one
+  // the test leaves out of reach) and held until the caller cancels it.
+  void SetSlices(std::vector<v1::SliceLayout> entries, std::string packed,
+                 std::string buffer_socket);
+  // Whether each ReadSlices call asked for a local buffer, in order.
+  std::vector<bool> SliceBufferAsks() const;
+  grpc::Status ReadSlices(
+      grpc::ServerContext* context, const v1::ReadSlicesRequest* request,
+      grpc::ServerWriter<v1::ReadSlicesResponse>* writer) override;
+
  private:
   FakeCalls calls_;
   mutable absl::Mutex mutex_;
@@ -135,6 +146,10 @@ class FakeSummonService final : public v1::Summon::Service {
   std::vector<v1::ReadTensorResponse> read_stream_ ABSL_GUARDED_BY(mutex_);
   bool fixed_read_stream_ ABSL_GUARDED_BY(mutex_) = false;
   ReceivedWrite last_write_ ABSL_GUARDED_BY(mutex_);
+  std::vector<v1::SliceLayout> slice_entries_ ABSL_GUARDED_BY(mutex_);
+  std::string slice_bytes_ ABSL_GUARDED_BY(mutex_);
+  std::string slice_socket_ ABSL_GUARDED_BY(mutex_);
+  std::vector<bool> slice_buffer_asks_ ABSL_GUARDED_BY(mutex_);
 };
 
 class FakeTrainerService final : public v1::Trainer::Service {

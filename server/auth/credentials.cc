@@ -10,10 +10,7 @@
 #include "absl/strings/strip.h"
 
 namespace summon::server::auth {
-namespace {
 
-// The whole of a PEM (or token) file. The message names the flag and the
-// path, never the contents.
 absl::StatusOr<std::string> ReadSecretFile(absl::string_view flag,
                                            const std::string& path) {
   std::ifstream file(path, std::ios::binary);
@@ -29,8 +26,6 @@ absl::StatusOr<std::string> ReadSecretFile(absl::string_view flag,
   }
   return text.str();
 }
-
-}  // namespace
 
 std::string HostOf(absl::string_view host_port) {
   absl::string_view host = host_port.substr(0, host_port.rfind(':'));

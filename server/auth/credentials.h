@@ -15,6 +15,12 @@
 
 namespace summon::server::auth {
 
+// The whole of a PEM (or token, or password) file named by flag --`flag`:
+// INVALID_ARGUMENT naming the flag and the path, never the contents, when
+// it cannot be read or is empty.
+absl::StatusOr<std::string> ReadSecretFile(absl::string_view flag,
+                                           const std::string& path);
+
 // Refuses a spec that would expose the daemon: no TLS and no
 // --insecure-local; --insecure-local on an address other than loopback
 // (`tcp_listeners`: HOST:PORT); TLS with --insecure-local; a tokens file or

@@ -1,5 +1,6 @@
 #include "server/cluster/membership.h"
 
+#include <algorithm>
 #include <random>
 #include <utility>
 
@@ -154,9 +155,48 @@ std::shared_ptr<grpc::Channel> Membership::ChannelTo(int node) {
   return channel;
 }
 
+bool Membership::MemberLocked(int node) const {
+  return members_.empty() ||
+         std::find(members_.begin(), members_.end(), node) != members_.end();
+}
+
+std::vector<int> Membership::Members() const {
+  absl::MutexLock lock(&mu_);
+  if (!members_.empty()) return members_;
+  std::vector<int> every(size());
+  for (int node = 0; node < size(); ++node) every[node] = node;
+  return every;
+}
+
+std::set<int> Membership::AbsentNodes() const {
+  absl::MutexLock lock(&mu_);
+  std::set<int> absent;
+  for (int node = 0; node < size(); ++node) {
+    if (!MemberLocked(node)) absent.insert(node);
+  }
+  return absent;
+}
+
+std::set<int> Membership::ReturningNodes() const {
+  absl::MutexLock lock(&mu_);
+  std::set<int> returning;
+  if (settled_members_.empty()) return returning;
+  for (int node : members_) {
+    if (std::find(settled_members_.begin(), settled_members_.end(), node) ==
+        settled_members_.end()) {
+      returning.insert(node);
+    }
+  }
+  return returning;
+}
+
 v1::JoinResponse Membership::Roster() const {
   v1::JoinResponse response;
-  for (const auto& [node, info] : joined_) *response.add_nodes() = info;
+  // Once an epoch began, its members only: a follower outside them knows
+  // it is not in this formation (and waits for the next).
+  for (const auto& [node, info] : joined_) {
+    if (epoch_ == 0 || MemberLocked(node)) *response.add_nodes() = info;
+  }
   response.set_membership_epoch(epoch_);
   response.set_heartbeat_ms(static_cast<uint32_t>(
       absl::ToInt64Milliseconds(spec_.heartbeat_interval)));
@@ -195,11 +235,15 @@ absl::StatusOr<v1::JoinResponse> Membership::HandleJoin(
     return common;
   }
   bool restarted_while_ready = false;
+  bool back_while_ready = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = joined_.find(node);
     const bool known = it != joined_.end() &&
                        it->second.incarnation() == request.node().incarnation();
+    // A node outside the formed epoch (the cluster formed on the survivors
+    // while it was away) is taken in by re-forming with it.
+    back_while_ready = ready_ && known && !MemberLocked(node);
     if (!known) {
       restarted_while_ready = ready_;
       v1::NodeInfo info = request.node();
@@ -214,6 +258,11 @@ absl::StatusOr<v1::JoinResponse> Membership::HandleJoin(
                    info.incarnation());
     }
     last_heartbeat_[node] = absl::Now();
+  }
+  if (back_while_ready) {
+    Fail(absl::UnavailableError(absl::StrCat(
+        "node ", node,
+        " is back; sessions were aborted and the cluster re-forms with it")));
   }
   if (restarted_while_ready) {
     {
@@ -276,7 +325,7 @@ std::vector<Membership::NodeView> Membership::Nodes() const {
     } else if (node == leader_) {
       view.health = recent(leader_answer_);
     } else if (ready_) {
-      view.health = NodeHealth::kUp;
+      view.health = MemberLocked(node) ? NodeHealth::kUp : NodeHealth::kDown;
     }
     nodes.push_back(std::move(view));
   }
@@ -288,13 +337,29 @@ uint64_t Membership::epoch() const {
   return epoch_;
 }
 
+void Membership::Reform(uint64_t epoch, const absl::Status& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (epoch == 0 || epoch_ != epoch || !ready_ || !LeadingLocked()) return;
+  }
+  // No node is lost: failed_nodes_ stays empty and every node rejoins.
+  Fail(absl::UnavailableError(absl::StrCat(
+      "epoch ", epoch, ": a collective failed while every node is up (",
+      reason.message(), "); sessions were aborted and the cluster re-forms")));
+}
+
 void Membership::Fail(const absl::Status& reason) {
   {
     absl::MutexLock lock(&mu_);
     if (failure_.has_value() || stopping_) return;
     failure_ = reason;
     ready_ = false;
-    if (leader_ == spec_.node_rank) epoch_ = 0;
+    // This node has left the epoch, follower or leader: its runtime's order
+    // starts again (on_failure_), so an operation of the epoch still on its
+    // way (sent before the failure, or by a leader paused and resumed) is
+    // fenced here instead of taking a number of the next epoch's order, or
+    // running there (a stale collective breaks the new communicator).
+    epoch_ = 0;
     // Channels to a restarted peer would carry the dead peer's backoff.
     channels_.clear();
     // Nothing may wait for the lost node: blocked collectives fail now.
@@ -328,7 +393,7 @@ void Membership::MonitorLoop() {
       break;
     }
     const absl::Time now = absl::Now();
-    for (int node = 0; node < size(); ++node) {
+    for (int node : members_) {
       if (node == spec_.node_rank) continue;
       auto it = last_heartbeat_.find(node);
       const absl::Time last = it == last_heartbeat_.end() ? now : it->second;
@@ -337,8 +402,11 @@ void Membership::MonitorLoop() {
         const absl::Status reason = absl::UnavailableError(absl::StrCat(
             "node ", node, " failed: no heartbeat for ",
             absl::FormatDuration(now - last),
-            "; sessions were aborted and the cluster re-forms when it is "
-            "back"));
+            spec_.coordinator == nullptr
+                ? "; sessions were aborted and the cluster re-forms when it "
+                  "is back"
+                : "; sessions were aborted and the cluster re-forms on the "
+                  "survivors"));
         mu_.Unlock();
         Fail(reason);
         mu_.Lock();

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,11 +28,14 @@ namespace summon::server {
 // A cluster of summond nodes (the same --nodes list everywhere). Who leads:
 // in the static mode node 0, always; on a coordinator (etcd), the node the
 // coordinator elected, under the epoch it began (any node may lead).
-// Followers join the leader; once every node has joined, every node builds
-// its Gloo communicator through the rendezvous store (the leader's
-// in-memory one when static, the coordinator's records of the epoch on
-// etcd) and the cluster is READY. Until then health reports NOT_SERVING and
-// operations answer UNAVAILABLE.
+// Followers join the leader; once every node has joined (static), or every
+// node the coordinator lists as alive has joined and heartbeats (etcd: the
+// survivors, at least the leader itself), the leader begins an epoch whose
+// members are those nodes, every member builds its Gloo communicator over
+// the members through the rendezvous store (the leader's in-memory one when
+// static, the coordinator's records of the epoch on etcd) and the cluster
+// is READY. Until then health reports NOT_SERVING and operations answer
+// UNAVAILABLE. A node that comes back makes the leader re-form with it.
 class Membership {
  public:
   struct Spec {
@@ -93,6 +97,12 @@ class Membership {
   bool ready() const;
   // UNAVAILABLE naming the nodes not yet joined when not READY.
   absl::Status CheckReady() const;
+  // Leader: re-forms the cluster under a new epoch (new communicators) when
+  // `epoch` is still the current one. A failed collective leaves a node's
+  // communicator broken for good while every node still heartbeats, so
+  // nothing else would start a new epoch. Does nothing on a follower, on a
+  // lapsed leader, or once the epoch has moved on (once per epoch).
+  void Reform(uint64_t epoch, const absl::Status& reason);
   // The communicator between nodes; valid once READY.
   Communicator* communicator() const;
   // The device communicator (Spec::device_communicator), valid once READY;
@@ -100,6 +110,17 @@ class Membership {
   Communicator* device_communicator() const;
   // The Peer and Summon stubs' channel to a node (cached).
   std::shared_ptr<grpc::Channel> ChannelTo(int node);
+
+  // The member nodes of the current epoch, ascending (static: every node).
+  std::vector<int> Members() const;
+  // The nodes of the --nodes list outside the current epoch (etcd: lost, not
+  // back yet); plans over the survivors leave them out.
+  std::set<int> AbsentNodes() const;
+  // Members of the current epoch that were not members of the last epoch
+  // this node saw READY (nodes that came back): their shards may be older
+  // than a replica's and catch up before anything is served. Empty on the
+  // first formation this node takes part in.
+  std::set<int> ReturningNodes() const;
 
   // The current epoch: changes every time the cluster (re-)forms; 0 while
   // it is not formed. Node operations carry it, so a node fenced out of an
@@ -140,9 +161,14 @@ class Membership {
   // meanwhile (the caller looks again).
   std::optional<uint64_t> JoinLeader(const Coordinator::Leadership& leadership,
                                      uint64_t previous_epoch);
-  // Leader: until every follower joined and heartbeats. False when stopping
-  // or, on a coordinator, when the leadership lapsed.
-  bool WaitForEveryNode();
+  // Leader: the members of the next epoch, once they joined and heartbeat:
+  // static, every node; on a coordinator, every node alive (joined and
+  // heartbeating), once each node the coordinator lists as a member is among
+  // them. Nullopt when stopping or, on a coordinator, when the leadership
+  // lapsed.
+  std::optional<std::vector<int>> WaitForMembers();
+  // Whether `node` is a member of the current epoch (mu_ held).
+  bool MemberLocked(int node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // This node leads now (mu_ held).
   bool LeadingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The leadership still holds: always static; on a coordinator, valid.
@@ -156,7 +182,8 @@ class Membership {
     std::unique_ptr<Communicator> host;
     std::unique_ptr<Communicator> device;
   };
-  absl::StatusOr<Communicators> Connect(uint64_t epoch);
+  absl::StatusOr<Communicators> Connect(uint64_t epoch,
+                                        const std::vector<int>& members);
   // Aborts this epoch's communicators (mu_ held).
   void AbortCommunicators() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JoinResponse Roster() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -183,6 +210,9 @@ class Membership {
   // Follower: when the leader last answered a join or heartbeat.
   std::optional<absl::Time> leader_answer_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // The members of epoch_ (ascending), and of the last epoch that was READY.
+  std::vector<int> members_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> settled_members_ ABSL_GUARDED_BY(mu_);
   int leader_ ABSL_GUARDED_BY(mu_) = 0;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

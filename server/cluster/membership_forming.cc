@@ -3,6 +3,7 @@
 // beginning an epoch, followers joining it, the communicators of the epoch
 // through the rendezvous, and the loop that forms the cluster again after
 // each failure.
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,11 +11,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "grpcpp/client_context.h"
 #include "server/cluster/coordinator_kv_store.h"
 #include "server/cluster/membership.h"
 #include "server/cluster/rendezvous_store.h"
 #include "server/comm/gloo_communicator.h"
+#include "server/comm/member_communicator.h"
 #include "spdlog/spdlog.h"
 #include "version.h"
 
@@ -89,8 +92,14 @@ std::optional<uint64_t> Membership::JoinLeader(
       if (stopping_) return std::nullopt;
       continue;
     }
-    // Epoch 0: the leader still waits for every node to be alive.
-    if (status.ok() && response.membership_epoch() != 0 &&
+    // Epoch 0: the leader still waits for every node to be alive. An epoch
+    // whose members leave this node out formed while it was away: the
+    // leader re-forms with it (HandleJoin), so it asks again.
+    bool in_roster = false;
+    for (const v1::NodeInfo& info : response.nodes()) {
+      in_roster = in_roster || info.node_rank() == spec_.node_rank;
+    }
+    if (status.ok() && in_roster && response.membership_epoch() != 0 &&
         response.membership_epoch() != previous_epoch) {
       // On a coordinator a follower joins only the epoch the coordinator
       // records now: a deposed leader that still answers cannot enlist it.
@@ -104,9 +113,12 @@ std::optional<uint64_t> Membership::JoinLeader(
       }
       absl::MutexLock lock(&mu_);
       joined_.clear();
+      members_.clear();
       for (const v1::NodeInfo& info : response.nodes()) {
         joined_[info.node_rank()] = info;
+        members_.push_back(info.node_rank());
       }
+      std::sort(members_.begin(), members_.end());
       leader_answer_ = absl::Now();
       leader_ = leadership.node;
       epoch_ = response.membership_epoch();
@@ -133,26 +145,54 @@ std::optional<uint64_t> Membership::JoinLeader(
   }
 }
 
-bool Membership::WaitForEveryNode() {
-  absl::MutexLock lock(&mu_);
-  while (!stopping_ && LeadershipValid()) {
-    const absl::Time now = absl::Now();
-    int alive = 1;
-    for (int node = 0; node < size(); ++node) {
-      if (node == spec_.node_rank) continue;
-      auto it = last_heartbeat_.find(node);
-      if (joined_.count(node) > 0 && it != last_heartbeat_.end() &&
-          now - it->second <= spec_.failure_timeout) {
-        ++alive;
+std::optional<std::vector<int>> Membership::WaitForMembers() {
+  absl::Time logged = absl::Now();
+  while (true) {
+    std::vector<int> alive = {spec_.node_rank};
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || !LeadershipValid()) return std::nullopt;
+      const absl::Time now = absl::Now();
+      for (int node = 0; node < size(); ++node) {
+        if (node == spec_.node_rank) continue;
+        auto it = last_heartbeat_.find(node);
+        if (joined_.count(node) > 0 && it != last_heartbeat_.end() &&
+            now - it->second <= spec_.failure_timeout) {
+          alive.push_back(node);
+        }
       }
     }
-    if (alive == size()) return true;
+    std::sort(alive.begin(), alive.end());
+    if (static_cast<int>(alive.size()) == size()) return alive;
+    // On a coordinator the cluster forms on the survivors: every node whose
+    // member key is alive in etcd (its lease renewed) must have joined,
+    // the others are left out. A node killed keeps its key until its lease
+    // expires, so a follower lost forms the survivors within about the TTL.
+    if (spec_.coordinator != nullptr) {
+      absl::StatusOr<std::vector<Coordinator::Member>> listed =
+          spec_.coordinator->Members();
+      if (listed.ok()) {
+        std::vector<int> waiting;
+        for (const Coordinator::Member& member : *listed) {
+          if (!std::binary_search(alive.begin(), alive.end(), member.node)) {
+            waiting.push_back(member.node);
+          }
+        }
+        if (waiting.empty()) return alive;
+        if (absl::Now() - logged > absl::Seconds(5)) {
+          spdlog::info("cluster: node {} waits for node(s) {} to join",
+                       spec_.node_rank, absl::StrJoin(waiting, ", "));
+          logged = absl::Now();
+        }
+      }
+    }
+    absl::MutexLock lock(&mu_);
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), kJoinRetry);
   }
-  return false;
 }
 
-absl::StatusOr<Membership::Communicators> Membership::Connect(uint64_t epoch) {
+absl::StatusOr<Membership::Communicators> Membership::Connect(
+    uint64_t epoch, const std::vector<int>& members) {
   // The rendezvous: the coordinator's records of this epoch (any node may
   // be gone), or the static leader's in-memory store.
   std::unique_ptr<KvStore> remote;
@@ -166,29 +206,40 @@ absl::StatusOr<Membership::Communicators> Membership::Connect(uint64_t epoch) {
   }
   RendezvousStore rendezvous(*store, RendezvousPrefix(epoch),
                              spec_.collective_timeout);
+  // The communicators connect the members only (rank i: the i-th member);
+  // with a node absent, MemberCommunicator keeps addressing by node rank.
+  const int member_rank = static_cast<int>(
+      std::lower_bound(members.begin(), members.end(), spec_.node_rank) -
+      members.begin());
+  const int member_count = static_cast<int>(members.size());
+  const auto by_node = [&](std::unique_ptr<Communicator> inner) {
+    if (member_count == size()) return inner;
+    return std::unique_ptr<Communicator>(std::make_unique<MemberCommunicator>(
+        std::move(inner), spec_.node_rank, size(), members));
+  };
   GlooCommunicator::Spec gloo;
-  gloo.rank = spec_.node_rank;
-  gloo.size = size();
+  gloo.rank = member_rank;
+  gloo.size = member_count;
   gloo.hostname = HostOf(spec_.nodes[spec_.node_rank]);
   gloo.connect_timeout = spec_.collective_timeout;
   absl::StatusOr<std::unique_ptr<GlooCommunicator>> communicator =
       GlooCommunicator::Create(gloo, rendezvous);
   if (!communicator.ok()) return communicator.status();
   Communicators connected;
-  connected.host = *std::move(communicator);
+  connected.host = by_node(*std::move(communicator));
   if (spec_.device_communicator == nullptr) return connected;
   RendezvousStore device_rendezvous(*store,
                                     absl::StrCat("summon/", epoch, "/device/"),
                                     spec_.collective_timeout);
   absl::StatusOr<std::unique_ptr<Communicator>> device =
-      spec_.device_communicator(spec_.node_rank, size(),
+      spec_.device_communicator(member_rank, member_count,
                                 spec_.collective_timeout, device_rendezvous);
   if (!device.ok()) {
     return absl::Status(
         device.status().code(),
         absl::StrCat("the device communicator: ", device.status().message()));
   }
-  connected.device = *std::move(device);
+  connected.device = by_node(*std::move(device));
   return connected;
 }
 
@@ -218,9 +269,11 @@ void Membership::Run(std::function<absl::Status()> on_ready) {
         self.set_alive(true);
         joined_[spec_.node_rank] = self;
       }
-      // Every follower joined and is alive; then everyone meets in the
-      // rendezvous store under a fresh epoch.
-      if (!WaitForEveryNode()) {
+      // Every follower joined and is alive (on a coordinator: the
+      // survivors); then the members meet in the rendezvous store under a
+      // fresh epoch.
+      std::optional<std::vector<int>> members = WaitForMembers();
+      if (!members.has_value()) {
         absl::MutexLock lock(&mu_);
         if (stopping_) return;
         continue;  // The leadership lapsed: look again.
@@ -236,6 +289,7 @@ void Membership::Run(std::function<absl::Status()> on_ready) {
         continue;
       }
       absl::MutexLock lock(&mu_);
+      members_ = *members;
       epoch_ = *next;
       epoch = epoch_;
       leads = true;
@@ -261,7 +315,12 @@ void Membership::Run(std::function<absl::Status()> on_ready) {
       }
       epoch = *joined;
     }
-    absl::StatusOr<Communicators> communicator = Connect(epoch);
+    std::vector<int> members;
+    {
+      absl::MutexLock lock(&mu_);
+      members = members_;
+    }
+    absl::StatusOr<Communicators> communicator = Connect(epoch, members);
     if (!communicator.ok()) {
       spdlog::error("cluster: node {} could not connect to its peers: {}",
                     spec_.node_rank, communicator.status().ToString());
@@ -281,9 +340,7 @@ void Membership::Run(std::function<absl::Status()> on_ready) {
       device_communicator_ = std::move(communicator->device);
       failure_.reset();
       // Heartbeats start now; joins may be long past.
-      for (int node = 0; node < size(); ++node) {
-        last_heartbeat_[node] = absl::Now();
-      }
+      for (int node : members_) last_heartbeat_[node] = absl::Now();
     }
     // Runtimes reset and pending commits resolve before any client call is
     // let through; a commit that still cannot finish keeps the cluster out
@@ -296,13 +353,17 @@ void Membership::Run(std::function<absl::Status()> on_ready) {
     }
     {
       absl::MutexLock lock(&mu_);
-      ready_ = true;
+      // A failure while the cluster formed (a node lost or back) keeps it
+      // out of READY: the loop below re-forms at once.
+      ready_ = !failure_.has_value();
+      if (ready_) settled_members_ = members_;
       failed_nodes_.clear();
     }
     spdlog::info(
-        "cluster: node {} READY ({} nodes x {} local ranks, epoch "
+        "cluster: node {} READY ({} of {} nodes ({}) x {} local ranks, epoch "
         "{:x})",
-        spec_.node_rank, size(), spec_.local_ranks, epoch);
+        spec_.node_rank, members.size(), size(), absl::StrJoin(members, ","),
+        spec_.local_ranks, epoch);
     if (leads) {
       MonitorLoop();
     } else {

@@ -6,10 +6,12 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "spdlog/spdlog.h"
 
 namespace summon::server {
 
@@ -45,6 +47,45 @@ bool Retriable(const grpc::Status& status) {
          NoLeader(status);
 }
 
+// etcd's authentication token metadata (clientv3's "token").
+constexpr char kTokenKey[] = "token";
+
+// etcd no longer takes the token sent: simple tokens expire unused (5 min,
+// --auth-token-ttl) and live in each member's memory (a restarted member
+// knows none); a change of users or roles outdates them all. clientv3
+// authenticates again on both; so does summon.
+bool StaleTokenMessage(absl::string_view message) {
+  return absl::StrContains(message, "invalid auth token") ||
+         absl::StrContains(message, "revision of auth store is old");
+}
+bool StaleToken(const grpc::Status& status) {
+  return StaleTokenMessage(status.error_message());
+}
+
+// etcd refused the user, the password or the missing token: etcd answers
+// INVALID_ARGUMENT for these, summon says UNAUTHENTICATED.
+bool AuthRefused(const grpc::Status& status) {
+  return StaleToken(status) ||
+         absl::StrContains(status.error_message(), "authentication failed") ||
+         absl::StrContains(status.error_message(), "user name is empty");
+}
+
+// A TLS handshake that failed (gRPC says UNAVAILABLE, as for a member that
+// is down): a certificate missing, expired or signed by another CA, or TLS
+// on one side only. gRPC 1.51 often reports only that the member closed the
+// connection it had accepted ("Endpoint read failed", "Socket closed"),
+// where a member that is down refuses the connection instead.
+bool HandshakeFailed(absl::string_view message) {
+  return absl::StrContains(message, "andshake") ||
+         absl::StrContains(message, "SSL") ||
+         absl::StrContains(message, "ertificate") ||
+         absl::StrContains(message, "Endpoint read failed") ||
+         absl::StrContains(message, "Socket closed");
+}
+
+// Calls CheckAccess makes before it takes etcd for down.
+constexpr int kAccessAttempts = 3;
+
 // Between attempts on the members in turn.
 constexpr absl::Duration kRetryPause = absl::Milliseconds(50);
 
@@ -56,6 +97,11 @@ constexpr char kNoLeaderPayload[] = "summon.dev/etcd-no-leader";
 absl::Status NoQuorumError(absl::string_view why) {
   return absl::UnavailableError(
       absl::StrCat("coordinator has no quorum: ", why));
+}
+
+bool EtcdRefusedAccess(const absl::Status& status) {
+  return absl::IsUnauthenticated(status) || absl::IsPermissionDenied(status) ||
+         (absl::IsUnavailable(status) && HandshakeFailed(status.message()));
 }
 
 bool EtcdHasNoLeader(const absl::Status& status) {
@@ -78,9 +124,11 @@ std::string PrefixEnd(absl::string_view prefix) {
 
 class EtcdClient::Call {
  public:
-  Call(EtcdClient& client, absl::Time deadline) : client_(client) {
+  Call(EtcdClient& client, absl::Time deadline, const std::string& token)
+      : client_(client) {
     context_.set_deadline(absl::ToChronoTime(deadline));
     context_.AddMetadata(kRequireLeaderKey, "true");
+    if (!token.empty()) context_.AddMetadata(kTokenKey, token);
     absl::MutexLock lock(&client_.mu_);
     client_.in_flight_.insert(&context_);
   }
@@ -164,6 +212,9 @@ absl::Status MapFailure(absl::string_view what, absl::string_view endpoint,
       return absl::CancelledError(absl::StrCat("coordinator stopped: ", why));
     default:
       if (NoLeader(status)) return NoQuorumError(why);
+      if (AuthRefused(status)) {
+        return absl::UnauthenticatedError(absl::StrCat("etcd: ", why));
+      }
       return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                           absl::StrCat("etcd: ", why));
   }
@@ -171,9 +222,40 @@ absl::Status MapFailure(absl::string_view what, absl::string_view endpoint,
 
 }  // namespace
 
+absl::StatusOr<std::string> EtcdClient::Token() {
+  if (options_.user.empty()) return std::string();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!token_.empty()) return token_;
+  }
+  pb::AuthenticateRequest request;
+  request.set_name(options_.user);
+  request.set_password(options_.password);
+  absl::StatusOr<pb::AuthenticateResponse> granted =
+      Unary<pb::AuthenticateResponse>(
+          absl::StrCat("authenticate as user '", options_.user, "'"),
+          [&](const std::shared_ptr<grpc::Channel>& channel,
+              grpc::ClientContext* context,
+              pb::AuthenticateResponse* response) {
+            return pb::Auth::NewStub(channel)->Authenticate(context, request,
+                                                            response);
+          },
+          /*authenticated=*/false);
+  if (!granted.ok()) return granted.status();
+  absl::MutexLock lock(&mu_);
+  token_ = granted->token();
+  return token_;
+}
+
+void EtcdClient::DropToken(const std::string& stale) {
+  absl::MutexLock lock(&mu_);
+  if (token_ == stale) token_.clear();
+}
+
 template <typename Response, typename Attempt>
 absl::StatusOr<Response> EtcdClient::Unary(absl::string_view what,
-                                           Attempt attempt) {
+                                           Attempt attempt,
+                                           bool authenticated) {
   if (options_.endpoints.empty()) return NoQuorumError("no etcd endpoints");
   const absl::Time deadline = absl::Now() + options_.call_timeout;
   // One attempt may hang on a member that lost its leader without knowing
@@ -186,12 +268,25 @@ absl::StatusOr<Response> EtcdClient::Unary(absl::string_view what,
   // Any member answered "no leader" during this call (the last attempt may
   // have gone to a member that is down).
   bool no_leader = false;
+  bool token_renewed = false;
   while (true) {
+    std::string token;
+    if (authenticated) {
+      absl::StatusOr<std::string> held = Token();
+      if (!held.ok()) return held.status();
+      token = *std::move(held);
+    }
     const std::shared_ptr<grpc::Channel> channel = Channel(endpoint);
-    Call call(*this, std::min(deadline, absl::Now() + per_attempt));
+    Call call(*this, std::min(deadline, absl::Now() + per_attempt), token);
     Response response;
     status = attempt(channel, call.context(), &response);
     if (status.ok()) return response;
+    if (!token.empty() && StaleToken(status) && !token_renewed) {
+      // Once per call: a new token refused again is etcd's final word.
+      DropToken(token);
+      token_renewed = true;
+      continue;
+    }
     if (!Retriable(status)) break;
     no_leader = no_leader || NoLeader(status);
     // Not the member's answer but the connection's: a new channel next.
@@ -276,13 +371,63 @@ absl::StatusOr<pb::LeaseKeepAliveResponse> EtcdClient::KeepAliveOnce(
       });
 }
 
+absl::Status EtcdClient::CheckAccess(absl::string_view key) {
+  pb::RangeRequest request;
+  request.set_key(std::string(key));
+  // A few calls: on a loaded machine a TLS connection may not be made
+  // within one call's deadline, and its refusal would pass for an etcd that
+  // does not answer.
+  absl::Status probe;
+  for (int attempt = 0; attempt < kAccessAttempts; ++attempt) {
+    probe = Range(request).status();
+    if (probe.ok() || EtcdRefusedAccess(probe)) break;
+  }
+  if (probe.ok()) return probe;
+  if (!EtcdRefusedAccess(probe)) {
+    spdlog::warn("coordinator: etcd does not answer yet: {}", probe.ToString());
+    return absl::OkStatus();
+  }
+  const bool tls = absl::IsUnavailable(probe);
+  absl::string_view why = probe.message();
+  // Not a lost quorum: the connection itself was refused.
+  absl::ConsumePrefix(&why, "coordinator has no quorum: ");
+  return absl::Status(
+      tls ? absl::StatusCode::kUnauthenticated : probe.code(),
+      absl::StrCat("etcd refuses this node (",
+                   tls ? "the TLS handshake failed: check --coordinator-ca, "
+                         "--coordinator-cert and --coordinator-key"
+                       : "check --coordinator-user, "
+                         "--coordinator-password-file and the user's etcd "
+                         "role",
+                   "): ", why));
+}
+
 absl::StatusOr<mvccpb::Event> EtcdClient::AwaitEvent(
     absl::string_view key, int64_t start_revision,
     mvccpb::Event::EventType type, absl::Time deadline) {
   if (options_.endpoints.empty()) return NoQuorumError("no etcd endpoints");
+  absl::StatusOr<std::string> token = Token();
+  if (!token.ok()) return token.status();
+  bool token_refused = false;
+  absl::StatusOr<mvccpb::Event> event =
+      WatchOnce(key, start_revision, type, deadline, *token, &token_refused);
+  if (!token_refused) return event;
+  // etcd checks a watch's token when the watch is created and cancels it
+  // ("invalid auth token", or "permission denied" when the token no longer
+  // names a user with the rights): once more with a new one.
+  DropToken(*token);
+  token = Token();
+  if (!token.ok()) return token.status();
+  return WatchOnce(key, start_revision, type, deadline, *token, &token_refused);
+}
+
+absl::StatusOr<mvccpb::Event> EtcdClient::WatchOnce(
+    absl::string_view key, int64_t start_revision,
+    mvccpb::Event::EventType type, absl::Time deadline,
+    const std::string& token, bool* token_refused) {
   const int endpoint = current();
   const std::shared_ptr<grpc::Channel> channel = Channel(endpoint);
-  Call call(*this, deadline);
+  Call call(*this, deadline, token);
   auto stream = pb::Watch::NewStub(channel)->Watch(call.context());
   pb::WatchRequest request;
   pb::WatchCreateRequest* create = request.mutable_create_request();
@@ -299,6 +444,15 @@ absl::StatusOr<mvccpb::Event> EtcdClient::AwaitEvent(
     while (!decided && stream->Read(&response)) {
       if (response.compact_revision() > 0) {
         result = absl::OutOfRangeError("watch start revision was compacted");
+        decided = true;
+      } else if (response.canceled() && !token.empty() &&
+                 (StaleTokenMessage(response.cancel_reason()) ||
+                  absl::StrContains(response.cancel_reason(),
+                                    "permission denied"))) {
+        *token_refused = true;
+        result = absl::PermissionDeniedError(
+            absl::StrCat("etcd: watch at ", options_.endpoints[endpoint],
+                         " refused: ", response.cancel_reason()));
         decided = true;
       } else if (response.canceled()) {
         result = NoQuorumError(

@@ -46,6 +46,14 @@ class EtcdClient {
     absl::Duration call_timeout = absl::Seconds(3);
     // null: plaintext.
     std::shared_ptr<grpc::ChannelCredentials> credentials;
+    // Set: etcd's authentication is on. Every call carries the token
+    // Auth.Authenticate gave for this user, as etcd's "token" metadata; a
+    // token etcd no longer knows (it expired, or the member that took the
+    // call restarted) is replaced and the call sent again.
+    // (Initialised, so that callers may brace-initialise the fields above
+    // only.)
+    std::string user = {};
+    std::string password = {};  // Never logged.
   };
 
   explicit EtcdClient(Options options);
@@ -75,6 +83,15 @@ class EtcdClient {
                                            mvccpb::Event::EventType type,
                                            absl::Time deadline);
 
+  // One linearizable read of `key` through the endpoints (authenticating
+  // first when a user is set), as a starting node checks etcd before it
+  // campaigns: a key of its own cluster, so that the user's role is checked
+  // too. OK when etcd answered or could not answer now (down, no quorum:
+  // logged); when etcd refused this node (EtcdRefusedAccess),
+  // UNAUTHENTICATED or PERMISSION_DENIED "etcd refuses this node (...)"
+  // naming the flags to check.
+  absl::Status CheckAccess(absl::string_view key);
+
   // Ends every call in flight with CANCELLED (a stopping coordinator's
   // watches); later calls run as usual.
   void CancelInFlight();
@@ -85,9 +102,26 @@ class EtcdClient {
   class Call;
 
   // Runs `attempt` on the current endpoint and then the next ones while the
-  // failure is safe to retry and time is left.
+  // failure is safe to retry and time is left; with a user, under a token
+  // (renewed once per call when etcd refuses it). `authenticated` false:
+  // no token (Authenticate itself).
   template <typename Response, typename Attempt>
-  absl::StatusOr<Response> Unary(absl::string_view what, Attempt attempt);
+  absl::StatusOr<Response> Unary(absl::string_view what, Attempt attempt,
+                                 bool authenticated = true);
+  // The token to send: the one held, else a new one from etcd ("" without
+  // a user).
+  absl::StatusOr<std::string> Token();
+  // Forgets `stale` (etcd refused it) unless another call renewed it.
+  void DropToken(const std::string& stale);
+
+  // One watch under `token`; `token_refused` is set when etcd cancelled it
+  // for the token (unknown to it, or without the rights).
+  absl::StatusOr<mvccpb::Event> WatchOnce(absl::string_view key,
+                                          int64_t start_revision,
+                                          mvccpb::Event::EventType type,
+                                          absl::Time deadline,
+                                          const std::string& token,
+                                          bool* token_refused);
 
   std::shared_ptr<grpc::Channel> Channel(int endpoint) const;
   // After a failure that may be the connection's: the next call to
@@ -105,11 +139,21 @@ class EtcdClient {
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
   int current_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string token_ ABSL_GUARDED_BY(mu_);
   std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
 // UNAVAILABLE "coordinator has no quorum: <why>".
 absl::Status NoQuorumError(absl::string_view why);
+
+// Whether a failure means etcd will not take this node as configured: it
+// refused the user or password or the token's rights (UNAUTHENTICATED,
+// PERMISSION_DENIED), or the TLS handshake failed (a missing or untrusted
+// client certificate, a server certificate the CA does not sign, TLS on one
+// side only; also a member that closed an accepted connection at once, which
+// is how gRPC reports most of these). Waiting does not mend these; a
+// starting node stops.
+bool EtcdRefusedAccess(const absl::Status& status);
 
 // Whether a failed call's answer came from etcd itself saying it has no
 // leader (a member that lost its quorum), not from a member that could not

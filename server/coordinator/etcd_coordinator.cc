@@ -89,6 +89,9 @@ absl::Status EtcdCoordinator::Start() {
         ") must be positive and under half the lease TTL (",
         absl::FormatDuration(options_.lease_ttl), ")"));
   }
+  // A node etcd refuses stops here; an etcd that is down is waited for.
+  const absl::Status refused = client_.CheckAccess(Key(kEpochKey));
+  if (!refused.ok()) return refused;
   campaign_ = std::thread([this] { CampaignLoop(); });
   keepalive_ = std::thread([this] { KeepAliveLoop(); });
   return absl::OkStatus();

@@ -242,9 +242,12 @@ absl::Status ModelRegistry::EndInit(ModelEntry& model) {
 }
 
 absl::Status ModelRegistry::Remove(const std::string& name) {
+  return RemoveLocal(name, /*publish=*/true);
+}
+
+absl::Status ModelRegistry::RemoveLocal(const std::string& name, bool publish) {
   std::shared_ptr<ModelEntry> model;
-  {
-    absl::MutexLock lock(&mu_);
+  const auto check = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = models_.find(name);
     if (it == models_.end()) return core::UnknownModelError(name);
     model = it->second;
@@ -253,7 +256,24 @@ absl::Status ModelRegistry::Remove(const std::string& name) {
       return absl::FailedPreconditionError(absl::StrCat(
           "model '", name, "' has ", model->open_sessions, " open sessions"));
     }
-    models_.erase(it);
+    return absl::OkStatus();
+  };
+  if (publish && record_hook_) {
+    // The tombstone goes first (a round trip to the coordinator, so not
+    // under mu_): a refused one leaves the model as it was.
+    {
+      absl::MutexLock lock(&mu_);
+      if (absl::Status status = check(); !status.ok()) return status;
+    }
+    if (absl::Status status = record_hook_(name, Tombstone(name));
+        !status.ok()) {
+      return status;
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status status = check(); !status.ok()) return status;
+    models_.erase(name);
   }
   if (!options_.data_dir.empty()) {
     std::error_code error;

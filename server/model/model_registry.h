@@ -115,6 +115,28 @@ class ModelRegistry {
   // are open on it.
   absl::Status Remove(const std::string& name);
 
+  // The registry's record of each model as the cluster's coordinator keeps
+  // it (docs/architecture.md, "The coordinator"): the text of the data
+  // dir's record, or for a deleted model a tombstone, so that a node which
+  // was away when the model went also lets it go (an absent record says
+  // nothing: the coordinator may be new). Called with the record of every
+  // change (create, init external ended, delete) before the data dir or the
+  // registry changes; an error refuses the change. Set before serving.
+  using RecordHook = std::function<absl::Status(const std::string& name,
+                                                const std::string& record)>;
+  void SetRecordHook(RecordHook hook) { record_hook_ = std::move(hook); }
+
+  // Makes this node's models what the coordinator's records say (`records`:
+  // model name -> record, as RecordHook got it): a model recorded there but
+  // not here (a lost data dir, a create while this node was away) is
+  // re-attached to its shards (or MISSING_SHARDS when they are gone too),
+  // one recorded differently is rewritten, one whose record is a tombstone
+  // is removed. Models the coordinator has no record of are kept. Nothing
+  // is published. Each model that cannot be reconciled is logged and left.
+  // Then every unit's generation is at least its shards' (a follower about
+  // to lead had only heard the generations the previous leader sent).
+  void Reconcile(const std::map<std::string, std::string>& records);
+
   const Options& options() const { return options_; }
 
   // What a writer of a model's shards on this node is about to change:
@@ -152,10 +174,21 @@ class ModelRegistry {
   absl::StatusOr<std::shared_ptr<ModelEntry>> BuildMissing(
       const std::string& name, const std::string& layout_json,
       core::Strategy strategy, const absl::Status& why);
-  absl::Status Persist(ModelEntry& model) const;
+  // Publishes the record (RecordHook) unless `publish` is false (it came
+  // from the coordinator), then writes it into the data dir.
+  absl::Status Persist(ModelEntry& model, bool publish = true) const;
+  // An entry for the record `text`, attached to the model's shards, else
+  // MISSING_SHARDS when they are gone; `source` names it in logs.
+  absl::StatusOr<std::shared_ptr<ModelEntry>> FromRecord(
+      const std::string& text, const std::string& source);
+  // The record of a deleted model.
+  static std::string Tombstone(const std::string& name);
+  // Forgets a model here only (Remove without the tombstone).
+  absl::Status RemoveLocal(const std::string& name, bool publish);
 
   Options options_;
   BeforeShardsWriteHook before_shards_write_;
+  RecordHook record_hook_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ModelEntry>> models_
       ABSL_GUARDED_BY(mu_);

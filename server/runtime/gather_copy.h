@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -41,6 +42,9 @@ struct GatherCopy {
   std::shared_ptr<ModelEntry> model;
   core::SessionBufferLayout layout;
   core::GatherPlan plan;
+  // The nodes outside the epoch the gather ran in: its writeback leaves
+  // their ranks out too.
+  std::set<int> absent;
   int copy_index = -1;  // The plan's copy held on this node; -1: none.
   bool rank0_only = false;
   int home_node = 0;

@@ -37,6 +37,14 @@ struct GatherOp {
   // shards are in device memory gets its copies there too
   // (docs/design.md#placement); host-placed models always use host memory.
   bool offload_to_cpu = false;
+  // Nodes whose ranks are never a source (their shards are catching up from
+  // a replica after they came back, core::NodeSets::stale).
+  std::vector<int> stale_nodes;
+  // The cluster epoch `sequence` was numbered in (0: a single node): it is
+  // sent as the operation's epoch, so a node of a later epoch refuses it
+  // instead of running it under that epoch's numbers (a stale collective
+  // whose tag another operation reuses).
+  uint64_t epoch = 0;
 };
 
 // A write into the copies of a gather. `private_copy`: the session does not
@@ -63,6 +71,7 @@ struct PrepareOp {
   std::map<int, uint64_t> expected_generations;  // Unit -> at gather.
   std::map<int, uint64_t> target_generations;    // Unit -> after commit.
   bool force = false;
+  uint64_t epoch = 0;  // As GatherOp::epoch.
 };
 
 // COMMIT: staged data goes into the shards and every scoped unit takes its
@@ -75,6 +84,7 @@ struct CommitOp {
   std::string gather_id;
   std::string session_id;
   std::map<int, uint64_t> target_generations;
+  uint64_t epoch = 0;  // As GatherOp::epoch.
 };
 
 // A generation move outside a writeback (R7, R23): an optimizer step, the
@@ -90,6 +100,7 @@ struct GenerationsOp {
   // Ends init external on the node too: the model leaves AWAITING_INIT
   // (recorded in the node's data dir), so MapShards and a restart agree.
   bool initialized = false;
+  uint64_t epoch = 0;  // As GatherOp::epoch.
 };
 
 // A copy held on this node, handed to a client on its host (MapSession):

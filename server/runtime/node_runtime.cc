@@ -33,6 +33,11 @@ void NodeRuntime::SetCommunicator(Communicator* communicator) {
   communicator_.store(communicator);
 }
 
+void NodeRuntime::SetAbsentNodes(std::set<int> absent) {
+  absl::MutexLock lock(&mu_);
+  absent_ = std::move(absent);
+}
+
 void NodeRuntime::SetDeviceCommunicator(Communicator* communicator) {
   device_communicator_.store(communicator);
 }
@@ -44,11 +49,17 @@ CollectiveOptions NodeRuntime::Collective(uint64_t sequence) const {
   return options;
 }
 
-absl::Status NodeRuntime::InSequence(
-    uint64_t sequence, const std::function<absl::Status()>& body) {
+uint64_t NodeRuntime::Resets() const {
+  absl::MutexLock lock(&mu_);
+  return resets_;
+}
+
+absl::Status NodeRuntime::InSequence(uint64_t sequence,
+                                     const std::function<absl::Status()>& body,
+                                     std::optional<uint64_t> taken_in) {
   {
     absl::MutexLock lock(&mu_);
-    const uint64_t resets = resets_;
+    const uint64_t resets = taken_in.value_or(resets_);
     auto turn = [this, sequence, resets]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return next_sequence_ >= sequence || resets_ != resets;
     };
@@ -71,6 +82,10 @@ absl::Status NodeRuntime::InSequence(
   absl::MutexLock lock(&mu_);
   ++next_sequence_;
   return status;
+}
+
+absl::Status NodeRuntime::SkipSequence(uint64_t sequence) {
+  return InSequence(sequence, [] { return absl::OkStatus(); });
 }
 
 absl::StatusOr<std::shared_ptr<GatherCopy>> NodeRuntime::FindCopy(
@@ -106,13 +121,40 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
   const core::ModelSpec& spec = (*model)->spec;
   absl::StatusOr<core::Scope> scope = core::ResolveScope(spec, op.scope);
   if (!scope.ok()) return scope.status();
+  // A follower takes an epoch's communicator a moment after the leader
+  // (once its own rendezvous returned): the leader's first gather of an
+  // epoch (a returning node's catch-up) may arrive before it, and must not
+  // fail in sequence while the other nodes wait for it, nor plan with
+  // the previous epoch's absent nodes (set just before the communicator).
+  // Counted before the wait: a gather of an epoch that ends meanwhile (its
+  // communicator dropped) must not run on the next epoch's.
+  const uint64_t resets = Resets();
+  const absl::Time connected_by = absl::Now() + kConnectWait;
+  while (spec.groups.topology.nodes > 1 && communicator_.load() == nullptr &&
+         absl::Now() < connected_by) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   auto copy = std::make_shared<GatherCopy>();
   copy->model = *model;
   copy->layout = core::LayoutSessionBuffer(spec, *scope);
+  core::NodeSets nodes;
+  {
+    absl::MutexLock lock(&mu_);
+    nodes.absent = absent_;
+  }
+  nodes.stale.insert(op.stale_nodes.begin(), op.stale_nodes.end());
+  copy->absent = nodes.absent;
+  if (!nodes.stale.empty()) {
+    // A catch-up's writeback goes to the stale nodes only: the others
+    // already hold these bytes (and a trainer may be writing them).
+    for (int node = 0; node < spec.groups.topology.nodes; ++node) {
+      if (nodes.stale.count(node) == 0) copy->absent.insert(node);
+    }
+  }
   absl::StatusOr<core::GatherPlan> plan = core::PlanGather(
       spec, copy->layout,
       op.rank0_only ? core::Placement::kHomeRank : core::Placement::kPerNode,
-      op.home_rank);
+      op.home_rank, nodes);
   if (!plan.ok()) return plan.status();
   copy->plan = *std::move(plan);
   copy->rank0_only = op.rank0_only;
@@ -134,7 +176,7 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
                           spec.groups.topology.nodes > 1;
   if (copy->on_device) copy->device_rank = DeviceRank(*copy, op.home_rank);
 
-  absl::Status status = InSequence(op.sequence, [&]() -> absl::Status {
+  const auto exchange = [&]() -> absl::Status {
     ModelEntry& entry = **model;
     ShardStore& store = *entry.store;
     const int nodes = spec.groups.topology.nodes;
@@ -254,8 +296,11 @@ absl::Status NodeRuntime::Gather(const GatherOp& op) {
       }
     }
     return absl::OkStatus();
-  });
-  if (!status.ok()) return status;
+  };
+  if (absl::Status status = InSequence(op.sequence, exchange, resets);
+      !status.ok()) {
+    return status;
+  }
   // Outside the sequence: the next collective need not wait for the copies
   // between this node's GPUs, and nothing sees this copy until it is kept.
   {

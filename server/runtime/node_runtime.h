@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +56,11 @@ class NodeRuntime {
   // none is pipelined). Before the first gather; every node alike.
   void SetGatherParts(int parts) { gather_parts_ = parts; }
   void SetDeviceCommunicator(Communicator* communicator);
+  // The nodes outside the cluster's current epoch (a cluster formed on its
+  // survivors): gathers place no copy there and take no slice from there,
+  // and writebacks leave their ranks out (core::NodeSets). Set with each
+  // READY, alike on every member.
+  void SetAbsentNodes(std::set<int> absent);
 
   // This node's part of a gather: its ranks' slices go to the nodes holding
   // copies (allgatherv for one copy per node, gather to the home for
@@ -86,6 +92,11 @@ class NodeRuntime {
   // was staged.
   absl::StatusOr<int64_t> Prepare(const PrepareOp& op);
   absl::Status Commit(const CommitOp& op);
+  // Takes `sequence`'s turn without running anything: the leader refused
+  // its own part of an operation it sent to the other nodes (it may not act
+  // then), and its later operations must not wait for that number for the
+  // rest of the epoch (issue 31). DEADLINE_EXCEEDED as InSequence.
+  absl::Status SkipSequence(uint64_t sequence);
   // Sets this node's generations to an optimizer step's (in sequence).
   absl::Status SetGenerations(const GenerationsOp& op);
   // Drops what `session_id` staged here; an empty id drops everything
@@ -100,9 +111,15 @@ class NodeRuntime {
   void ReleaseSession(const std::string& session_id);
 
  private:
-  // Runs `body` when `sequence` is this node's next collective.
+  // How long a gather waits for this epoch's communicator (Gather).
+  static constexpr absl::Duration kConnectWait = absl::Seconds(2);
+  // Runs `body` when `sequence` is this node's next collective; ABORTED
+  // when a Reset() came after `taken_in` (the Resets() count when the
+  // operation arrived; nullopt: now), as the operation's epoch ended.
   absl::Status InSequence(uint64_t sequence,
-                          const std::function<absl::Status()>& body);
+                          const std::function<absl::Status()>& body,
+                          std::optional<uint64_t> taken_in = std::nullopt);
+  uint64_t Resets() const;
   absl::StatusOr<std::shared_ptr<GatherCopy>> FindCopy(
       const std::string& gather_id) const;
   // The bytes of a tensor as `session_id` sees them; `for_write` with a
@@ -161,6 +178,7 @@ class NodeRuntime {
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<GatherCopy>> copies_
       ABSL_GUARDED_BY(mu_);
+  std::set<int> absent_ ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Counts Reset()s: an operation waiting for its turn across a reset
   // belongs to a dead epoch and must not run in the next one.

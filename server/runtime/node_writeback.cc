@@ -44,7 +44,7 @@ absl::StatusOr<int64_t> NodeRuntime::Prepare(const PrepareOp& op) {
       }
     }
     const core::WritebackPlan plan =
-        core::PlanWriteback(spec, copy.layout, copy.plan);
+        core::PlanWriteback(spec, copy.layout, copy.plan, copy.absent);
     const int nodes = spec.groups.topology.nodes;
     const int grads_factor = copy.grads ? 2 : 1;
     // Each node's transfers, in plan order.
@@ -185,9 +185,11 @@ absl::Status NodeRuntime::Commit(const CommitOp& op) {
     if (!status.ok() && !absl::IsNotFound(status)) return status;
     // Units this node staged nothing for still take the writeback's
     // generation and, once, its external write (R18); a COMMIT re-run after
-    // a crash finds the generation already set and counts nothing again.
+    // a crash finds the generation already set and counts nothing again,
+    // and one re-issued for a node that was away (the others moved on
+    // since: later writebacks, optimizer steps) never moves one back.
     for (const auto& [unit, generation] : op.target_generations) {
-      if (model.store->Generation(unit) == generation) continue;
+      if (model.store->Generation(unit) >= generation) continue;
       model.store->SetGeneration(unit, generation);
       if (core::IsExternalWrite(core::ShardWriter::kWriteback)) {
         model.store->NoteExternalWrite(unit);

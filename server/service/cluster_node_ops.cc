@@ -93,11 +93,30 @@ void ClusterNodeOps::CancelInFlight() {
 }
 
 std::vector<absl::Status> ClusterNodeOps::OnEveryNode(
-    const std::function<absl::Status(int node)>& op) {
+    uint64_t epoch, const std::function<absl::Status(int node)>& op,
+    uint64_t sequence, bool decided) {
+  // The members of the epoch only: on the survivors of a cluster the
+  // absent nodes take no part (their entries stay OK).
   const int nodes = membership_->size();
   std::vector<absl::Status> results(nodes);
+  const uint64_t current = membership_->epoch();
+  if (epoch != current || epoch == 0 ||
+      membership_->leader() != membership_->node_rank()) {
+    // Numbered before the cluster re-formed, by a leader in no epoch (it
+    // failed and has not re-formed: epoch 0), or by a node that no longer
+    // leads (a call that reached it while it led, resumed after it joined
+    // the next epoch as a follower): its sequence number is not the
+    // current leader's, and run anywhere it would meet another operation
+    // under the same number (two collectives on one Gloo tag).
+    const absl::Status stale = absl::AbortedError(absl::StrCat(
+        "an operation of cluster epoch ", absl::Hex(epoch),
+        " was not sent: the cluster is in epoch ", absl::Hex(current),
+        ", led by node ", membership_->leader()));
+    for (int node : membership_->Members()) results[node] = stale;
+    return results;
+  }
   std::vector<std::thread> threads;
-  for (int node = 0; node < nodes; ++node) {
+  for (int node : membership_->Members()) {
     if (node == membership_->node_rank()) continue;
     threads.emplace_back([&, node] { results[node] = OnNode(node, op(node)); });
   }
@@ -105,7 +124,26 @@ std::vector<absl::Status> ClusterNodeOps::OnEveryNode(
   // The leader's own part is applied only while it may still act (its
   // coordinator lease provably alive); the other nodes fence by epoch.
   const absl::Status leading = membership_->CheckLeading();
-  results[self] = OnNode(self, leading.ok() ? op(self) : leading);
+  const bool same_epoch_leader =
+      epoch != 0 && membership_->epoch() == epoch &&
+      membership_->leader() == membership_->node_rank();
+  // A decided COMMIT is applied here even while the leadership lapsed (etcd
+  // slow to renew, one member lost): the decision is durable, the other
+  // nodes of this epoch apply it, and every later leader completes it too;
+  // refusing it here alone would leave this node's ranks without the
+  // writeback the others hold (a half-applied writeback) for the rest of the
+  // epoch. Never for an epoch this node has left.
+  const bool own_part = leading.ok() || (decided && same_epoch_leader);
+  if (!own_part && sequence != 0 && same_epoch_leader) {
+    // The other nodes take this number: this node takes it too, unrun, or
+    // every later operation would wait for it here until the epoch ends
+    // (and a lapse the leader recovers from keeps the epoch). Only in the
+    // epoch the operation was sent in, while this node still leads it: a
+    // deposed leader's late operation must not take a number of the next
+    // epoch's order.
+    local_->SkipSequence(sequence).IgnoreError();
+  }
+  results[self] = OnNode(self, own_part ? op(self) : leading);
   for (std::thread& thread : threads) thread.join();
   return results;
 }
@@ -119,12 +157,23 @@ absl::Status ClusterNodeOps::FirstFailure(
     // declared it (within the failure timeout).
     if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
         absl::IsCancelled(status) || absl::IsAborted(status)) {
+      const uint64_t epoch = membership_->epoch();
       const absl::Time give_up = absl::Now() + failure_wait_;
       while (membership_->ready() && absl::Now() < give_up && !shutting_down_) {
         absl::SleepFor(absl::Milliseconds(20));
       }
       if (absl::Status cluster = membership_->CheckReady(); !cluster.ok()) {
         return cluster;
+      }
+      // Every node is up, yet a collective failed (a paused node came back,
+      // a follower restarted quickly, a part timed out): the communicator of
+      // whichever node saw it stays broken, and later collectives would fail
+      // for the rest of the epoch. Only a new epoch rebuilds them; this
+      // operation still fails (clients retry). Not for ABORTED/CANCELLED
+      // (an epoch change or shutdown already under way) nor a lapsed leader.
+      if ((absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) &&
+          !shutting_down_ && membership_->CheckLeading().ok()) {
+        membership_->Reform(epoch, status);
       }
     }
     return status;
@@ -145,20 +194,25 @@ absl::Status ClusterNodeOps::Gather(const GatherOp& op) {
   request.set_rank0_only(op.rank0_only);
   request.set_home_rank(op.home_rank);
   request.set_grads(op.grads);
-  request.set_epoch(membership_->epoch());
-  return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
-    if (node == membership_->node_rank()) return local_->Gather(op);
-    Call call(*this);
-    v1::NodeGatherResponse response;
-    return FromGrpcStatus(
-        Stub(node)->NodeGather(call.get(), request, &response));
-  }));
+  request.set_epoch(op.epoch);
+  for (int node : op.stale_nodes) request.add_stale_nodes(node);
+  return FirstFailure(OnEveryNode(
+      op.epoch,
+      [&](int node) -> absl::Status {
+        if (node == membership_->node_rank()) return local_->Gather(op);
+        Call call(*this);
+        v1::NodeGatherResponse response;
+        return FromGrpcStatus(
+            Stub(node)->NodeGather(call.get(), request, &response));
+      },
+      op.sequence));
 }
 
 absl::Status ClusterNodeOps::Write(const WriteOp& op) {
   // Applied to every copy before the client hears back: read-your-writes
   // from any node. Large writes travel in pieces under gRPC's message limit.
-  return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
+  const uint64_t epoch = membership_->epoch();
+  return FirstFailure(OnEveryNode(epoch, [&](int node) -> absl::Status {
     if (node == membership_->node_rank()) return local_->Write(op);
     auto stub = Stub(node);
     v1::NodeWriteRequest request;
@@ -167,7 +221,7 @@ absl::Status ClusterNodeOps::Write(const WriteOp& op) {
     request.set_private_copy(op.private_copy);
     request.set_tensor(op.tensor);
     request.set_grad(op.grad);
-    request.set_epoch(membership_->epoch());
+    request.set_epoch(epoch);
     size_t at = 0;
     do {
       const size_t piece = std::min(kWritePieceBytes, op.bytes.size() - at);
@@ -210,7 +264,7 @@ absl::Status ClusterNodeOps::Read(const std::string& gather_id,
   request.set_epoch(membership_->epoch());
   absl::Status last = absl::NotFoundError(
       absl::StrCat("no node holds a copy of gather ", gather_id));
-  for (int node = 0; node < membership_->size(); ++node) {
+  for (int node : membership_->Members()) {
     if (node == membership_->node_rank()) continue;
     grpc::ClientContext context;
     Deadline(context);
@@ -245,7 +299,7 @@ absl::StatusOr<std::vector<core::TensorStatistics>> ClusterNodeOps::Stats(
   request.set_grad(grad);
   request.set_bins(bins);
   request.set_epoch(membership_->epoch());
-  for (int node = 0; node < membership_->size(); ++node) {
+  for (int node : membership_->Members()) {
     if (node == membership_->node_rank()) continue;
     grpc::ClientContext context;
     Deadline(context);
@@ -287,10 +341,11 @@ absl::StatusOr<int64_t> ClusterNodeOps::Prepare(const PrepareOp& op) {
     (*request.mutable_target_generations())[unit] = generation;
   }
   request.set_force(op.force);
-  request.set_epoch(membership_->epoch());
+  request.set_epoch(op.epoch);
   std::vector<int64_t> staged(membership_->size(), 0);
-  const std::vector<absl::Status> votes =
-      OnEveryNode([&](int node) -> absl::Status {
+  const std::vector<absl::Status> votes = OnEveryNode(
+      op.epoch,
+      [&](int node) -> absl::Status {
         if (node == membership_->node_rank()) {
           absl::StatusOr<int64_t> bytes = local_->Prepare(op);
           if (bytes.ok()) staged[node] = *bytes;
@@ -302,7 +357,8 @@ absl::StatusOr<int64_t> ClusterNodeOps::Prepare(const PrepareOp& op) {
             Stub(node)->NodePrepare(call.get(), request, &response));
         staged[node] = response.staged_bytes();
         return status;
-      });
+      },
+      op.sequence);
   std::vector<std::optional<absl::Status>> decided(votes.begin(), votes.end());
   if (absl::Status status = core::DecideCommit(op.session_id, decided);
       !status.ok()) {
@@ -317,19 +373,22 @@ absl::Status ClusterNodeOps::Commit(const CommitOp& op) {
   v1::NodeCommitRequest request;
   request.set_sequence(op.sequence);
   request.set_model(op.model);
-  request.set_epoch(membership_->epoch());
+  request.set_epoch(op.epoch);
   request.set_gather_id(op.gather_id);
   request.set_session_id(op.session_id);
   for (const auto& [unit, generation] : op.target_generations) {
     (*request.mutable_target_generations())[unit] = generation;
   }
-  return FirstFailure(OnEveryNode([&](int node) -> absl::Status {
-    if (node == membership_->node_rank()) return local_->Commit(op);
-    Call call(*this);
-    v1::NodeCommitResponse response;
-    return FromGrpcStatus(
-        Stub(node)->NodeCommit(call.get(), request, &response));
-  }));
+  return FirstFailure(OnEveryNode(
+      op.epoch,
+      [&](int node) -> absl::Status {
+        if (node == membership_->node_rank()) return local_->Commit(op);
+        Call call(*this);
+        v1::NodeCommitResponse response;
+        return FromGrpcStatus(
+            Stub(node)->NodeCommit(call.get(), request, &response));
+      },
+      op.sequence, /*decided=*/true));
 }
 
 absl::Status ClusterNodeOps::SetGenerations(const GenerationsOp& op,
@@ -338,15 +397,16 @@ absl::Status ClusterNodeOps::SetGenerations(const GenerationsOp& op,
   v1::NodeSetGenerationsRequest request;
   request.set_sequence(op.sequence);
   request.set_model(op.model);
-  request.set_epoch(membership_->epoch());
+  request.set_epoch(op.epoch);
   request.set_initialized(op.initialized);
   for (const auto& [unit, generation] : op.generations) {
     (*request.mutable_generations())[unit] = generation;
   }
   auto outcome = std::make_shared<Outcome>();
   auto set_everywhere = [this, op, request = std::move(request), outcome] {
-    const absl::Status status =
-        FirstFailure(OnEveryNode([&](int node) -> absl::Status {
+    const absl::Status status = FirstFailure(OnEveryNode(
+        op.epoch,
+        [&](int node) -> absl::Status {
           if (node == membership_->node_rank()) {
             return local_->SetGenerations(op);
           }
@@ -354,7 +414,8 @@ absl::Status ClusterNodeOps::SetGenerations(const GenerationsOp& op,
           v1::NodeSetGenerationsResponse response;
           return FromGrpcStatus(
               Stub(node)->NodeSetGenerations(call.get(), request, &response));
-        }));
+        },
+        op.sequence));
     {
       absl::MutexLock lock(&mu_);
       --generations_unanswered_;
@@ -411,12 +472,15 @@ void ClusterNodeOps::JoinFinished() {
 void ClusterNodeOps::Abort(const std::string& session_id) {
   v1::NodeAbortRequest request;
   request.set_session_id(session_id);
-  request.set_epoch(membership_->epoch());
-  OnEveryNode([&](int node) -> absl::Status {
-    if (node == membership_->node_rank()) {
-      local_->Abort(session_id);
-      return absl::OkStatus();
-    }
+  const uint64_t epoch = membership_->epoch();
+  request.set_epoch(epoch);
+  // Here even while this node may not act (OnEveryNode skips its part
+  // then), as on the other nodes: dropping staged data changes no shard
+  // byte, and kept it would refuse every PREPARE of its ranks ("staging
+  // area holds the writeback of ...") for the rest of the epoch.
+  local_->Abort(session_id);
+  OnEveryNode(epoch, [&](int node) -> absl::Status {
+    if (node == membership_->node_rank()) return absl::OkStatus();
     grpc::ClientContext context;
     Deadline(context);
     v1::NodeAbortResponse response;
@@ -443,7 +507,7 @@ void ClusterNodeOps::ReleaseOnPeers(v1::NodeReleaseRequest request) {
   // re-form in between already dropped the copies on every node.
   request.set_epoch(membership_->epoch());
   Enqueue([this, request = std::move(request)] {
-    for (int node = 0; node < membership_->size(); ++node) {
+    for (int node : membership_->Members()) {
       if (node == membership_->node_rank()) continue;
       grpc::ClientContext context;
       Deadline(context);

@@ -52,6 +52,12 @@ class ClusterNodeOps final : public NodeOps {
   absl::Status SetGenerations(const GenerationsOp& op,
                               absl::Duration wait) override;
   uint64_t Epoch() const override { return membership_->epoch(); }
+  std::set<int> AbsentNodes() const override {
+    return membership_->AbsentNodes();
+  }
+  std::set<int> ReturningNodes() const override {
+    return membership_->ReturningNodes();
+  }
   // Cancels every call in flight to any node: after a failure nothing waits
   // for the lost node until its own deadline.
   void CancelInFlight();
@@ -59,9 +65,16 @@ class ClusterNodeOps final : public NodeOps {
   void ReleaseSession(const std::string& session_id) override;
 
  private:
-  // Runs `op(node)` for every node at once; results by node.
+  // Runs `op(node)` for every node at once; results by node. `epoch`: the
+  // cluster epoch the operation belongs to (its sequence number's, sent in
+  // its request); none runs once the cluster is in another. `sequence`:
+  // the operation's number in the leader's order (0: none), taken unrun on
+  // this node when it may not act. `decided`: the COMMIT of a decision
+  // already recorded with the coordinator, which this node applies too
+  // while its leadership lapsed within the same epoch (see Commit).
   std::vector<absl::Status> OnEveryNode(
-      const std::function<absl::Status(int node)>& op);
+      uint64_t epoch, const std::function<absl::Status(int node)>& op,
+      uint64_t sequence = 0, bool decided = false);
   // The first failure, naming its node; OK when none failed.
   absl::Status FirstFailure(const std::vector<absl::Status>& results) const;
   std::unique_ptr<v1::Peer::Stub> Stub(int node);

@@ -1,10 +1,15 @@
 #include "server/service/cluster_version_nodes.h"
 
+#include <algorithm>
 #include <cstring>
 #include <future>
+#include <map>
+#include <string>
+#include <vector>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/rpc/status_conversion.h"
 #include "server/service/proto_conversion.h"
 #include "summon/v1/peer.grpc.pb.h"
@@ -17,35 +22,67 @@ absl::StatusOr<int64_t> ClusterVersionNodes::PublishEverywhere(
   request.set_model(model);
   request.set_version(version);
   request.set_epoch(membership_->epoch());
-  std::vector<std::future<absl::StatusOr<int64_t>>> remote;
+  auto ask = [this](int node, const v1::NodePublishVersionRequest& request)
+      -> absl::StatusOr<int64_t> {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    v1::NodePublishVersionResponse response;
+    const absl::Status status =
+        FromGrpcStatus(v1::Peer::NewStub(membership_->ChannelTo(node))
+                           ->NodePublishVersion(&context, request, &response));
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("node ", node, ": ",
+                                                      status.message()));
+    }
+    return response.bytes();
+  };
+  std::map<int, std::future<absl::StatusOr<int64_t>>> remote;
   for (int node = 0; node < membership_->size(); ++node) {
     if (node == membership_->node_rank()) continue;
-    remote.push_back(std::async(
-        std::launch::async, [this, node, &request]() -> absl::StatusOr<int64_t> {
-          grpc::ClientContext context;
-          context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-          v1::NodePublishVersionResponse response;
-          const absl::Status status = FromGrpcStatus(
-              v1::Peer::NewStub(membership_->ChannelTo(node))
-                  ->NodePublishVersion(&context, request, &response));
-          if (!status.ok()) {
-            return absl::Status(status.code(), absl::StrCat("node ", node, ": ",
-                                                            status.message()));
-          }
-          return response.bytes();
-        }));
+    remote[node] = std::async(std::launch::async, ask, node, request);
   }
-  absl::StatusOr<int64_t> total = local_->Take(model, version);
-  for (auto& future : remote) {
-    absl::StatusOr<int64_t> bytes = future.get();
-    if (!total.ok()) continue;
-    if (!bytes.ok()) {
-      total = bytes.status();
-      continue;
+  std::map<int, absl::StatusOr<int64_t>> taken;
+  taken.emplace(membership_->node_rank(), local_->Take(model, version));
+  for (auto& [node, future] : remote) taken.emplace(node, future.get());
+  int64_t total = 0;
+  const absl::Status* failed = nullptr;
+  for (const auto& [node, bytes] : taken) {
+    if (bytes.ok()) {
+      total += *bytes;
+    } else if (failed == nullptr) {
+      failed = &bytes.status();
     }
-    *total += *bytes;
   }
-  return total;
+  if (failed == nullptr) return total;
+  // All or nothing: the nodes that took the version drop it again, so no
+  // reader ever finds a version some node lacks.
+  const std::string why = absl::StrCat("its publish failed (", failed->message(),
+                                       ")");
+  v1::NodePublishVersionRequest undo = request;
+  undo.set_roll_back(true);
+  undo.set_reason(why);
+  std::vector<std::string> undone;
+  std::vector<std::string> stuck;
+  for (const auto& [node, bytes] : taken) {
+    // A node that timed out may have taken it all the same.
+    if (!bytes.ok() && !absl::IsDeadlineExceeded(bytes.status())) continue;
+    if (node == membership_->node_rank()) {
+      local_->RollBack(model, version, why);
+      undone.push_back(absl::StrCat(node));
+    } else if (absl::StatusOr<int64_t> rolled = ask(node, undo); rolled.ok()) {
+      undone.push_back(absl::StrCat(node));
+    } else {
+      stuck.push_back(std::string(rolled.status().message()));
+    }
+  }
+  return absl::Status(
+      failed->code(),
+      absl::StrCat("publish of version ", version, " of model '", model,
+                   "' failed: ", failed->message(), "; rolled back on nodes [",
+                   absl::StrJoin(undone, ", "), "]",
+                   stuck.empty() ? ""
+                                 : absl::StrCat("; not rolled back: ",
+                                                absl::StrJoin(stuck, "; "))));
 }
 
 absl::Status ClusterVersionNodes::ReadRemote(
@@ -71,17 +108,36 @@ absl::Status ClusterVersionNodes::ReadRemote(
   std::unique_ptr<grpc::ClientReader<v1::NodeReadVersionResponse>> reader =
       v1::Peer::NewStub(membership_->ChannelTo(node))
           ->NodeReadVersion(&context, request);
+  // The answer is the pieces' bytes concatenated: each chunk is cut along
+  // the pieces and copied to their places in `out` as it arrives.
+  const int64_t element = static_cast<int64_t>(core::ElementSize(dtype));
   v1::NodeReadVersionResponse chunk;
   int64_t at = 0;
+  size_t piece = 0;
+  int64_t in_piece = 0;  // Bytes of pieces[piece] already placed.
   while (reader->Read(&chunk)) {
-    if (static_cast<int64_t>(chunk.data().size()) > expected - at) {
+    const std::string& data = chunk.data();
+    if (static_cast<int64_t>(data.size()) > expected - at) {
       context.TryCancel();
       reader->Finish().ok();
       return absl::InternalError(absl::StrCat(
           "node ", node, " sent more than the ", expected, " bytes asked"));
     }
-    std::memcpy(out + at, chunk.data().data(), chunk.data().size());
-    at += static_cast<int64_t>(chunk.data().size());
+    int64_t used = 0;
+    while (used < static_cast<int64_t>(data.size())) {
+      const int64_t piece_bytes = pieces[piece].numel * element;
+      const int64_t n = std::min<int64_t>(
+          piece_bytes - in_piece, static_cast<int64_t>(data.size()) - used);
+      std::memcpy(out + pieces[piece].dest_element * element + in_piece,
+                  data.data() + used, n);
+      used += n;
+      in_piece += n;
+      if (in_piece == piece_bytes) {
+        ++piece;
+        in_piece = 0;
+      }
+    }
+    at += used;
   }
   if (absl::Status status = FromGrpcStatus(reader->Finish()); !status.ok()) {
     return status;

@@ -1,5 +1,6 @@
 #include "server/service/forwarding.h"
 
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -98,8 +99,19 @@ std::vector<absl::Status> OnFollowers(
                                      grpc::ClientContext&)>& call) {
   std::vector<absl::Status> results(membership.size());
   std::vector<std::thread> threads;
+  // A node outside the epoch (the cluster formed on its survivors) is not
+  // called: a model operation must reach every node of the list, so it is
+  // refused naming the node (callers that fold answers skip it).
+  const std::set<int> absent = membership.AbsentNodes();
   for (int node = 0; node < membership.size(); ++node) {
     if (node == membership.node_rank()) continue;  // The leader: any node.
+    if (absent.count(node) > 0) {
+      results[node] = absl::UnavailableError(
+          absl::StrCat("node ", node,
+                       " is not in the cluster (lost, not back yet); model "
+                       "operations wait until it is back"));
+      continue;
+    }
     threads.emplace_back([&, node] {
       auto stub = v1::Peer::NewStub(membership.ChannelTo(node));
       grpc::ClientContext context;

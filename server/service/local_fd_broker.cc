@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace summon::server {
@@ -44,7 +45,54 @@ void Reply(int connection, char code, absl::string_view message, int fd) {
   (void)sendmsg(connection, &msg, MSG_NOSIGNAL);
 }
 
+// Receives the token; a descriptor sent with it lands in `fd` (the first
+// one; any others are closed). False when the client sent too little.
+bool ReceiveToken(int connection, std::string& token, int& fd) {
+  size_t got = 0;
+  while (got < token.size()) {
+    iovec iov{token.data() + got, token.size() - got};
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t n = recvmsg(connection, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    for (cmsghdr* header = CMSG_FIRSTHDR(&msg); header != nullptr;
+         header = CMSG_NXTHDR(&msg, header)) {
+      if (header->cmsg_level != SOL_SOCKET ||
+          header->cmsg_type != SCM_RIGHTS) {
+        continue;
+      }
+      const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received = -1;
+        std::memcpy(&received, CMSG_DATA(header) + i * sizeof(int),
+                    sizeof(int));
+        if (fd < 0) {
+          fd = received;
+        } else {
+          close(received);
+        }
+      }
+    }
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
+
+bool IsLocalPeer(absl::string_view peer) {
+  for (absl::string_view prefix :
+       {"unix:", "unix-abstract:", "ipv4:127.", "ipv6:[::1]", "ipv6:%5B::1%5D",
+        "ipv6:[::ffff:127.", "ipv6:%5B::ffff:127.", "inproc"}) {
+    if (absl::StartsWith(peer, prefix)) return true;
+  }
+  return false;
+}
 
 absl::StatusOr<std::unique_ptr<LocalFdBroker>> LocalFdBroker::Start(
     absl::Duration ttl) {
@@ -98,6 +146,9 @@ LocalFdBroker::~LocalFdBroker() {
   close(stop_fd_);
   absl::MutexLock lock(&mu_);
   for (auto& [token, grant] : grants_) close(grant.fd);
+  for (auto& [token, fd] : expected_) {
+    if (fd >= 0) close(fd);
+  }
 }
 
 absl::StatusOr<std::string> LocalFdBroker::Grant(int fd,
@@ -113,6 +164,59 @@ absl::StatusOr<std::string> LocalFdBroker::Grant(int fd,
   DropExpired();
   grants_[token] = Pending{fd, absl::Now() + ttl_, std::move(valid)};
   return token;
+}
+
+absl::StatusOr<std::string> LocalFdBroker::Expect() {
+  std::string token(kTokenBytes, '\0');
+  if (getrandom(token.data(), token.size(), 0) !=
+      static_cast<ssize_t>(token.size())) {
+    return Errno("getrandom");
+  }
+  absl::MutexLock lock(&mu_);
+  expected_[token] = -1;
+  return token;
+}
+
+absl::StatusOr<int> LocalFdBroker::Await(
+    const std::string& token, absl::Time deadline,
+    const std::function<bool()>& cancelled) {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto arrived = [this, &token]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        auto it = expected_.find(token);
+        return it == expected_.end() || it->second >= 0;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&arrived),
+                            std::min(deadline, absl::Now() + absl::Milliseconds(50)));
+      auto it = expected_.find(token);
+      if (it == expected_.end()) {
+        return absl::FailedPreconditionError("the buffer token was dropped");
+      }
+      if (it->second >= 0) {
+        const int fd = it->second;
+        expected_.erase(it);
+        return fd;
+      }
+      if (absl::Now() >= deadline) {
+        expected_.erase(it);
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no buffer was handed over at ", address_, " in time"));
+      }
+    }
+    if (cancelled && cancelled()) {
+      Forget(token);
+      return absl::CancelledError("the call was cancelled");
+    }
+  }
+}
+
+void LocalFdBroker::Forget(const std::string& token) {
+  absl::MutexLock lock(&mu_);
+  auto it = expected_.find(token);
+  if (it == expected_.end()) return;
+  if (it->second >= 0) close(it->second);
+  expected_.erase(it);
 }
 
 int LocalFdBroker::pending() const {
@@ -153,16 +257,18 @@ void LocalFdBroker::Answer(int connection) {
   const timeval timeout{1, 0};
   setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   std::string token(kTokenBytes, '\0');
-  size_t got = 0;
-  while (got < token.size()) {
-    const ssize_t n =
-        recv(connection, token.data() + got, token.size() - got, MSG_WAITALL);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      return Reply(connection, 'E', "no token", -1);
-    }
-    got += static_cast<size_t>(n);
+  int sent = -1;  // A descriptor the client sent with its token.
+  if (!ReceiveToken(connection, token, sent)) {
+    if (sent >= 0) close(sent);
+    return Reply(connection, 'E', "no token", -1);
   }
+  bool expected = false;
+  {
+    absl::MutexLock lock(&mu_);
+    expected = expected_.count(token) != 0;
+  }
+  if (expected) return Accept(connection, token, sent);
+  if (sent >= 0) close(sent);  // Map tokens take nothing.
   Pending grant;
   {
     absl::MutexLock lock(&mu_);
@@ -182,6 +288,28 @@ void LocalFdBroker::Answer(int connection) {
     Reply(connection, 'K', "", grant.fd);
   }
   close(grant.fd);
+}
+
+void LocalFdBroker::Accept(int connection, const std::string& token, int fd) {
+  if (fd < 0) {
+    return Reply(connection, 'E', "no descriptor came with the buffer token",
+                 -1);
+  }
+  bool taken = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = expected_.find(token);
+    if (it != expected_.end() && it->second < 0) {
+      it->second = fd;
+      taken = true;
+    }
+  }
+  if (!taken) {
+    close(fd);
+    return Reply(connection, 'E', "unknown, used or expired buffer token",
+                 -1);
+  }
+  Reply(connection, 'K', "", -1);
 }
 
 }  // namespace summon::server

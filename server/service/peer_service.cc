@@ -111,7 +111,17 @@ grpc::Status PeerServiceImpl::StoreWait(grpc::ServerContext* context,
 
 grpc::Status PeerServiceImpl::Fence(uint64_t epoch) const {
   const uint64_t current = membership_->epoch();
-  if (epoch == current) return grpc::Status::OK;
+  if (epoch == current && epoch != 0) return grpc::Status::OK;
+  if (epoch == 0) {
+    // Sent by a node in no epoch (a leader that just failed and has not
+    // re-formed): two such nodes would otherwise take each other's
+    // operations, numbered in no common order.
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "node ", membership_->node_rank(),
+        " is fenced: the operation carries no cluster epoch, the node is in "
+        "epoch ",
+        absl::Hex(current))));
+  }
   return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
       "node ", membership_->node_rank(),
       " is fenced: the operation is from "
@@ -161,10 +171,17 @@ grpc::Status PeerServiceImpl::NodeGather(grpc::ServerContext* context,
   absl::StatusOr<SessionOptions> options =
       SessionOptionsFromProto(request->scope());
   if (!options.ok()) return ToGrpcStatus(options.status());
-  GatherOp op{request->sequence(), request->gather_id(),  request->model(),
-              options->scope,      request->rank0_only(), request->home_rank(),
-              request->grads()};
+  GatherOp op;
+  op.sequence = request->sequence();
+  op.gather_id = request->gather_id();
+  op.model = request->model();
+  op.scope = options->scope;
+  op.rank0_only = request->rank0_only();
+  op.home_rank = request->home_rank();
+  op.grads = request->grads();
   op.offload_to_cpu = options->offload_to_cpu;
+  op.stale_nodes.assign(request->stale_nodes().begin(),
+                        request->stale_nodes().end());
   return ToGrpcStatus(runtime_->Gather(op));
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/rpc/status_conversion.h"
+#include "server/runtime/fault_points.h"
 #include "server/service/peer_service.h"
 #include "server/service/proto_conversion.h"
 
@@ -42,6 +43,12 @@ grpc::Status PeerServiceImpl::NodePublishVersion(
       !admitted.ok()) {
     return admitted;
   }
+  if (request->roll_back()) {
+    versions_->RollBack(request->model(), request->version(),
+                        request->reason());
+    return grpc::Status::OK;
+  }
+  FaultPoint("publish.node_take");
   absl::StatusOr<int64_t> bytes =
       versions_->Take(request->model(), request->version());
   if (!bytes.ok()) return ToGrpcStatus(bytes.status());

@@ -153,6 +153,12 @@ class SummonServiceImpl final : public v1::Summon::Service {
       const Request& request, Response* response) const {
     return forwarder_.Route(context, method, request, response);
   }
+  // The epoch a leader's model operation goes out under, taken right before
+  // it changes anything here: UNAVAILABLE once this node's leadership lapsed
+  // (a deposed leader resumed from a pause changes no byte here, and the
+  // followers refuse this epoch once they are in another). 0 on a single
+  // node.
+  absl::StatusOr<uint64_t> ActingEpoch() const;
   // The leader's model operations: this node, then every follower; the
   // first failure, naming its node.
   absl::Status CreateEverywhere(const v1::CreateModelRequest& request);

@@ -4,11 +4,13 @@
 // (SummonServiceImpl's second source file).
 
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/checkpoint/checkpoint.h"
+#include "server/runtime/fault_points.h"
 #include "server/service/peer_service.h"
 #include "server/service/summon_service.h"
 
@@ -66,14 +68,26 @@ void FoldNodeHealth(
 
 }  // namespace
 
+absl::StatusOr<uint64_t> SummonServiceImpl::ActingEpoch() const {
+  FaultPoint("model.before_apply");
+  if (cluster_ == nullptr) return 0;
+  const uint64_t epoch = cluster_->epoch();
+  if (absl::Status leading = cluster_->CheckLeading(); !leading.ok()) {
+    return leading;
+  }
+  return epoch;
+}
+
 absl::Status SummonServiceImpl::CreateEverywhere(
     const v1::CreateModelRequest& request) {
+  absl::StatusOr<uint64_t> epoch = ActingEpoch();
+  if (!epoch.ok()) return epoch.status();
   absl::StatusOr<std::shared_ptr<ModelEntry>> model =
       CreateModelFromRequest(*registry_, request);
   if (!model.ok() || cluster_ == nullptr) return model.status();
   v1::NodeCreateModelRequest create;
   *create.mutable_create() = request;
-  create.set_epoch(cluster_->epoch());
+  create.set_epoch(*epoch);
   const std::vector<absl::Status> results = OnFollowers(
       *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
         v1::NodeModelResponse response;
@@ -93,6 +107,8 @@ absl::StatusOr<std::vector<std::string>> SummonServiceImpl::SaveEverywhere(
   // The leader creates the files, every node writes its own ranks' ranges
   // (never a full copy anywhere), the leader commits once every byte is in.
   absl::MutexLock save_lock(&save_mu_);
+  absl::StatusOr<uint64_t> epoch = ActingEpoch();
+  if (!epoch.ok()) return epoch.status();
   absl::StatusOr<CheckpointFiles> plan =
       registry_->PlanSave(model, path, max_file_bytes);
   if (!plan.ok()) return plan.status();
@@ -106,7 +122,7 @@ absl::StatusOr<std::vector<std::string>> SummonServiceImpl::SaveEverywhere(
   save.set_model(model.name);
   save.set_path(path);
   save.set_max_file_bytes(max_file_bytes);
-  save.set_epoch(cluster_->epoch());
+  save.set_epoch(*epoch);
   const std::vector<absl::Status> results = OnFollowers(
       *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
         v1::NodeModelResponse response;
@@ -134,6 +150,8 @@ absl::StatusOr<std::vector<std::string>> SummonServiceImpl::SaveEverywhere(
 
 absl::StatusOr<int64_t> SummonServiceImpl::LoadEverywhere(
     ModelEntry& model, const std::string& path, bool convert) {
+  absl::StatusOr<uint64_t> epoch = ActingEpoch();
+  if (!epoch.ok()) return epoch.status();
   absl::StatusOr<int64_t> bytes =
       registry_->LoadCheckpoint(model, path, convert);
   if (!bytes.ok() || cluster_ == nullptr) return bytes;
@@ -141,7 +159,7 @@ absl::StatusOr<int64_t> SummonServiceImpl::LoadEverywhere(
   load.set_model(model.name);
   load.set_path(std::filesystem::absolute(path).string());
   load.set_convert(convert);
-  load.set_epoch(cluster_->epoch());
+  load.set_epoch(*epoch);
   const std::vector<absl::Status> results = OnFollowers(
       *cluster_, [&](v1::Peer::Stub& stub, grpc::ClientContext& context) {
         v1::NodeModelResponse response;
@@ -154,13 +172,15 @@ absl::StatusOr<int64_t> SummonServiceImpl::LoadEverywhere(
 }
 
 absl::Status SummonServiceImpl::DeleteEverywhere(const std::string& model) {
+  absl::StatusOr<uint64_t> epoch = ActingEpoch();
+  if (!epoch.ok()) return epoch.status();
   if (absl::Status status = registry_->Remove(model); !status.ok()) {
     return status;
   }
   if (cluster_ == nullptr) return absl::OkStatus();
   v1::NodeDeleteModelRequest remove;
   remove.set_model(model);
-  remove.set_epoch(cluster_->epoch());
+  remove.set_epoch(*epoch);
   for (const absl::Status& status : OnFollowers(
            *cluster_, [&](v1::Peer::Stub&stub, grpc::ClientContext&context) {
              v1::NodeModelResponse response;
@@ -184,13 +204,15 @@ absl::Status SummonServiceImpl::FoldClusterHealth(
         context.set_deadline(absl::ToChronoTime(absl::Now() + kHealthTimeout));
         return stub.NodeHealth(&context, request, &answers[node]);
       });
-  for (const absl::Status& status : results) {
-    if (!status.ok()) return status;
+  // Nodes outside the epoch are not asked: the plans leave them out.
+  const std::set<int> absent = cluster_->AbsentNodes();
+  for (int node = 0; node < cluster_->size(); ++node) {
+    if (!results[node].ok() && absent.count(node) == 0) return results[node];
   }
   // Node order, and a tie keeps the lower node: the same detail whichever
   // node answers first.
   for (int node = 0; node < cluster_->size(); ++node) {
-    if (node == cluster_->node_rank()) continue;
+    if (node == cluster_->node_rank() || absent.count(node) > 0) continue;
     FoldNodeHealth(node, answers[node], states);
   }
   return absl::OkStatus();

@@ -17,19 +17,6 @@ namespace {
 
 constexpr int kDefaultHistogramBins = 16;
 
-// gRPC's peer of a call from this host: loopback, a Unix socket or an
-// in-process channel. A
-// descriptor is only of use on this host, and the broker's abstract socket
-// is only reachable from it anyway; this refuses early with a clear reason.
-bool IsLocalPeer(absl::string_view peer) {
-  for (absl::string_view prefix :
-       {"unix:", "unix-abstract:", "ipv4:127.", "ipv6:[::1]", "ipv6:%5B::1%5D",
-        "ipv6:[::ffff:127.", "ipv6:%5B::ffff:127.", "inproc"}) {
-    if (absl::StartsWith(peer, prefix)) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 SummonServiceImpl::StreamSlot::StreamSlot(SummonServiceImpl& service)

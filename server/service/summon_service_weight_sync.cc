@@ -10,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "server/rpc/status_conversion.h"
 #include "server/service/proto_conversion.h"
+#include "server/service/local_fd_broker.h"
 #include "server/service/summon_service.h"
+#include "server/weight_sync/slice_buffer.h"
 
 namespace summon::server {
 namespace {
@@ -45,6 +47,39 @@ absl::StatusOr<std::vector<SliceRequest>> EntriesFromProto(
     entries.push_back(std::move(out));
   }
   return entries;
+}
+
+// A granted local_buffer read: waits for the caller's buffer at the broker,
+// checks it whole (size, shared memory, seals) before writing anything,
+// then writes the header "being written", every entry, and "complete".
+absl::Status IntoBuffer(LocalFdBroker& broker, WeightSync& sync,
+                        grpc::ServerContext& context,
+                        const v1::ReadSlicesRequest& request,
+                        const PlannedRead& read, const std::string& token,
+                        int64_t* peer_bytes) {
+  absl::StatusOr<int> fd = broker.Await(
+      token,
+      std::min(absl::FromChrono(context.deadline()), absl::Now() + broker.ttl()),
+      [&context] { return context.IsCancelled(); });
+  if (!fd.ok()) return fd.status();
+  std::vector<std::string> names;
+  std::vector<int64_t> bytes;
+  for (size_t i = 0; i < read.entries.size(); ++i) {
+    names.push_back(
+        absl::StrCat("entry ", i, " ('", request.entries(i).fqn(), "')"));
+    bytes.push_back(read.entries[i].bytes);
+  }
+  absl::StatusOr<SliceBuffer> buffer =
+      SliceBuffer::Map(*fd, read.total_bytes, names, read.offsets, bytes);
+  if (!buffer.ok()) return buffer.status();
+  buffer->Begin(request.version(), static_cast<int64_t>(read.entries.size()),
+                token);
+  if (absl::Status filled = sync.FillAll(read, buffer->data(), peer_bytes);
+      !filled.ok()) {
+    return filled;
+  }
+  buffer->Complete();
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -124,17 +159,55 @@ grpc::Status SummonServiceImpl::ReadSlices(
     layout->set_dtype(DTypeToProto(read->entries[i].dtype));
   }
   header.set_total_bytes(read->total_bytes);
-  if (!writer->Write(header)) return grpc::Status::CANCELLED;
-  // Each entry assembled whole (its pieces come from several ranks and
-  // nodes), then sent with the zero gap that aligns the next.
+  // The caller's buffer when it asked for one and can be handed one (on
+  // this host, a broker running); data messages otherwise.
+  std::string token;
+  if (request->local_buffer() && fd_broker_ != nullptr &&
+      IsLocalPeer(context->peer())) {
+    absl::StatusOr<std::string> expected = fd_broker_->Expect();
+    if (!expected.ok()) return ToGrpcStatus(expected.status());
+    token = *std::move(expected);
+    header.set_buffer_socket(fd_broker_->address());
+    header.set_buffer_token(token);
+    header.set_buffer_bytes(kSliceBufferHeaderBytes + read->total_bytes);
+  }
+  if (!writer->Write(header)) {
+    if (!token.empty()) fd_broker_->Forget(token);
+    return grpc::Status::CANCELLED;
+  }
   int64_t peer_bytes = 0;
+  auto send_stats = [&]() {
+    v1::ReadSlicesResponse last;
+    last.mutable_stats()->set_slice_bytes(read->slice_bytes);
+    last.mutable_stats()->set_peer_bytes(peer_bytes);
+    return writer->Write(last) ? grpc::Status::OK : grpc::Status::CANCELLED;
+  };
+  if (!token.empty()) {
+    if (absl::Status delivered =
+            IntoBuffer(*fd_broker_, *weight_sync_, *context, *request, *read,
+                       token, &peer_bytes);
+        !delivered.ok()) {
+      return ToGrpcStatus(delivered);
+    }
+    return send_stats();
+  }
+  // A window of whole entries assembled at once (their pieces come from
+  // several ranks and nodes, fetched concurrently), then sent, alignment
+  // gaps included; an entry larger than the window is one of its own.
   std::vector<uint8_t> bytes;
-  for (size_t i = 0; i < read->entries.size(); ++i) {
-    const int64_t end = i + 1 < read->entries.size() ? read->offsets[i + 1]
-                                                     : read->total_bytes;
-    bytes.assign(end - read->offsets[i], 0);
-    if (absl::Status filled = weight_sync_->Fill(*read, static_cast<int>(i),
-                                                 bytes.data(), &peer_bytes);
+  const int count = static_cast<int>(read->entries.size());
+  const int64_t window = weight_sync_->stream_window_bytes();
+  for (int first = 0; first < count;) {
+    int last = first + 1;
+    while (last < count && WeightSync::End(*read, last) -
+                                     read->offsets[first] <=
+                                 window) {
+      ++last;
+    }
+    bytes.resize(WeightSync::End(*read, last - 1) - read->offsets[first]);
+    if (absl::Status filled = weight_sync_->FillRange(*read, first, last,
+                                                      bytes.data(),
+                                                      &peer_bytes);
         !filled.ok()) {
       return ToGrpcStatus(filled);
     }
@@ -146,12 +219,9 @@ grpc::Status SummonServiceImpl::ReadSlices(
                      std::min<int64_t>(kSliceChunkBytes, bytes.size() - at));
       if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
     }
+    first = last;
   }
-  v1::ReadSlicesResponse last;
-  last.mutable_stats()->set_slice_bytes(read->slice_bytes);
-  last.mutable_stats()->set_peer_bytes(peer_bytes);
-  if (!writer->Write(last)) return grpc::Status::CANCELLED;
-  return grpc::Status::OK;
+  return send_stats();
 }
 
 }  // namespace summon::server

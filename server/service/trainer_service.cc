@@ -1,6 +1,7 @@
 #include "server/service/trainer_service.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -164,7 +165,9 @@ grpc::Status TrainerServiceImpl::ReportPhase(
   // Into OPTIMIZER, the trainer writes its rank's shards once it hears
   // back: published versions keep that rank's units first (copy on write).
   // The leader has let the rank in, so no publish comes between.
-  const bool writes = request->phase() == v1::TRAINING_PHASE_OPTIMIZER;
+  const bool writes = request->phase() == v1::TRAINING_PHASE_OPTIMIZER ||
+                      (request->has_through() &&
+                       request->through() == v1::TRAINING_PHASE_OPTIMIZER);
   if (auto routed = forwarder_.Route(*context, &v1::Trainer::Stub::ReportPhase,
                                      *request, response)) {
     if (routed->ok() && writes) {
@@ -175,6 +178,13 @@ grpc::Status TrainerServiceImpl::ReportPhase(
   absl::StatusOr<core::TrainingPhase> phase =
       PhaseFromProto(request->phase(), "phase");
   if (!phase.ok()) return ToGrpcStatus(phase.status());
+  std::optional<core::TrainingPhase> through;
+  if (request->has_through()) {
+    absl::StatusOr<core::TrainingPhase> first =
+        PhaseFromProto(request->through(), "through");
+    if (!first.ok()) return ToGrpcStatus(first.status());
+    through = *first;
+  }
   if (absl::Status leased = trainers_->CheckAndRenew(
           request->model(), request->rank(), request->lease_id());
       !leased.ok()) {
@@ -186,17 +196,44 @@ grpc::Status TrainerServiceImpl::ReportPhase(
   if (request->has_deadline_ms()) {
     deadline = absl::Now() + absl::Milliseconds(request->deadline_ms());
   }
+  // A combined report (`through`) is the two reports in a row, persisted
+  // once: what summond knows of the rank is never behind what it answered.
+  std::optional<PhaseReport> first;
+  if (through.has_value()) {
+    absl::StatusOr<PhaseReport> moved =
+        sessions_->ReportPhase(request->model(), request->rank(), *through,
+                               step, deadline, request->reestablishing());
+    if (!moved.ok()) return ToGrpcStatus(moved.status());
+    first = *moved;
+    if (*through == core::TrainingPhase::kOptimizer) {
+      BeforeTrainerWrites(request->model(), request->rank());
+    }
+  }
   absl::StatusOr<PhaseReport> report =
       sessions_->ReportPhase(request->model(), request->rank(), *phase, step,
                              deadline, request->reestablishing());
-  if (!report.ok()) return ToGrpcStatus(report.status());
-  if (writes) BeforeTrainerWrites(request->model(), request->rank());
+  if (!report.ok()) {
+    if (first.has_value()) {  // the rank stays in `through`
+      if (!request->reestablishing()) {
+        trainers_->PhaseKnown(request->model(), request->rank());
+      }
+      trainers_->Persist();
+    }
+    return ToGrpcStatus(report.status());
+  }
+  if (*phase == core::TrainingPhase::kOptimizer) {
+    BeforeTrainerWrites(request->model(), request->rank());
+  }
   // The leader knows this rank's phase again (after a restart or a stall);
   // a re-establishing trainer says so once every rank is there (Heartbeat).
   if (!request->reestablishing()) {
     trainers_->PhaseKnown(request->model(), request->rank());
   }
   trainers_->Persist();
+  if (first.has_value()) {
+    report->previous = first->previous;
+    report->waited += first->waited;
+  }
   response->set_previous_phase(PhaseToProto(report->previous));
   response->set_phase(PhaseToProto(report->phase));
   if (report->step.has_value()) response->set_step(*report->step);

@@ -17,7 +17,7 @@
 namespace summon::server {
 
 // A single node: every operation is a call into its own runtime.
-class LocalNodeOps final : public NodeOps {
+class LocalNodeOps : public NodeOps {
  public:
   explicit LocalNodeOps(NodeRuntime* runtime) : runtime_(runtime) {}
 

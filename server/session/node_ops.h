@@ -7,6 +7,7 @@
 // ClusterNodeOps (service/cluster_node_ops.h, over the Peer service).
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,12 @@ class NodeOps {
   // The cluster epoch operations run in (0 on a single node); a session
   // whose gather ran in another epoch cannot be written back.
   virtual uint64_t Epoch() const { return 0; }
+  // The nodes outside the epoch (a cluster formed on its survivors): plans
+  // leave them out (core::NodeSets::absent). Empty on a single node.
+  virtual std::set<int> AbsentNodes() const { return {}; }
+  // Members that came back in this epoch and catch up before serving
+  // (Membership::ReturningNodes). Empty on a single node.
+  virtual std::set<int> ReturningNodes() const { return {}; }
   // Must not block on other nodes: they are called under the manager's lock.
   virtual void Release(const std::string& gather_id) = 0;
   virtual void ReleaseSession(const std::string& session_id) = 0;

@@ -140,7 +140,7 @@ GenerationsOp SessionManager::NextGenerations(ModelEntry& model) {
   }
   // In the global order, so that every node sets them at the same point
   // relative to gathers and PREPAREs.
-  op.sequence = next_sequence_++;
+  Number(op);
   return op;
 }
 

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "server/runtime/node_runtime.h"
 #include "server/session/local_node_ops.h"
+#include "server/session/session_id.h"
 #include "server/session/session_internal.h"
 #include "spdlog/spdlog.h"
 
@@ -53,6 +54,10 @@ void SessionManager::ReaperLoop() {
     if (stopping_) break;
     mu_.Unlock();
     ReapExpired();
+    if (options_.coordinator != nullptr) {
+      ClearDecisions();
+      ResolveUndecided();
+    }
     mu_.Lock();
   }
 }
@@ -69,6 +74,7 @@ absl::StatusOr<std::shared_ptr<SessionRecord>> SessionManager::FindSession(
     auto ended = tombstones_.find(id);
     if (ended == tombstones_.end() ||
         options_.clock() - ended->second.ended > options_.tombstone_ttl) {
+      if (absl::Status lost = LeaderLost(id); !lost.ok()) return lost;
       return core::UnknownSessionError(id);
     }
     if (absl::Status status = core::CheckSessionAccess(id, ended->second.owner,
@@ -88,6 +94,32 @@ absl::StatusOr<std::shared_ptr<SessionRecord>> SessionManager::FindSession(
     return status;
   }
   return it->second;
+}
+
+absl::Status SessionManager::LeaderLost(const std::string& id) const {
+  const uint64_t epoch = ops_->Epoch();
+  const std::optional<uint32_t> tag = SessionIdEpochTag(id);
+  // A single node (epoch 0) has no earlier leader; tag 0 names no cluster
+  // epoch (etcd's and the static epochs start at 1).
+  if (epoch == 0 || !tag.has_value() || *tag == 0 ||
+      opened_epoch_tags_.count(*tag) > 0) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "session ", id, " ended: leader lost (it was opened in cluster epoch ",
+      absl::Hex(*tag),
+      " by an earlier leader, and sessions live in their "
+      "leader's memory; the cluster is in epoch ",
+      absl::Hex(epoch), " now: open it again)"));
+}
+
+uint64_t SessionManager::SequenceEpoch() {
+  const uint64_t epoch = ops_->Epoch();
+  if (epoch != sequence_epoch_) {
+    sequence_epoch_ = epoch;
+    next_sequence_ = 1;
+  }
+  return epoch;
 }
 
 SessionInfo SessionManager::Describe(const SessionRecord& session) const {
@@ -182,6 +214,11 @@ absl::StatusOr<SessionInfo> SessionManager::Renew(
 void SessionManager::Finish(SessionRecord& session,
                             core::SessionState final_state,
                             const std::string& reason) {
+  // Once: a session ended meanwhile (AbortAll on a failure while its gather
+  // or writeback was in flight) is not ended again when that call returns,
+  // which would count its model's sessions and its gather's holders twice.
+  auto live = sessions_.find(session.id);
+  if (live == sessions_.end() || live->second.get() != &session) return;
   ModelEntry& model = *session.model;
   {
     absl::MutexLock runtime_lock(&model.runtime_mu);
@@ -234,6 +271,8 @@ void SessionManager::Finish(SessionRecord& session,
 
 int SessionManager::AbortAll(const absl::Status& reason) {
   absl::MutexLock lock(&mu_);
+  // Left to the next formation, which reads every record.
+  undecided_.clear();
   std::vector<std::shared_ptr<SessionRecord>> all;
   for (const auto& [id, session] : sessions_) all.push_back(session);
   for (const std::shared_ptr<SessionRecord>& session : all) {

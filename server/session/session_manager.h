@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -239,6 +240,19 @@ class SessionManager {
   // finishes them too), then drops data staged for anything else.
   // UNAVAILABLE when a decided commit still cannot reach every node.
   absl::Status ResolvePendingCommits();
+  // The members that came back (NodeOps::ReturningNodes) take every
+  // replicated model's shards and generations from a replica that stayed
+  // (session_catch_up.cc). UNAVAILABLE when a copy fails: the cluster then
+  // does not become READY and tries again when it re-forms.
+  absl::Status CatchUpReturningNodes();
+  // A new leader takes every unit's generation from the nodes (issue 31):
+  // `held_by_node` has each answering node's generations of `model_name`
+  // (unit -> generation). Each unit's becomes the highest any node holds
+  // (never lower than the leader's own), and nodes that hold less are moved
+  // to it (session_generations.cc).
+  absl::Status AdoptGenerations(
+      const std::string& model_name,
+      const std::vector<std::map<int, uint64_t>>& held_by_node);
 
   // Aborts sessions whose lease passed; returns how many. The reaper thread
   // calls it; tests call it with an injected clock.
@@ -258,6 +272,11 @@ class SessionManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   SessionInfo Describe(const SessionRecord& session) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION "session ... ended: leader lost (...)" for an
+  // unknown `id` that an earlier leader issued (SessionIdEpochTag); OK for
+  // any other.
+  absl::Status LeaderLost(const std::string& id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases locks, the gather reference and memory; marks the final state
   // and leaves a tombstone saying why (`reason`) and when it ended (R25).
   void Finish(SessionRecord& session, core::SessionState final_state,
@@ -265,6 +284,18 @@ class SessionManager {
   absl::StatusOr<int> FindTensor(const SessionRecord& session,
                                  const std::string& fqn, bool grad) const;
   void ReaperLoop();
+  // Gives `op` the next number of the global order of collectives and the
+  // cluster epoch it was taken in (sent with it, so no node of another
+  // epoch runs it). Numbers start at 1 again in each epoch, as the nodes'
+  // runtimes do after their reset.
+  template <typename Op>
+  void Number(Op& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    op.epoch = SequenceEpoch();
+    op.sequence = next_sequence_++;
+  }
+  // The current epoch; the numbering restarts when it is not the one the
+  // last number was taken in.
+  uint64_t SequenceEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves every unit of `model` to its next generation in the leader's
   // state and numbers the move in the global order; the caller sends it to
   // every node (SendGenerations) after releasing mu_.
@@ -279,8 +310,32 @@ class SessionManager {
   // The decision log of pending commits: the coordinator's records, else
   // the data dir's (a no-op without one). An error (etcd: the epoch was
   // deposed, no quorum) means the decision was not made: nothing commits.
+  // A transaction whose answer was lost (this process paused past the
+  // call's deadline, etcd slow) may still have been applied, and then a
+  // later leader completes it: the record is read back before the decision
+  // counts as not made (ConfirmDecision). UNKNOWN when the record could
+  // not be read back either (the leader cut off from etcd): made or not,
+  // nobody can tell yet, and the caller keeps every node's staged slices
+  // for whoever learns it (ResolveUndecided, or the next formation).
   absl::Status RecordDecision(const CommitOp& commit);
+  absl::Status ConfirmDecision(const std::string& text,
+                               const CommitOp& commit,
+                               const absl::Status& recorded);
+  // The decision's record goes once every node applied the COMMIT. On a
+  // coordinator the reaper deletes it (ClearDecisions), off the close's
+  // path: the decision stays the writeback's one etcd transaction, and a
+  // record left a while longer is only completed again by a later leader,
+  // which changes nothing. While a node is away (survivors serving), the
+  // record stays: the node applies it when it is back (its staged slices
+  // wait for it), or its ranks would miss a writeback the others hold.
   void ForgetDecision(const std::string& session_id);
+  void ClearDecisions();
+  // The writebacks whose decision is unknown (RecordDecision), resolved as
+  // soon as the coordinator answers: recorded, they commit on every node;
+  // not recorded, every node drops their staged slices. A failure leaves
+  // them to the next formation (ResolvePendingCommits reads every record
+  // and drops whatever else is staged), and AbortAll forgets them.
+  void ResolveUndecided();
   // Every decision recorded and not yet forgotten, by session.
   std::map<std::string, CommitOp> RecordedDecisions();
 
@@ -303,6 +358,10 @@ class SessionManager {
     absl::Time ended;
   };
   std::map<std::string, Tombstone> tombstones_ ABSL_GUARDED_BY(mu_);
+  // The epoch tags of the ids this manager issued (one per epoch it led in,
+  // a handful): an unknown id of any other nonzero tag was issued by an
+  // earlier leader, whose sessions went with it.
+  std::set<uint32_t> opened_epoch_tags_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> tombstone_order_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<GatherRecord>> shareable_gathers_
       ABSL_GUARDED_BY(mu_);
@@ -310,8 +369,13 @@ class SessionManager {
   std::vector<int64_t> memory_per_node_ ABSL_GUARDED_BY(mu_);
   // Collectives get consecutive numbers; every node runs them in order.
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t sequence_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // Of next_sequence_.
   // COMMITs decided but not yet acknowledged by every node, by session.
   std::map<std::string, CommitOp> pending_commits_ ABSL_GUARDED_BY(mu_);
+  // Writebacks whose decision is unknown, by session (ResolveUndecided).
+  std::map<std::string, CommitOp> undecided_ ABSL_GUARDED_BY(mu_);
+  // Applied COMMITs whose coordinator records the reaper deletes.
+  std::vector<std::string> decisions_to_clear_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };

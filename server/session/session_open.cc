@@ -5,32 +5,25 @@
 // GatherOp every node runs in the leader's sequence.
 
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/plan.h"
 #include "core/scope.h"
 #include "core/session_rules.h"
 #include "core/session_state.h"
+#include "server/session/session_id.h"
 #include "server/session/session_internal.h"
 #include "server/session/session_manager.h"
 #include "spdlog/spdlog.h"
 
 namespace summon::server {
-namespace {
 
-std::string NewSessionId() {
-  static std::mt19937_64 generator{std::random_device{}()};
-  static absl::Mutex generator_mu;
-  absl::MutexLock lock(&generator_mu);
-  return absl::StrFormat("s-%016x", generator());
-}
+namespace {
 
 // Global ranks that hold a slice of any scoped parameter.
 std::vector<int> RanksOfScope(const core::ModelSpec& spec,
@@ -107,7 +100,7 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
   if (!scope.ok()) return scope.status();
 
   auto session = std::make_shared<SessionRecord>();
-  session->id = NewSessionId();
+  session->id = NewSessionId(ops_->Epoch());
   session->owner = principal;
   session->model = model;
   session->options = options;
@@ -178,11 +171,20 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
           gather->has_grads = gather->has_grads || model->grads_by_rank[rank];
         }
       }
+      core::NodeSets nodes;
+      nodes.absent = ops_->AbsentNodes();
       absl::StatusOr<core::GatherPlan> plan =
           core::PlanGather(spec, gather->layout,
                            options.rank0_only ? core::Placement::kHomeRank
                                               : core::Placement::kPerNode,
-                           options.home_rank);
+                           options.home_rank, nodes);
+      if (absl::IsUnavailable(plan.status())) {
+        // A cluster formed on its survivors without a holder of some shard.
+        return absl::UnavailableError(absl::StrCat(
+            "model '", model_name, "' is unavailable: ",
+            plan.status().message(),
+            "; it serves again once that node is back"));
+      }
       if (!plan.ok()) return plan.status();
       // R9 on every node holding a copy, before anything is allocated.
       gather->bytes = gather->layout.total_bytes * (gather->has_grads ? 2 : 1);
@@ -214,8 +216,7 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
           model->runtime.units[unit].read_only_gathering.insert(session->id);
         }
       }
-      gather->epoch = ops_->Epoch();
-      op = GatherOp{next_sequence_++,
+      op = GatherOp{/*sequence=*/0,
                     gather->id,
                     model_name,
                     options.scope,
@@ -223,9 +224,13 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
                     options.home_rank,
                     gather->has_grads,
                     /*read_only=*/!options.writeback,
-                    options.offload_to_cpu};
+                    options.offload_to_cpu,
+                    /*stale_nodes=*/{}};
+      Number(op);
+      gather->epoch = op.epoch;
     }
     ++model->open_sessions;
+    opened_epoch_tags_.insert(*SessionIdEpochTag(session->id));
     sessions_[session->id] = session;
   }
 
@@ -237,6 +242,15 @@ absl::StatusOr<SessionInfo> SessionManager::Open(const std::string& model_name,
       for (int unit : scope->units) {
         model->runtime.units[unit].read_only_gathering.erase(session->id);
       }
+    }
+    if (sessions_.count(session->id) == 0) {
+      // Aborted while it gathered (AbortAll): its copies went with the
+      // epoch, whatever the gather answered. A failed gather names the node.
+      if (!gathered.ok()) return gathered;
+      return absl::UnavailableError(absl::StrCat(
+          "session ", session->id,
+          " was aborted while it gathered (the cluster lost a node or its "
+          "leader and re-forms); open it again"));
     }
     if (!gathered.ok()) {
       Finish(*session, core::SessionState::kFailed,

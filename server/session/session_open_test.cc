@@ -3,6 +3,7 @@
 // and writable ones locking their units (R2), the memory budget (R9), the
 // per-principal limit, unknown ids and other principals (R11, R12), leases.
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,9 @@
 #include "absl/time/time.h"
 #include "core/plan.h"
 #include "gtest/gtest.h"
+#include "server/comm/local_communicator.h"
+#include "server/runtime/node_runtime.h"
+#include "server/session/local_node_ops.h"
 #include "server/session/session_manager.h"
 #include "server/testing/session_manager_fixture.h"
 
@@ -256,6 +260,110 @@ TEST_F(SessionManagerTest, R25_TombstonesAreBounded) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(sessions_->Get(ids[4096], "alice").status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// One node's runtime under a cluster epoch the test sets, as a leader's
+// node ops report it.
+class EpochNodeOps : public LocalNodeOps {
+ public:
+  using LocalNodeOps::LocalNodeOps;
+  uint64_t Epoch() const override { return epoch; }
+  std::atomic<uint64_t> epoch{0x2f};
+};
+
+TEST_F(SessionManagerTest, ASessionOfAnEarlierLeaderEndedLeaderLost) {
+  Start(2, core::Strategy::kFullShard);
+  LocalCommunicator communicator;
+  NodeRuntime runtime(0, registry_.get(), &communicator, absl::Seconds(30),
+                      nullptr);
+  EpochNodeOps ops(&runtime);
+  UseNodeOps(&ops);
+
+  const SessionInfo mine = Open({});
+  EXPECT_EQ(mine.id.substr(0, 8), "s-00002f");
+  // Issued by the leader of epoch 2e, which this manager never was.
+  EXPECT_EQ(
+      sessions_->Get("s-00002e0000000001", "alice").status(),
+      absl::FailedPreconditionError(
+          "session s-00002e0000000001 ended: leader lost (it was opened in "
+          "cluster epoch 2e by an earlier leader, and sessions live in their "
+          "leader's memory; the cluster is in epoch 2f now: open it again)"));
+  // An id of this leader's own epoch that it never issued, and an id of no
+  // cluster epoch (0): unknown, as before.
+  EXPECT_EQ(sessions_->Get("s-00002f0000000001", "alice").status(),
+            absl::NotFoundError("no session s-00002f0000000001"));
+  EXPECT_EQ(sessions_->Get("s-0000000000000001", "alice").status(),
+            absl::NotFoundError("no session s-0000000000000001"));
+  // The same leader in a later epoch (a node rejoined) still knows the ids
+  // it issued: its own ended session keeps its tombstone, an id of its
+  // earlier epoch that it never issued stays unknown.
+  ASSERT_TRUE(sessions_->Close(mine.id, true, false, "alice").ok());
+  ops.epoch = 0x30;
+  EXPECT_EQ(sessions_->Get("s-00002f0000000001", "alice").status(),
+            absl::NotFoundError("no session s-00002f0000000001"));
+  EXPECT_EQ(sessions_->Get(mine.id, "alice").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(
+      sessions_->Get(mine.id, "alice").status().message().find("ended at"),
+      absl::string_view::npos);
+  sessions_.reset();  // Before the node ops it uses.
+}
+
+// A node failure handled (AbortAll) while an open's gather is in flight:
+// the open fails, whatever its gather answers, and the session is ended
+// once (its model counts no session, its memory is back, its units free).
+class AbortingNodeOps : public LocalNodeOps {
+ public:
+  using LocalNodeOps::LocalNodeOps;
+  absl::Status Gather(const GatherOp& op) override {
+    absl::Status gathered = LocalNodeOps::Gather(op);
+    if (sessions != nullptr) {
+      sessions->AbortAll(absl::UnavailableError("node 1 failed"));
+    }
+    return fail ? absl::UnavailableError("node 1 failed") : gathered;
+  }
+  SessionManager* sessions = nullptr;
+  bool fail = false;
+};
+
+TEST_F(SessionManagerTest, AnOpenAbortedWhileItGathersEndsOnce) {
+  Start(2, core::Strategy::kFullShard);
+  LocalCommunicator communicator;
+  NodeRuntime runtime(0, registry_.get(), &communicator, absl::Seconds(30),
+                      nullptr);
+  AbortingNodeOps ops(&runtime);
+  UseNodeOps(&ops);
+  ops.sessions = sessions_.get();
+  for (bool fail : {false, true}) {
+    ops.fail = fail;
+    const absl::StatusOr<SessionInfo> opened =
+        sessions_->Open("m", Scoped("layers.0"), "alice");
+    ASSERT_FALSE(opened.ok()) << "gather failing: " << fail;
+    EXPECT_EQ(opened.status().code(), absl::StatusCode::kUnavailable);
+    // A failed gather's own error (it names the node), else why it failed.
+    EXPECT_NE(opened.status().message().find(
+                  fail ? "node 1 failed" : "was aborted while it gathered"),
+              absl::string_view::npos)
+        << opened.status();
+    EXPECT_EQ(sessions_->OpenSessionCount(), 0);
+    EXPECT_EQ(sessions_->MemoryInUse(), 0);
+    absl::MutexLock lock(&model_->runtime_mu);
+    EXPECT_EQ(model_->open_sessions, 0) << "gather failing: " << fail;
+  }
+  // The unit is free again: a writable session of it opens.
+  ops.sessions = nullptr;
+  ops.fail = false;
+  const SessionInfo writable = Open(Scoped("layers.0"));
+  EXPECT_EQ(Read(writable.id, "layers.0.b"), Seeded("layers.0.b", 5));
+  ASSERT_TRUE(sessions_->Close(writable.id, true, false, "alice").ok());
+  sessions_.reset();  // Before the node ops it uses.
+}
+
+TEST_F(SessionManagerTest, ASingleNodeNeverSaysLeaderLost) {
+  Start(2, core::Strategy::kFullShard);
+  EXPECT_EQ(Open({}).id.substr(0, 8), "s-000000");
+  EXPECT_EQ(sessions_->Get("s-00002e0000000001", "alice").status(),
+            absl::NotFoundError("no session s-00002e0000000001"));
 }
 
 }  // namespace

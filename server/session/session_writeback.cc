@@ -6,13 +6,16 @@
 // restart. The node's side (stage, publish, drop) is
 // server/runtime/node_writeback.cc.
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "server/coordinator/coordinator.h"
 #include "server/runtime/fault_points.h"
@@ -132,7 +135,7 @@ absl::StatusOr<CloseResult> SessionManager::Close(
   }
   {
     absl::MutexLock lock(&mu_);
-    prepare.sequence = next_sequence_++;
+    Number(prepare);
   }
   absl::StatusOr<int64_t> staged = ops_->Prepare(prepare);
   if (staged.ok()) {
@@ -161,7 +164,25 @@ absl::StatusOr<CloseResult> SessionManager::Close(
   // Every node staged: the decision is COMMIT, recorded before any node
   // applies it, so that it completes even if a node (or the leader) fails
   // now. Not recorded (a deposed epoch, etcd without quorum): not decided.
-  if (absl::Status recorded = RecordDecision(commit); !recorded.ok()) {
+  if (absl::Status recorded = RecordDecision(commit);
+      absl::IsUnknown(recorded)) {
+    // Decided or not, every node keeps its staged slices: dropped here,
+    // they would be missing where a later leader completes the decision
+    // (a writeback applied on some ranks only).
+    absl::MutexLock lock(&mu_);
+    undecided_[id] = commit;
+    Finish(*session, core::SessionState::kFailed,
+           "closed; whether its writeback was decided is unknown (the "
+           "coordinator did not answer), it completes on every rank or on "
+           "none once the coordinator answers");
+    spdlog::error("session writeback undecided id={} model={}: {}", id,
+                  session->model->name, recorded.ToString());
+    return absl::UnavailableError(absl::StrCat(
+        "the writeback of session ", id, " may or may not have been decided (",
+        recorded.message(),
+        "); it completes on every rank or on none once the coordinator "
+        "answers: read the tensors to see which"));
+  } else if (!recorded.ok()) {
     ops_->Abort(id);
     absl::MutexLock lock(&mu_);
     session->state = core::SessionState::kOpen;
@@ -176,7 +197,7 @@ absl::StatusOr<CloseResult> SessionManager::Close(
   FaultPoint("commit.decided");
   {
     absl::MutexLock lock(&mu_);
-    commit.sequence = next_sequence_++;
+    Number(commit);
     pending_commits_[id] = commit;
   }
   if (absl::Status status = ops_->Commit(commit); !status.ok()) {
@@ -229,8 +250,9 @@ absl::StatusOr<CloseResult> SessionManager::Close(
 absl::Status SessionManager::RecordDecision(const CommitOp& commit) {
   const std::string text = DecisionText(commit);
   if (options_.coordinator != nullptr) {
-    return RecordCommitDecision(*options_.coordinator, commit.session_id, text,
-                                ops_->Epoch());
+    const absl::Status recorded = RecordCommitDecision(
+        *options_.coordinator, commit.session_id, text, ops_->Epoch());
+    return ConfirmDecision(text, commit, recorded);
   }
   const std::string& data_dir = registry_->options().data_dir;
   if (data_dir.empty()) return absl::OkStatus();
@@ -251,17 +273,40 @@ absl::Status SessionManager::RecordDecision(const CommitOp& commit) {
   return absl::OkStatus();
 }
 
+absl::Status SessionManager::ConfirmDecision(const std::string& text,
+                                             const CommitOp& commit,
+                                             const absl::Status& recorded) {
+  // Refused by etcd (a deposed epoch, another decision): not made. Not
+  // answered: etcd may have applied it all the same, and a leader that
+  // aborted its own staged slices then would leave its ranks behind when
+  // the next leader completes the decision (a half-applied writeback).
+  if (recorded.ok() || absl::IsAborted(recorded) ||
+      absl::IsAlreadyExists(recorded) ||
+      absl::IsFailedPrecondition(recorded)) {
+    return recorded;
+  }
+  absl::StatusOr<std::optional<std::string>> found =
+      CommitDecision(*options_.coordinator, commit.session_id);
+  if (found.ok() && found->has_value() && **found == text) {
+    spdlog::warn(
+        "commit decision of {} was recorded although its transaction "
+        "answered {}",
+        commit.session_id, recorded.ToString());
+    return absl::OkStatus();
+  }
+  if (!found.ok()) {
+    return absl::UnknownError(absl::StrCat(
+        "the coordinator did not answer the decision (", recorded.message(),
+        ") nor its read-back (", found.status().message(), ")"));
+  }
+  return recorded;
+}
+
 void SessionManager::ForgetDecision(const std::string& session_id) {
+  if (!ops_->AbsentNodes().empty()) return;
   if (options_.coordinator != nullptr) {
-    // Left behind (no quorum now), the record is completed again by a later
-    // leader: a COMMIT applied twice changes nothing (NodeRuntime::Commit).
-    if (absl::Status deleted = options_.coordinator->Delete(
-            coordinator_keys::Commit(session_id),
-            Coordinator::Fence{ops_->Epoch(), /*leader=*/true});
-        !deleted.ok()) {
-      spdlog::warn("commit decision of {} not cleared: {}", session_id,
-                   deleted.ToString());
-    }
+    absl::MutexLock lock(&mu_);
+    decisions_to_clear_.push_back(session_id);
     return;
   }
   const std::string& data_dir = registry_->options().data_dir;
@@ -270,6 +315,61 @@ void SessionManager::ForgetDecision(const std::string& session_id) {
   std::filesystem::remove(
       std::filesystem::path(data_dir) / "commits" / (session_id + ".json"),
       error);
+}
+
+void SessionManager::ClearDecisions() {
+  std::vector<std::string> applied;
+  {
+    absl::MutexLock lock(&mu_);
+    applied.swap(decisions_to_clear_);
+  }
+  for (const std::string& session_id : applied) {
+    // Left behind (no quorum now, a new epoch), the record is completed
+    // again by a later leader: a COMMIT applied twice changes nothing
+    // (NodeRuntime::Commit).
+    if (absl::Status deleted = options_.coordinator->Delete(
+            coordinator_keys::Commit(session_id),
+            Coordinator::Fence{ops_->Epoch(), /*leader=*/true});
+        !deleted.ok()) {
+      spdlog::warn("commit decision of {} not cleared: {}", session_id,
+                   deleted.ToString());
+    }
+  }
+}
+
+void SessionManager::ResolveUndecided() {
+  std::map<std::string, CommitOp> undecided;
+  {
+    absl::MutexLock lock(&mu_);
+    undecided = undecided_;
+  }
+  for (auto& [id, commit] : undecided) {
+    absl::StatusOr<std::optional<std::string>> found =
+        CommitDecision(*options_.coordinator, id);
+    if (!found.ok()) continue;  // Still no answer: the next round.
+    if (!found->has_value()) {
+      ops_->Abort(id);
+      spdlog::warn("session writeback id={} was not decided: dropped", id);
+    } else {
+      {
+        absl::MutexLock lock(&mu_);
+        Number(commit);
+        pending_commits_[id] = commit;
+      }
+      if (absl::Status status = ops_->Commit(commit); !status.ok()) {
+        // Pending like any decided commit: the next formation completes it.
+        spdlog::error("session commit incomplete id={}: {}", id,
+                      status.ToString());
+      } else {
+        ForgetDecision(id);
+        absl::MutexLock lock(&mu_);
+        pending_commits_.erase(id);
+        spdlog::info("session writeback id={} was decided: committed", id);
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    undecided_.erase(id);
+  }
 }
 
 std::map<std::string, CommitOp> SessionManager::RecordedDecisions() {
@@ -317,9 +417,12 @@ std::map<std::string, CommitOp> SessionManager::RecordedDecisions() {
 absl::Status SessionManager::OnClusterFormed() {
   {
     absl::MutexLock lock(&mu_);
-    next_sequence_ = 1;
+    SequenceEpoch();
   }
-  return ResolvePendingCommits();
+  if (absl::Status resolved = ResolvePendingCommits(); !resolved.ok()) {
+    return resolved;
+  }
+  return CatchUpReturningNodes();
 }
 
 absl::Status SessionManager::ResolvePendingCommits() {
@@ -332,8 +435,10 @@ absl::Status SessionManager::ResolvePendingCommits() {
   // node led before.
   for (auto& [id, commit] : RecordedDecisions()) pending[id] = commit;
   absl::Status unresolved = absl::OkStatus();
+  const std::set<int> absent = ops_->AbsentNodes();
   for (auto& [id, commit] : pending) {
     commit.sequence = 0;  // Nothing else runs while the cluster forms.
+    commit.epoch = ops_->Epoch();
     // A peer that just restarted may need a moment before it answers.
     absl::Status status;
     for (int attempt = 0; attempt < kCommitAttempts; ++attempt) {
@@ -356,9 +461,25 @@ absl::Status SessionManager::ResolvePendingCommits() {
       for (const auto& [unit, generation] : commit.target_generations) {
         if (unit >= 0 &&
             unit < static_cast<int>((*model)->runtime.units.size())) {
-          (*model)->runtime.units[unit].generation = generation;
+          // Never back: a decision completed again (its record outlived
+          // its COMMIT) is older than what later writebacks set.
+          uint64_t& current = (*model)->runtime.units[unit].generation;
+          current = std::max(current, generation);
         }
       }
+    }
+    if (!absent.empty()) {
+      // A node of the list that is away (its staged data kept in its shared
+      // memory) applies it when it is back: the decision stays, recorded
+      // and pending, and the formation that takes that node in issues it
+      // again (idempotent where it was applied: NodeRuntime::Commit).
+      // Forgotten now, that node would come back without it: a writeback
+      // half applied, its ranks' old bytes read beside the others' new.
+      spdlog::info(
+          "session commit completed on the members id={}; kept for node(s) "
+          "{}",
+          id, absl::StrJoin(absent, ", "));
+      continue;
     }
     ForgetDecision(id);
     absl::MutexLock lock(&mu_);

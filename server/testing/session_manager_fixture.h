@@ -67,7 +67,7 @@ class SessionManagerTest : public ::testing::Test {
 
   void Start(int local_ranks, std::optional<core::Strategy> strategy,
              std::vector<int> grad_ranks = {}, int64_t budget = 0,
-             int max_sessions = 64) {
+             int max_sessions = 64, Coordinator* coordinator = nullptr) {
     static int counter = 0;
     sessions_.reset();
     registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
@@ -78,12 +78,22 @@ class SessionManagerTest : public ::testing::Test {
     options.max_sessions_per_principal = max_sessions;
     options.admins = {"root"};
     options.clock = [this] { return now_; };
+    options.coordinator = coordinator;
     sessions_ = std::make_unique<SessionManager>(registry_.get(), options);
     ModelInit seeded{ModelInit::Kind::kSeeded, kSeed};
     auto model =
         registry_->Create("m", kLayout, strategy, seeded, grad_ranks, seeded);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *model;
+  }
+
+  // The model of Start() under a new manager over `ops` (a test's own
+  // NodeOps, on a runtime the test keeps alive), with this fixture's clock.
+  void UseNodeOps(NodeOps* ops) {
+    SessionManager::Options options;
+    options.node_ops = ops;
+    options.clock = [this] { return now_; };
+    sessions_ = std::make_unique<SessionManager>(registry_.get(), options);
   }
 
   void TearDown() override {

@@ -4,6 +4,10 @@
 // restarted daemon (see TrainerLeases). Apart from trainer_leases.cc, which
 // decides attaches, renewals and lapses; this file only turns that state
 // into records and back.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +25,11 @@ namespace summon::server {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The longest record written in place: one page at offset 0 is copied into
+// the page cache whole, so a process killed mid-write leaves the old record
+// or the new one (a longer write can stop at a page boundary).
+constexpr size_t kInPlaceBytes = 4096;
 
 }  // namespace
 
@@ -67,11 +76,17 @@ void TrainerLeases::PersistLocked() {
     record["events"].push_back(
         {{"model", key.first}, {"rank", key.second}, {"event", event}});
   }
+  const std::string text = record.dump() + "\n";
+  if (OverwriteInPlace(text)) return;
   const fs::path path = fs::path(options_.data_dir) / "trainers.json";
   const fs::path temp = fs::path(options_.data_dir) / "trainers.json.tmp";
+  if (leases_fd_ >= 0) {  // the rename below replaces the file it has open
+    close(leases_fd_);
+    leases_fd_ = -1;
+  }
   {
     std::ofstream out(temp, std::ios::trunc);
-    out << record.dump() << "\n";
+    out << text;
     if (!out) {
       spdlog::error(
           "cannot write {}: trainer phases will not survive a "
@@ -85,6 +100,32 @@ void TrainerLeases::PersistLocked() {
   if (error) {
     spdlog::error("cannot rename {}: {}", temp.string(), error.message());
   }
+}
+
+bool TrainerLeases::OverwriteInPlace(const std::string& record) {
+  if (record.size() > kInPlaceBytes) return false;
+  if (leases_fd_ < 0) {
+    const fs::path path = fs::path(options_.data_dir) / "trainers.json";
+    leases_fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct stat status;
+    if (leases_fd_ < 0 || fstat(leases_fd_, &status) != 0) {
+      if (leases_fd_ >= 0) close(leases_fd_);
+      leases_fd_ = -1;
+      return false;
+    }
+    leases_file_bytes_ = static_cast<size_t>(status.st_size);
+  }
+  // Padded to the file's length (JSON allows trailing whitespace), so no
+  // ftruncate, which a crash could separate from the write.
+  if (leases_file_bytes_ > kInPlaceBytes) return false;  // a rename shrinks it
+  std::string padded = record;
+  if (padded.size() < leases_file_bytes_) padded.resize(leases_file_bytes_, ' ');
+  if (pwrite(leases_fd_, padded.data(), padded.size(), 0) !=
+      static_cast<ssize_t>(padded.size())) {
+    return false;  // the rename writes it whole
+  }
+  leases_file_bytes_ = padded.size();
+  return true;
 }
 
 absl::Status TrainerLeases::Recover() {

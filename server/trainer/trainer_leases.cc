@@ -3,6 +3,8 @@
 // of the data dir is read and written in leases_file.cc.
 #include "server/trainer/trainer_leases.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <random>
 
@@ -48,6 +50,8 @@ TrainerLeases::~TrainerLeases() {
     stopping_ = true;
   }
   if (reaper_.joinable()) reaper_.join();
+  absl::MutexLock lock(&mu_);
+  if (leases_fd_ >= 0) close(leases_fd_);
 }
 
 void TrainerLeases::ReaperLoop() {

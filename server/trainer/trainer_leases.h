@@ -26,9 +26,13 @@ namespace summon::server {
 // With a data directory the leases and every model's phases, steps and
 // optimizer-step count are written to <data-dir>/trainers.json after each
 // change, so a restarted daemon keeps a rank that was mid-step in its phase
-// until its trainer re-attaches or the lease lapses. The file is replaced by
-// rename without fsync: a process restart keeps the page cache, and a host
-// reboot loses the shared-memory shards the phases describe anyway.
+// until its trainer re-attaches or the lease lapses. Without fsync: a process
+// restart keeps the page cache, and a host reboot loses the shared-memory
+// shards the phases describe anyway. A record of at most one page is
+// overwritten in place (one pwrite at offset 0, padded with spaces to the
+// file's length), which a killed process cannot tear; a longer one replaces
+// the file by rename. Every phase report persists, and a rename on a busy
+// ext4 disk took up to 60 ms, with this class's mutex held (issue 35).
 //
 // Lock order: this class's mutex, then a model's runtime_mu.
 class TrainerLeases {
@@ -131,6 +135,10 @@ class TrainerLeases {
   absl::Status EndedError(const std::string& lease_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes `record` over <data-dir>/trainers.json in place (see the class);
+  // false when it does not fit a page or the file cannot be written so.
+  bool OverwriteInPlace(const std::string& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReaperLoop();
   // Every lease's phases become unknown for `why` (logged once per lease).
   void MarkUnknown(const core::TrainerLease& lease, const std::string& why)
@@ -161,6 +169,10 @@ class TrainerLeases {
   // Models whose optimizer step a lease's end cut short, not yet moved.
   std::vector<std::string> cut_short_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // trainers.json, open for OverwriteInPlace (-1: not open; closed when a
+  // rename replaced the file) and its length.
+  int leases_fd_ ABSL_GUARDED_BY(mu_) = -1;
+  size_t leases_file_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread reaper_;
 };
 

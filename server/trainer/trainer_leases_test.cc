@@ -1,9 +1,13 @@
 #include "server/trainer/trainer_leases.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 
@@ -32,6 +36,7 @@ class TrainerLeasesTest : public ::testing::Test {
     StartLeases();
   }
   void TearDown() override {
+    if (watched_ >= 0) close(watched_);
     leases_.reset();
     registry_->Remove("m").IgnoreError();
     registry_.reset();
@@ -49,6 +54,34 @@ class TrainerLeasesTest : public ::testing::Test {
     absl::MutexLock lock(&model.runtime_mu);
     model.runtime.phase_per_rank[rank] = phase;
   }
+  // A new daemon: the registry re-attaches the model, the leases recover.
+  void Restart() {
+    leases_.reset();
+    registry_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
+        data_dir_, InstanceForDataDir(data_dir_), core::Topology{1, 2}, 0});
+    ASSERT_TRUE(registry_->Recover().ok());
+    StartLeases();
+    ASSERT_TRUE(leases_->Recover().ok());
+  }
+  // trainers.json's text, and whether a rename replaced the file since the
+  // last call (the inode the last call opened has no name left; inode
+  // numbers alone can be reused).
+  std::pair<bool, std::string> LeasesFile() {
+    const std::string path = data_dir_ + "/trainers.json";
+    bool replaced = false;
+    if (watched_ >= 0) {
+      struct stat status;
+      EXPECT_EQ(fstat(watched_, &status), 0);
+      replaced = status.st_nlink == 0;
+      close(watched_);
+    }
+    watched_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    EXPECT_GE(watched_, 0);
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return {replaced, text.str()};
+  }
   core::TrainingPhase PhaseOf(int rank) {
     ModelEntry& model = **registry_->Get("m");
     absl::MutexLock lock(&model.runtime_mu);
@@ -56,6 +89,7 @@ class TrainerLeasesTest : public ::testing::Test {
   }
 
   std::string data_dir_;
+  int watched_ = -1;  // LeasesFile's
   absl::Time now_ = absl::FromUnixSeconds(1000);
   std::unique_ptr<ModelRegistry> registry_;
   std::unique_ptr<TrainerLeases> leases_;
@@ -122,6 +156,55 @@ TEST_F(TrainerLeasesTest, R17_RevokeEndsLeasesWithTheReason) {
       << ended;
   EXPECT_EQ(leases_->Attach("m", {0}, "t", absl::Hours(2)).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Every phase report persists: a record of up to a page overwrites the file
+// in place (no rename, which took up to 60 ms on a busy disk), padded with
+// spaces when it shrank; a longer one is written by rename, and the next
+// short one, after one more rename shrinks the file, in place again. A
+// restart reads each.
+TEST_F(TrainerLeasesTest, R17_ShortRecordsOverwriteTheFileInPlace) {
+  auto attached = leases_->Attach("m", {1}, "t-1", absl::Seconds(5));
+  ASSERT_TRUE(attached.ok());
+  SetPhase(1, core::TrainingPhase::kBackward);
+  leases_->Persist();
+  const std::string backward = LeasesFile().second;
+  SetPhase(1, core::TrainingPhase::kForward);  // one character shorter
+  leases_->Persist();
+  const auto [replaced, forward] = LeasesFile();
+  EXPECT_FALSE(replaced);
+  ASSERT_EQ(forward.size(), backward.size());
+  EXPECT_EQ(forward.back(), ' ');
+  EXPECT_NE(forward.find(R"(["IDLE","FORWARD"])"), std::string::npos) << forward;
+  Restart();
+  EXPECT_EQ(PhaseOf(1), core::TrainingPhase::kForward);
+  EXPECT_EQ(leases_->AttachmentOf("m", 1).first, "t-1");
+
+  // An incarnation of 4200 characters: more than a page, in the lease and
+  // then in rank 0's last event, until the next attach on rank 0.
+  const std::string long_name(4200, 'x');
+  ASSERT_TRUE(leases_->Detach(attached->lease.id).ok());
+  LeasesFile();
+  auto long_lease = leases_->Attach("m", {0}, long_name, absl::Seconds(5));
+  ASSERT_TRUE(long_lease.ok());
+  const auto [long_replaced, long_text] = LeasesFile();
+  EXPECT_TRUE(long_replaced);
+  EXPECT_GT(long_text.size(), 4200u);
+  ASSERT_TRUE(leases_->Detach(long_lease->lease.id).ok());
+  const auto [detach_replaced, detach_text] = LeasesFile();
+  EXPECT_TRUE(detach_replaced);
+  EXPECT_GT(detach_text.size(), 4200u);
+  auto short_lease = leases_->Attach("m", {0}, "t-2", absl::Seconds(5));
+  ASSERT_TRUE(short_lease.ok());
+  const auto [short_replaced, short_text] = LeasesFile();  // shrunk by rename
+  EXPECT_TRUE(short_replaced);
+  EXPECT_LT(short_text.size(), 4096u);
+  SetPhase(0, core::TrainingPhase::kForward);
+  leases_->Persist();
+  EXPECT_FALSE(LeasesFile().first);
+  Restart();
+  EXPECT_EQ(PhaseOf(0), core::TrainingPhase::kForward);
+  EXPECT_EQ(leases_->AttachmentOf("m", 0).first, "t-2");
 }
 
 // R24: the interlock of a model is unknown while a trainer may have moved

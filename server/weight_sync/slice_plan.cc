@@ -179,4 +179,27 @@ absl::StatusOr<SlicePlan> PlanSlice(const core::ModelSpec& spec,
   return plan;
 }
 
+std::vector<std::vector<VersionPiece>> CutIntoBatches(
+    const std::vector<VersionPiece>& pieces, int64_t max_numel) {
+  std::vector<std::vector<VersionPiece>> batches;
+  int64_t room = 0;  // Elements the last batch may still take.
+  for (VersionPiece piece : pieces) {
+    while (piece.numel > 0) {
+      if (room == 0) {
+        batches.emplace_back();
+        room = max_numel;
+      }
+      const int64_t n = std::min(room, piece.numel);
+      batches.back().push_back(VersionPiece{piece.rank, piece.unit,
+                                            piece.shard_element, n,
+                                            piece.dest_element});
+      piece.shard_element += n;
+      piece.dest_element += n;
+      piece.numel -= n;
+      room -= n;
+    }
+  }
+  return batches;
+}
+
 }  // namespace summon::server

@@ -58,6 +58,13 @@ absl::StatusOr<SlicePlan> PlanSlice(const core::ModelSpec& spec,
                                     const SliceRequest& request,
                                     int reader_node);
 
+// `pieces` cut, in order, into batches of at most `max_numel` elements
+// each, a piece larger than that split across batches (its shard and dest
+// elements advanced): one remote fetch per batch, so a large entry's
+// bytes come over several fetches at once. `max_numel` > 0.
+std::vector<std::vector<VersionPiece>> CutIntoBatches(
+    const std::vector<VersionPiece>& pieces, int64_t max_numel);
+
 }  // namespace summon::server
 
 #endif  // SUMMON_SERVER_WEIGHT_SYNC_SLICE_PLAN_H_

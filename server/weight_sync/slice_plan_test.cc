@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -158,6 +159,32 @@ TEST(SlicePlanTest, BadBoxesNamesAndDtypesAreRefused) {
       << status;
   EXPECT_TRUE(plan({"l0.w", {{0, 5}, {0, 6}}, core::DType::kBFloat16}).ok());
   EXPECT_TRUE(plan({"l0.w", {{0, 5}, {0, 6}}, core::DType::kFloat64}).ok());
+}
+
+TEST(SlicePlanTest, BatchesCutPiecesInOrderAndCoverEveryElementOnce) {
+  const std::vector<VersionPiece> pieces = {
+      {0, 1, 100, 3, 0}, {1, 1, 0, 10, 3}, {0, 2, 7, 2, 13}};
+  const std::vector<std::vector<VersionPiece>> batches =
+      CutIntoBatches(pieces, 4);
+  auto as_tuple = [](const VersionPiece& p) {
+    return std::make_tuple(p.rank, p.unit, p.shard_element, p.numel,
+                           p.dest_element);
+  };
+  using T = std::tuple<int, int, int64_t, int64_t, int64_t>;
+  const std::vector<std::vector<T>> expected = {
+      {T{0, 1, 100, 3, 0}, T{1, 1, 0, 1, 3}},
+      {T{1, 1, 1, 4, 4}},
+      {T{1, 1, 5, 4, 8}},
+      {T{1, 1, 9, 1, 12}, T{0, 2, 7, 2, 13}}};
+  ASSERT_EQ(batches.size(), expected.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    std::vector<T> got;
+    for (const VersionPiece& piece : batches[b]) got.push_back(as_tuple(piece));
+    EXPECT_EQ(got, expected[b]) << "batch " << b;
+  }
+  // One batch when everything fits; none for no pieces.
+  EXPECT_EQ(CutIntoBatches(pieces, 15).size(), 1u);
+  EXPECT_TRUE(CutIntoBatches({}, 4).empty());
 }
 
 }  // namespace

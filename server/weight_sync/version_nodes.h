@@ -25,8 +25,9 @@ class VersionNodes {
   // first failure, naming its node.
   virtual absl::StatusOr<int64_t> PublishEverywhere(const std::string& model,
                                                     int64_t version) = 0;
-  // `pieces` (all of ranks on `node`) converted to `dtype` there,
-  // concatenated, into `out`.
+  // `pieces` (all of ranks on `node`) converted to `dtype` there, each
+  // received straight into its place: out + dest_element * element size
+  // (no staging copy).
   virtual absl::Status ReadRemote(int node, const std::string& model,
                                   int64_t version, core::DType dtype,
                                   const std::vector<VersionPiece>& pieces,

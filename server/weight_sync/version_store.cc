@@ -294,6 +294,7 @@ absl::StatusOr<int64_t> VersionStore::Take(const std::string& model,
                      "' was published meanwhile up to ", versions.newest));
   }
   versions.newest = version;
+  versions.rolled_back.erase(version);
   ++counters_->versions;
   // Spares the copies since the last publish did not take go now, before
   // this publish's releases add theirs (the next step's copies take them).
@@ -327,6 +328,13 @@ absl::StatusOr<std::shared_ptr<const VersionSnapshot>> VersionStore::Acquire(
   if (auto kept = versions.kept.find(version); kept != versions.kept.end()) {
     return kept->second;
   }
+  if (auto undone = versions.rolled_back.find(version);
+      undone != versions.rolled_back.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("version ", version, " of model '", model,
+                     "' was rolled back: ", undone->second, " (",
+                     KeptText(versions), ")"));
+  }
   if (versions.released.count(version) > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "version ", version, " of model '", model,
@@ -357,6 +365,23 @@ absl::StatusOr<int64_t> VersionStore::Wait(const std::string& model,
     }
     timed_out = cond_.WaitWithDeadline(&mu_, deadline);
   }
+}
+
+void VersionStore::RollBack(const std::string& model, int64_t version,
+                            const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(model);
+  if (it == models_.end()) return;
+  ModelVersions& versions = it->second;
+  if (versions.kept.erase(version) == 0) return;
+  versions.rolled_back[version] = why;
+  // The newest published before it: Take only ever adds above the newest.
+  int64_t newest = -1;
+  if (!versions.kept.empty()) newest = versions.kept.rbegin()->first;
+  if (!versions.released.empty()) {
+    newest = std::max(newest, *versions.released.rbegin());
+  }
+  versions.newest = newest;
 }
 
 std::vector<int64_t> VersionStore::Kept(const std::string& model) const {

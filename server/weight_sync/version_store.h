@@ -132,6 +132,13 @@ class VersionStore {
   // version published here; NOT_FOUND for an unknown model. Returns the
   // bytes it covers (its ranks' shards).
   absl::StatusOr<int64_t> Take(const std::string& model, int64_t version);
+  // Undoes Take(model, version) when the publish failed on another node:
+  // the version is kept no longer (readers holding it finish), readers
+  // asking for it are told `why`, and a later publish may use its number.
+  // A version Take released to make room stays released. No-op for a
+  // version not kept here.
+  void RollBack(const std::string& model, int64_t version,
+                const std::string& why);
   // Every version of `model` still kept or read copies `write`'s live
   // units (the registry's hook; `shards_mu` held). A copy that cannot get
   // memory is logged and its version cut off (its later reads fail), so
@@ -162,6 +169,7 @@ class VersionStore {
     std::vector<std::weak_ptr<VersionSnapshot>> alive;
     int64_t newest = -1;           // Newest published, kept or not.
     std::set<int64_t> released;    // Published, then dropped.
+    std::map<int64_t, std::string> rolled_back;  // Why, by version.
   };
   // "kept: 3, 4" or "none kept".
   static std::string KeptText(const ModelVersions& versions);

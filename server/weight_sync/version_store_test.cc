@@ -50,8 +50,8 @@ class VersionStoreTest : public SessionManagerTest {
     if (!read.ok()) return read.status();
     std::vector<float> values(read->entries[0].numel);
     int64_t peer_bytes = 0;
-    absl::Status filled = sync_->Fill(
-        *read, 0, reinterpret_cast<uint8_t*>(values.data()), &peer_bytes);
+    absl::Status filled = sync_->FillAll(
+        *read, reinterpret_cast<uint8_t*>(values.data()), &peer_bytes);
     if (!filled.ok()) return filled;
     return values;
   }

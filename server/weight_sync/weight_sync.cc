@@ -1,10 +1,15 @@
 #include "server/weight_sync/weight_sync.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace summon::server {
 
@@ -59,44 +64,99 @@ absl::StatusOr<PlannedRead> WeightSync::Plan(
   return read;
 }
 
-absl::Status WeightSync::Fill(const PlannedRead& read, int entry, uint8_t* out,
-                              int64_t* peer_bytes) {
-  const SlicePlan& plan = read.entries[entry];
+namespace {
+
+// One batch of one entry's pieces on another node: one remote fetch.
+struct Fetch {
+  int entry = 0;
+  int node = 0;
+  std::vector<VersionPiece> pieces;
+  int64_t bytes = 0;
+};
+
+}  // namespace
+
+absl::Status WeightSync::FillRange(const PlannedRead& read, int first,
+                                   int last, uint8_t* out,
+                                   int64_t* peer_bytes) {
+  if (first >= last) return absl::OkStatus();
   const VersionSnapshot& snapshot = *read.snapshot;
   const core::Topology& topology = snapshot.spec().groups.topology;
-  std::vector<VersionPiece> local;
-  std::map<int, std::vector<VersionPiece>> remote;  // By node.
-  for (const VersionPiece& piece : plan.pieces) {
-    const int node = topology.NodeOf(piece.rank);
-    (node == options_.node ? local : remote[node]).push_back(piece);
-  }
-  if (absl::Status copied =
-          snapshot.ReadPieces(local, plan.dtype, /*scatter=*/true, out);
-      !copied.ok()) {
-    return copied;
-  }
-  const int64_t element = static_cast<int64_t>(core::ElementSize(plan.dtype));
-  for (const auto& [node, pieces] : remote) {
-    int64_t numel = 0;
-    for (const VersionPiece& piece : pieces) numel += piece.numel;
-    std::vector<uint8_t> bytes(numel * element);
-    if (absl::Status fetched =
-            nodes_->ReadRemote(node, snapshot.model(), snapshot.version(),
-                               plan.dtype, pieces, bytes.data());
-        !fetched.ok()) {
-      return absl::Status(fetched.code(),
-                          absl::StrCat("entry ", entry, ": node ", node, ": ",
-                                       fetched.message()));
+  const int64_t base = read.offsets[first];
+  std::vector<std::vector<VersionPiece>> local(last - first);
+  std::vector<Fetch> fetches;
+  for (int i = first; i < last; ++i) {
+    const SlicePlan& plan = read.entries[i];
+    const int64_t element = static_cast<int64_t>(core::ElementSize(plan.dtype));
+    std::map<int, std::vector<VersionPiece>> remote;  // By node.
+    for (const VersionPiece& piece : plan.pieces) {
+      const int node = topology.NodeOf(piece.rank);
+      (node == options_.node ? local[i - first] : remote[node])
+          .push_back(piece);
     }
-    *peer_bytes += static_cast<int64_t>(bytes.size());
-    store_->counters().peer_bytes_received += bytes.size();
-    int64_t at = 0;
-    for (const VersionPiece& piece : pieces) {
-      std::memcpy(out + piece.dest_element * element, bytes.data() + at,
-                  piece.numel * element);
-      at += piece.numel * element;
+    const int64_t batch_numel =
+        std::max<int64_t>(1, options_.fetch_batch_bytes / element);
+    for (const auto& [node, pieces] : remote) {
+      for (std::vector<VersionPiece>& batch :
+           CutIntoBatches(pieces, batch_numel)) {
+        int64_t numel = 0;
+        for (const VersionPiece& piece : batch) numel += piece.numel;
+        fetches.push_back(Fetch{i, node, std::move(batch), numel * element});
+      }
     }
   }
+  // The first failure of each entry; the lowest entry's is returned.
+  absl::Mutex mu;
+  std::map<int, absl::Status> failed;  // Guarded by mu.
+  auto fail = [&](int entry, absl::Status status) {
+    absl::MutexLock lock(&mu);
+    failed.emplace(entry, std::move(status));
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> received{0};
+  auto fetch_some = [&] {
+    for (size_t k = next++; k < fetches.size() && !stop.load(); k = next++) {
+      const Fetch& fetch = fetches[k];
+      const SlicePlan& plan = read.entries[fetch.entry];
+      if (absl::Status fetched = nodes_->ReadRemote(
+              fetch.node, snapshot.model(), snapshot.version(), plan.dtype,
+              fetch.pieces, out + read.offsets[fetch.entry] - base);
+          !fetched.ok()) {
+        fail(fetch.entry,
+             absl::Status(fetched.code(),
+                          absl::StrCat("entry ", fetch.entry, ": node ",
+                                       fetch.node, ": ", fetched.message())));
+        stop = true;
+        continue;
+      }
+      received += fetch.bytes;
+    }
+  };
+  std::vector<std::thread> fetchers;
+  const size_t workers = std::min<size_t>(
+      std::max(options_.fetches_in_flight, 1), fetches.size());
+  for (size_t w = 0; w < workers; ++w) fetchers.emplace_back(fetch_some);
+  // This node's pieces meanwhile, entry by entry.
+  for (int i = first; i < last; ++i) {
+    uint8_t* entry_out = out + read.offsets[i] - base;
+    const SlicePlan& plan = read.entries[i];
+    std::memset(entry_out + plan.bytes, 0,
+                End(read, i) - read.offsets[i] - plan.bytes);  // The gap.
+    if (local[i - first].empty()) continue;
+    if (absl::Status copied = snapshot.ReadPieces(
+            local[i - first], plan.dtype, /*scatter=*/true, entry_out);
+        !copied.ok()) {
+      fail(i, std::move(copied));
+      stop = true;
+      break;
+    }
+  }
+  for (std::thread& fetcher : fetchers) fetcher.join();
+  *peer_bytes += received.load();
+  store_->counters().peer_bytes_received += received.load();
+  absl::MutexLock lock(&mu);
+  if (!failed.empty()) return failed.begin()->second;
   return absl::OkStatus();
 }
 

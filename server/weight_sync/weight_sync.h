@@ -8,6 +8,7 @@
 // each entry from this node's snapshot and, for ranks on other nodes, only
 // the elements the box needs, converted there.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,13 @@ class WeightSync {
   struct Options {
     int node = 0;                                 // This node's rank.
     int64_t max_read_bytes = int64_t{64} << 30;  // One ReadSlices' answer.
+    // Other nodes' pieces are fetched in batches of at most this many
+    // bytes, up to `fetches_in_flight` at once (Peer.NodeReadVersion
+    // streams), while this node copies its own: the other nodes read,
+    // convert and send while this one receives, and a large entry's bytes
+    // come over several streams instead of one after the other.
+    int64_t fetch_batch_bytes = int64_t{8} << 20;
+    int fetches_in_flight = 4;
   };
   WeightSync(ModelRegistry* registry, SessionManager* sessions,
              VersionStore* store, VersionNodes* nodes, Options options)
@@ -67,12 +75,37 @@ class WeightSync {
   // and RESOURCE_EXHAUSTED once the packed answer passes max_read_bytes.
   absl::StatusOr<PlannedRead> Plan(const std::string& model, int64_t version,
                                    const std::vector<SliceRequest>& entries);
-  // Entry `entry`'s bytes into `out` (entries[entry].bytes of them);
-  // `peer_bytes` grows by what came from other nodes.
-  absl::Status Fill(const PlannedRead& read, int entry, uint8_t* out,
-                    int64_t* peer_bytes);
+  // Entries [first, last) of the packed answer into `out`, which holds
+  // its bytes from offsets[first] to End(read, last - 1): entry i at
+  // out + offsets[i] - offsets[first], the alignment gaps zero.
+  // `peer_bytes` grows by what came from other nodes. On a failure it
+  // stops taking new fetches, waits for those in flight (nothing writes
+  // into `out` after it returns) and returns the failure of the lowest
+  // entry, naming it; what was written stays: the caller says whether the
+  // bytes are whole.
+  absl::Status FillRange(const PlannedRead& read, int first, int last,
+                         uint8_t* out, int64_t* peer_bytes);
+  // The whole packed answer (total_bytes) into `out`.
+  absl::Status FillAll(const PlannedRead& read, uint8_t* out,
+                       int64_t* peer_bytes) {
+    return FillRange(read, 0, static_cast<int>(read.entries.size()), out,
+                     peer_bytes);
+  }
+  // Where entry `entry`'s bytes and its alignment gap end.
+  static int64_t End(const PlannedRead& read, int entry) {
+    return entry + 1 < static_cast<int>(read.entries.size())
+               ? read.offsets[entry + 1]
+               : read.total_bytes;
+  }
 
   VersionStore& store() { return *store_; }
+  // A streamed answer is assembled in windows of whole entries of about
+  // this many bytes: enough batches to keep every fetch in flight busy,
+  // without holding the whole answer (64 MiB by default).
+  int64_t stream_window_bytes() const {
+    return 2 * options_.fetch_batch_bytes *
+           std::max(options_.fetches_in_flight, 1);
+  }
 
  private:
   ModelRegistry* const registry_;

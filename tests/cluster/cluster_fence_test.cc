@@ -6,6 +6,8 @@
 // the current epoch are answered, and the leader's own fan-out (which
 // fills in the epoch) keeps working.
 
+#include <signal.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -16,8 +18,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
 #include "summon/v1/peer.grpc.pb.h"
 #include "tests/cluster/cluster_calls.h"
 #include "tests/cluster/cluster_values.h"
@@ -27,6 +29,7 @@ namespace summon::tests {
 namespace {
 
 namespace v1 = ::summon::v1;
+namespace health = ::grpc::health::v1;
 
 constexpr char kEpochPrefix[] = ", the node is in epoch ";
 
@@ -55,8 +58,8 @@ class ClusterFenceTest : public testing::Test {
 
   std::unique_ptr<grpc::ClientContext> Context() const {
     auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(
-        std::chrono::system_clock::now() + std::chrono::seconds(20));
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(20));
     return context;
   }
 
@@ -162,10 +165,9 @@ TEST_F(ClusterFenceTest, AFollowerRefusesEveryNodeOperationOfAnotherEpoch) {
     (*request.mutable_generations())[1] = 99;
     request.set_epoch(stale);
     v1::NodeSetGenerationsResponse response;
-    ExpectFenced(
-        "NodeSetGenerations",
-        peer_->NodeSetGenerations(Context().get(), request, &response), stale,
-        current);
+    ExpectFenced("NodeSetGenerations",
+                 peer_->NodeSetGenerations(Context().get(), request, &response),
+                 stale, current);
   }
   {
     v1::NodeWatchPartialsRequest request;
@@ -176,19 +178,17 @@ TEST_F(ClusterFenceTest, AFollowerRefusesEveryNodeOperationOfAnotherEpoch) {
     request.add_upper(0);
     request.set_epoch(stale);
     v1::NodeWatchPartialsResponse response;
-    ExpectFenced(
-        "NodeWatchPartials",
-        peer_->NodeWatchPartials(Context().get(), request, &response), stale,
-        current);
+    ExpectFenced("NodeWatchPartials",
+                 peer_->NodeWatchPartials(Context().get(), request, &response),
+                 stale, current);
   }
   {
     v1::NodeWatchVersionsRequest request;
     request.set_epoch(stale);
     v1::NodeWatchVersionsResponse response;
-    ExpectFenced(
-        "NodeWatchVersions",
-        peer_->NodeWatchVersions(Context().get(), request, &response), stale,
-        current);
+    ExpectFenced("NodeWatchVersions",
+                 peer_->NodeWatchVersions(Context().get(), request, &response),
+                 stale, current);
   }
   {
     v1::NodeWatchFetchRequest request;
@@ -277,9 +277,9 @@ TEST_F(ClusterFenceTest, AFollowerRefusesEveryNodeOperationOfAnotherEpoch) {
     }
     request.set_model("fresh");
     response.Clear();
-    EXPECT_EQ(peer_->NodeChecksum(Context().get(), request, &response)
-                  .error_code(),
-              grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(
+        peer_->NodeChecksum(Context().get(), request, &response).error_code(),
+        grpc::StatusCode::NOT_FOUND);
   }
   // The leader's fan-outs carry the epoch: a delete reaches the follower.
   ASSERT_TRUE(leader.DeleteModel("m").ok());
@@ -288,10 +288,76 @@ TEST_F(ClusterFenceTest, AFollowerRefusesEveryNodeOperationOfAnotherEpoch) {
     request.set_model("m");
     request.set_epoch(current);
     v1::ModelChecksumResponse response;
-    EXPECT_EQ(peer_->NodeChecksum(Context().get(), request, &response)
-                  .error_code(),
-              grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(
+        peer_->NodeChecksum(Context().get(), request, &response).error_code(),
+        grpc::StatusCode::NOT_FOUND);
   }
+}
+
+// A follower that lost its leader has left that epoch: an operation of the
+// epoch still on its way (sent before the leader's failure, or by the
+// leader paused and resumed) must not run there, nor take a sequence number
+// the next epoch's operations count on. The leader is paused, the follower
+// fails over (NOT_SERVING) and is sent the first operation of the epoch it
+// was in: it refuses it as fenced (in epoch 0 until it joins again), and an
+// operation of no epoch too, and
+// once the leader is back the re-formed cluster holds the same generations.
+TEST_F(ClusterFenceTest, AFollowerThatLostItsLeaderRefusesThatEpoch) {
+  const client::SummonClient& leader = cluster_->client(0);
+  CreateSeeded(leader, "m", kUnevenLayout, v1::SHARDING_STRATEGY_FULL_SHARD);
+  const v1::ModelChecksumResponse before = ChecksumOk(leader, "m");
+  const uint64_t left = FollowerEpoch();
+  ASSERT_NE(left, 0u);
+  ASSERT_TRUE(cluster_->Signal(0, SIGSTOP).ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  absl::StatusOr<health::HealthCheckResponse::ServingStatus> serving;
+  while ((serving = cluster_->Health(1)).ok() &&
+         *serving == health::HealthCheckResponse::SERVING &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(serving.ok()) << serving.status();
+  EXPECT_NE(*serving, health::HealthCheckResponse::SERVING);
+  v1::NodeSetGenerationsRequest request;
+  request.set_sequence(1);  // The first of the follower's reset order.
+  request.set_model("m");
+  (*request.mutable_generations())[0] = 99;
+  request.set_epoch(left);
+  v1::NodeSetGenerationsResponse response;
+  const grpc::Status status =
+      peer_->NodeSetGenerations(Context().get(), request, &response);
+  // And as a leader that failed too would send it, from no epoch: two
+  // nodes in epoch 0 must not take each other's operations (numbered in no
+  // common order, they met the next epoch's under one Gloo tag).
+  request.set_epoch(0);
+  const grpc::Status no_epoch =
+      peer_->NodeSetGenerations(Context().get(), request, &response);
+  ASSERT_TRUE(cluster_->Signal(0, SIGCONT).ok());
+  ExpectFenced("NodeSetGenerations", status, left, 0);
+  EXPECT_EQ(no_epoch.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(no_epoch.error_message(),
+            "node 1 is fenced: the operation carries no cluster epoch, the "
+            "node is in epoch 0");
+  const absl::Time formed_by = absl::Now() + absl::Seconds(60);
+  const auto both_serving = [&] {
+    for (int node = 0; node < 2; ++node) {
+      absl::StatusOr<health::HealthCheckResponse::ServingStatus> node_serving =
+          cluster_->Health(node);
+      if (!node_serving.ok() ||
+          *node_serving != health::HealthCheckResponse::SERVING) {
+        return false;
+      }
+    }
+    return true;
+  };
+  while (!both_serving() && absl::Now() < formed_by) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(both_serving()) << "the cluster did not re-form within 60 s";
+  const v1::ModelChecksumResponse after = ChecksumOk(leader, "m");
+  EXPECT_EQ(after.SerializeAsString(), before.SerializeAsString())
+      << "before: " << before.ShortDebugString()
+      << "\nafter: " << after.ShortDebugString();
 }
 
 }  // namespace

@@ -117,12 +117,21 @@ TYPED_TEST(ClusterHealthTest, FollowersSegmentsDecideTheModelsState) {
   ASSERT_TRUE(this->cluster().Kill(this->follower()).ok());
   const absl::Status restarted = this->cluster().StartNode(this->follower());
   ASSERT_TRUE(restarted.ok()) << restarted;
-  // The leader hears the re-join within a few heartbeats.
+  // The leader hears the re-join within a few heartbeats, and until it has
+  // re-formed the cluster on the new incarnation, calls answer UNAVAILABLE
+  // ("node 2 restarted ... the cluster re-forms"), as a client retries.
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
   auto everyone_answers = [this] {
     const absl::StatusOr<v1::ListModelsResponse> listed =
         this->cluster().client(0).ListModels();
-    return listed.ok() && listed->nodes_down_size() == 0;
+    if (!listed.ok() || listed->nodes_down_size() != 0) return false;
+    for (int node = 0; node < this->cluster().nodes(); ++node) {
+      if (absl::IsUnavailable(
+              this->cluster().client(node).DescribeModel("m").status())) {
+        return false;
+      }
+    }
+    return true;
   };
   while (absl::Now() < give_up && !everyone_answers()) {
     absl::SleepFor(absl::Milliseconds(100));

@@ -33,36 +33,6 @@ namespace {
 
 namespace v1 = ::summon::v1;
 
-// The shard of one rank mapped from /dev/shm as its trainer maps it.
-class MappedShard {
- public:
-  explicit MappedShard(const v1::MapShardsResponse& shard)
-      : bytes_(shard.segment_bytes()) {
-    const int fd = shm_open(shard.segment_name().c_str(), O_RDWR, 0);
-    EXPECT_GE(fd, 0) << shard.segment_name();
-    if (fd < 0) return;
-    void* base =
-        mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    EXPECT_NE(base, MAP_FAILED);
-    if (base != MAP_FAILED) base_ = static_cast<char*>(base);
-  }
-  MappedShard(const MappedShard&) = delete;
-  MappedShard& operator=(const MappedShard&) = delete;
-  ~MappedShard() {
-    if (base_ != nullptr) munmap(base_, bytes_);
-  }
-  float* Param(const v1::UnitShard& unit, const v1::ParamShard& param) const {
-    return reinterpret_cast<float*>(base_ + unit.params_offset()) +
-           param.offset_in_shard();
-  }
-  bool ok() const { return base_ != nullptr; }
-
- private:
-  size_t bytes_;
-  char* base_ = nullptr;
-};
-
 const std::vector<v1::TrainingPhase>& FullStep() {
   static const auto* const kStep = new std::vector<v1::TrainingPhase>{
       v1::TRAINING_PHASE_FORWARD, v1::TRAINING_PHASE_BETWEEN,

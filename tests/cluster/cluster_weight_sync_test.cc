@@ -6,6 +6,7 @@
 // asked of summond), a version never changes after a writeback, a publish
 // never mixes steps, and bad entries are refused naming them.
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -132,6 +133,36 @@ class ClusterWeightSyncTest : public SharedClusterTest<Topology> {
       }
     }
   }
+
+  // One trainer per node over its node's ranks, attached to `model`.
+  std::vector<NodeTrainer> AttachTrainers(const std::string& model) {
+    std::vector<NodeTrainer> trainers(this->nodes());
+    for (int node = 0; node < this->nodes(); ++node) {
+      trainers[node].node = node;
+      for (int rank = 0; rank < this->world(); ++rank) {
+        if (this->cluster().NodeOf(rank) == node) {
+          trainers[node].ranks.push_back(rank);
+        }
+      }
+      trainers[node].stub = v1::Trainer::NewStub(grpc::CreateChannel(
+          this->cluster().address(node), grpc::InsecureChannelCredentials()));
+      v1::AttachResponse attached;
+      EXPECT_TRUE(trainers[node]
+                      .Attach(model, absl::StrCat("t", node), 30, &attached)
+                      .ok());
+    }
+    return trainers;
+  }
+
+  static void Detach(std::vector<NodeTrainer>& trainers) {
+    for (NodeTrainer& trainer : trainers) {
+      v1::DetachRequest request;
+      request.set_lease_id(trainer.lease);
+      v1::DetachResponse response;
+      trainer.stub->Detach(NodeTrainer::Context().get(), request, &response);
+      trainer.stub.reset();
+    }
+  }
 };
 
 TYPED_TEST_SUITE(ClusterWeightSyncTest, Topologies, ClusterTopologyNames);
@@ -168,6 +199,58 @@ TYPED_TEST(ClusterWeightSyncTest, VersionsReadExactlyAndNeverChange) {
   EXPECT_EQ(bf16->packed, SeededBytes("b", 16, v1::DTYPE_BFLOAT16).substr(4, 10));
   EXPECT_EQ(this->node(last).WaitVersion(name, 4, absl::Seconds(5)).value_or(-1),
             4);
+  ASSERT_TRUE(this->node(0).DeleteModel(name).ok());
+}
+
+TYPED_TEST(ClusterWeightSyncTest, ReadsIntoASliceBufferThroughEveryNode) {
+  const std::string name = "sync-into";
+  const v1::Model model = CreateSeeded(this->node(0), name, kLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  const TensorBytes seeded = SeededModel(model);
+  ASSERT_TRUE(this->node(0).Publish(name, 5).ok());
+  const std::vector<Box> boxes = this->Boxes();
+  for (int reader = 0; reader < this->nodes(); ++reader) {
+    SCOPED_TRACE(absl::StrCat("read via node ", reader));
+    absl::StatusOr<client::SliceBuffer> buffer =
+        client::SliceBuffer::Create(4096);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    // Twice into the same buffer: the second read rewrites it whole.
+    for (int round = 0; round < 2; ++round) {
+      absl::StatusOr<client::SlicesData> read =
+          this->node(reader).ReadSlices(Request(name, 5, boxes), &*buffer);
+      ASSERT_TRUE(read.ok()) << read.status();
+      // The daemon wrote the answer itself (same host): no data messages.
+      EXPECT_TRUE(read->local_buffer);
+      EXPECT_TRUE(read->packed.empty());
+      EXPECT_TRUE(buffer->complete());
+      int64_t remote = 0;
+      for (size_t i = 0; i < boxes.size(); ++i) {
+        const v1::SliceLayout& layout = read->entries[i];
+        const std::vector<float> expected =
+            Cut(boxes[i], BytesToFloats(seeded.at(boxes[i].fqn)),
+                this->world(), TypeParam::kLocalRanks, reader, &remote);
+        EXPECT_EQ(BytesToFloats(std::string(
+                      reinterpret_cast<const char*>(buffer->packed()) +
+                          layout.offset(),
+                      layout.bytes())),
+                  expected)
+            << boxes[i].fqn << " entry " << i;
+      }
+      EXPECT_EQ(read->stats.peer_bytes(), remote);
+      std::memset(buffer->mutable_packed(), 0xff, 64);  // Stale bytes.
+    }
+  }
+  // A buffer too small: refused naming the entry, its header never
+  // marked complete.
+  absl::StatusOr<client::SliceBuffer> small = client::SliceBuffer::Create(16);
+  ASSERT_TRUE(small.ok()) << small.status();
+  absl::StatusOr<client::SlicesData> refused =
+      this->node(0).ReadSlices(Request(name, 5, boxes), &*small);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "entry 0 ('l0.w'): ends at byte 256"))
+      << refused.status();
+  EXPECT_FALSE(small->complete());
   ASSERT_TRUE(this->node(0).DeleteModel(name).ok());
 }
 
@@ -221,22 +304,7 @@ TYPED_TEST(ClusterWeightSyncTest, BadEntriesAndVersionsAreRefusedNamingThem) {
 TYPED_TEST(ClusterWeightSyncTest, PublishNeverMixesSteps) {
   const std::string name = "sync-steps";
   CreateSeeded(this->node(0), name, kLayout, v1::SHARDING_STRATEGY_FULL_SHARD);
-  // One trainer per node, each over its node's ranks.
-  std::vector<NodeTrainer> trainers(this->nodes());
-  for (int node = 0; node < this->nodes(); ++node) {
-    trainers[node].node = node;
-    for (int rank = 0; rank < this->world(); ++rank) {
-      if (this->cluster().NodeOf(rank) == node) {
-        trainers[node].ranks.push_back(rank);
-      }
-    }
-    trainers[node].stub = v1::Trainer::NewStub(grpc::CreateChannel(
-        this->cluster().address(node), grpc::InsecureChannelCredentials()));
-    v1::AttachResponse attached;
-    ASSERT_TRUE(trainers[node]
-                    .Attach(name, absl::StrCat("t", node), 30, &attached)
-                    .ok());
-  }
+  std::vector<NodeTrainer> trainers = this->AttachTrainers(name);
   // Rank 0 steps alone: first inside OPTIMIZER, then past it while every
   // other rank is still at the step before.
   const std::vector<v1::TrainingPhase> step = {
@@ -265,13 +333,51 @@ TYPED_TEST(ClusterWeightSyncTest, PublishNeverMixesSteps) {
     }
   }
   EXPECT_TRUE(this->node(0).Publish(name, 1).ok());
-  for (NodeTrainer& trainer : trainers) {
-    v1::DetachRequest request;
-    request.set_lease_id(trainer.lease);
-    v1::DetachResponse response;
-    trainer.stub->Detach(NodeTrainer::Context().get(), request, &response);
-    trainer.stub.reset();
+  this->Detach(trainers);
+  ASSERT_TRUE(this->node(0).DeleteModel(name).ok());
+}
+
+// The copy on write at a rank's move into OPTIMIZER, on every node (the
+// followers' included): each node's trainer steps and, once its OPTIMIZER
+// report is answered, rewrites its ranks' shards in place (every value
+// negated) as an optimizer does. Version 1, published before, still reads
+// exactly the seeded values through every node; version 2 the new ones.
+TYPED_TEST(ClusterWeightSyncTest, AVersionStaysExactWhileTheTrainersStep) {
+  const std::string name = "sync-cow";
+  const v1::Model model = CreateSeeded(this->node(0), name, kLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  const TensorBytes seeded = SeededModel(model);
+  // Attached first: an attach copies the units of every kept version.
+  std::vector<NodeTrainer> trainers = this->AttachTrainers(name);
+  ASSERT_TRUE(this->node(0).Publish(name, 1).ok());
+  for (const NodeTrainer& trainer : trainers) {
+    trainer.Walk(name,
+                 {v1::TRAINING_PHASE_FORWARD, v1::TRAINING_PHASE_BETWEEN,
+                  v1::TRAINING_PHASE_BACKWARD, v1::TRAINING_PHASE_OPTIMIZER},
+                 1);
+    for (int rank : trainer.ranks) {
+      const v1::MapShardsResponse shard = trainer.Map(name, rank);
+      MappedShard mapped(shard);
+      ASSERT_TRUE(mapped.ok());
+      for (const v1::UnitShard& unit : shard.units()) {
+        for (const v1::ParamShard& param : unit.params()) {
+          float* held = mapped.Param(unit, param);
+          for (int64_t i = 0; i < param.numel(); ++i) held[i] = -held[i];
+        }
+      }
+    }
+    trainer.Walk(name, {v1::TRAINING_PHASE_IDLE}, 1);
   }
+  this->ExpectVersion(name, 1, seeded);
+  TensorBytes negated;
+  for (const auto& [fqn, bytes] : seeded) {
+    std::vector<float> values = BytesToFloats(bytes);
+    for (float& value : values) value = -value;
+    negated[fqn] = FloatBytes(values);
+  }
+  ASSERT_TRUE(this->node(0).Publish(name, 2).ok());
+  this->ExpectVersion(name, 2, negated);
+  this->Detach(trainers);
   ASSERT_TRUE(this->node(0).DeleteModel(name).ok());
 }
 

@@ -126,11 +126,19 @@ absl::Status LocalCluster::SpawnNode(int node) {
   if (!options_.checkpoint_root.empty()) {
     args.push_back("--checkpoint-root=" + options_.checkpoint_root);
   }
-  if (!options_.coordinator.empty()) {
-    args.push_back("--coordinator=" + options_.coordinator);
+  const std::string& coordinator = options_.node_coordinators.empty()
+                                       ? options_.coordinator
+                                       : options_.node_coordinators[node];
+  if (!coordinator.empty()) {
+    args.push_back("--coordinator=" + coordinator);
     args.push_back("--coordinator-lease-ttl=" +
                    absl::FormatDuration(options_.coordinator_lease_ttl));
+  } else if (options_.nodes > 1) {
+    // summond refuses a cluster that names no coordinator.
+    args.push_back("--coordinator=static");
   }
+  args.insert(args.end(), options_.extra_flags.begin(),
+              options_.extra_flags.end());
   // A single node is no cluster: it serves on --listen, not its --nodes
   // entry.
   if (options_.nodes == 1) args.push_back("--listen=" + addresses_[node]);
@@ -143,6 +151,8 @@ absl::Status LocalCluster::SpawnNode(int node) {
   }
   std::string fault = "SUMMON_FAULT_POINT=" + options_.fault_point;
   if (!options_.fault_point.empty()) env.push_back(fault.data());
+  std::string fault_file = "SUMMON_FAULT_FILE=" + this->fault_file(node);
+  if (options_.fault_files) env.push_back(fault_file.data());
   env.push_back(nullptr);
   pid_t pid = -1;
   if (const int error =
@@ -153,6 +163,10 @@ absl::Status LocalCluster::SpawnNode(int node) {
   }
   pids_[node] = pid;
   return absl::OkStatus();
+}
+
+std::string LocalCluster::fault_file(int node) const {
+  return absl::StrCat(work_dir_, "/fault-node", node);
 }
 
 absl::Status LocalCluster::Kill(int node) {
@@ -172,6 +186,16 @@ absl::Status LocalCluster::Signal(int node, int signal) {
         absl::StrCat("node ", node, " is not running"));
   }
   kill(pids_[node], signal);
+  if (signal != SIGSTOP) return absl::OkStatus();
+  // Until one thread takes the queued stop the others keep answering RPCs;
+  // waitpid reports the stop once every thread has stopped.
+  // WNOWAIT: an exit stays for CheckAlive to reap.
+  siginfo_t info{};
+  if (waitid(P_PID, pids_[node], &info, WSTOPPED | WEXITED | WNOWAIT) != 0 ||
+      info.si_code != CLD_STOPPED) {
+    return absl::UnavailableError(
+        absl::StrCat("summond of node ", node, " ended instead of stopping"));
+  }
   return absl::OkStatus();
 }
 

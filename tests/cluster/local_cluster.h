@@ -39,11 +39,20 @@ class LocalCluster {
     std::string checkpoint_root;
     // Set: every node's --coordinator (etcd://HOST:PORT/CLUSTER: etcd
     // elects the leader) with this --coordinator-lease-ttl. Empty: the
-    // static mode, node 0 leads.
+    // static mode (--coordinator static), node 0 leads.
     std::string coordinator;
     absl::Duration coordinator_lease_ttl = absl::Seconds(2);
+    // More flags for every daemon (e.g. etcd's TLS and user:
+    // EtcdCluster::summond_flags()).
+    std::vector<std::string> extra_flags;
     // Set: every daemon's SUMMON_FAULT_POINT (server/runtime/fault_points.h).
     std::string fault_point;
+    // Set (one per node): node N's --coordinator instead of `coordinator`,
+    // e.g. each node through its own proxy, so one node can be cut off.
+    std::vector<std::string> node_coordinators = {};
+    // Every daemon's SUMMON_FAULT_FILE is fault_file(node): a fault point
+    // armed on one node at run time (server/runtime/fault_points.h).
+    bool fault_files = false;
   };
 
   // Picks free ports, starts the processes and, when every node is started,
@@ -68,9 +77,12 @@ class LocalCluster {
 
   // Node `node`'s data directory (its instance names its segments).
   const std::string& data_dir(int node) const { return data_dirs_[node]; }
+  // Node `node`'s SUMMON_FAULT_FILE (with Options::fault_files).
+  std::string fault_file(int node) const;
   // SIGKILL (a machine failure) and reap; its segments and data dir stay.
   absl::Status Kill(int node);
-  // Sends `signal` to node `node`'s daemon (SIGSTOP, SIGCONT: a pause).
+  // Sends `signal` to node `node`'s daemon (SIGSTOP, SIGCONT: a pause);
+  // SIGSTOP returns once every thread of it has stopped.
   absl::Status Signal(int node, int signal);
   // Starts a killed node again with the same data directory and a fresh
   // client, and waits until every node serves.

@@ -4,6 +4,10 @@
 // A trainer process of one node of a LocalCluster, as the cluster tests
 // drive it over the Trainer service (the C++ client has no trainer calls).
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -75,6 +79,37 @@ struct NodeTrainer {
     EXPECT_TRUE(status.ok()) << status.error_message();
     return response;
   }
+};
+
+// The shard of one rank mapped from /dev/shm as its trainer maps it, to
+// write its parameters as an optimizer does.
+class MappedShard {
+ public:
+  explicit MappedShard(const v1::MapShardsResponse& shard)
+      : bytes_(shard.segment_bytes()) {
+    const int fd = shm_open(shard.segment_name().c_str(), O_RDWR, 0);
+    EXPECT_GE(fd, 0) << shard.segment_name();
+    if (fd < 0) return;
+    void* base =
+        mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    EXPECT_NE(base, MAP_FAILED);
+    if (base != MAP_FAILED) base_ = static_cast<char*>(base);
+  }
+  MappedShard(const MappedShard&) = delete;
+  MappedShard& operator=(const MappedShard&) = delete;
+  ~MappedShard() {
+    if (base_ != nullptr) munmap(base_, bytes_);
+  }
+  float* Param(const v1::UnitShard& unit, const v1::ParamShard& param) const {
+    return reinterpret_cast<float*>(base_ + unit.params_offset()) +
+           param.offset_in_shard();
+  }
+  bool ok() const { return base_ != nullptr; }
+
+ private:
+  size_t bytes_;
+  char* base_ = nullptr;
 };
 
 }  // namespace summon::tests

@@ -6,11 +6,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "server/coordinator/etcd_client.h"
 #include "tests/cluster/daemon_testing.h"
 
@@ -21,9 +26,29 @@ namespace {
 constexpr absl::Duration kStartTimeout = absl::Seconds(30);
 constexpr absl::Duration kPollInterval = absl::Milliseconds(50);
 
-std::string Url(int port) { return absl::StrCat("http://127.0.0.1:", port); }
+std::string HttpUrl(int port) {
+  return absl::StrCat("http://127.0.0.1:", port);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::UnavailableError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+absl::Status Checked(const grpc::Status& status, absl::string_view what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("etcd ", what, ": ", status.error_message()));
+}
 
 }  // namespace
+
+std::string EtcdCluster::Url(int port) const {
+  return absl::StrCat(options_.tls ? "https" : "http", "://127.0.0.1:", port);
+}
 
 absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
     Options options) {
@@ -43,6 +68,13 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
     return absl::UnavailableError(absl::StrCat("mkdtemp: ", strerror(errno)));
   }
   cluster->root_ = pattern;
+  if (cluster->options_.tls) {
+    const std::string make_pki = absl::StrCat(
+        RunfilePath("tests/security/make_pki.sh"), " ", cluster->root_, "/pki");
+    if (std::system(make_pki.c_str()) != 0) {
+      return absl::UnavailableError(absl::StrCat("failed: ", make_pki));
+    }
+  }
   const int count = cluster->options_.members;
   absl::StatusOr<std::vector<int>> ports = PickFreePorts(2 * count);
   if (!ports.ok()) return ports.status();
@@ -53,7 +85,7 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
     member.client_port = (*ports)[2 * i];
     member.peer_port = (*ports)[2 * i + 1];
     member.data_dir = absl::StrCat(cluster->root_, "/", member.name);
-    peers.push_back(absl::StrCat(member.name, "=", Url(member.peer_port)));
+    peers.push_back(absl::StrCat(member.name, "=", HttpUrl(member.peer_port)));
     cluster->members_.push_back(std::move(member));
   }
   cluster->initial_cluster_ = absl::StrJoin(peers, ",");
@@ -65,6 +97,11 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
   if (absl::Status healthy = cluster->WaitHealthy(kStartTimeout);
       !healthy.ok()) {
     return healthy;
+  }
+  if (cluster->options_.auth) {
+    if (absl::Status enabled = cluster->EnableAuth(); !enabled.ok()) {
+      return enabled;
+    }
   }
   return cluster;
 }
@@ -107,9 +144,9 @@ absl::Status EtcdCluster::Spawn(int index) {
       "--advertise-client-urls",
       Url(member.client_port),
       "--listen-peer-urls",
-      Url(member.peer_port),
+      HttpUrl(member.peer_port),
       "--initial-advertise-peer-urls",
-      Url(member.peer_port),
+      HttpUrl(member.peer_port),
       "--initial-cluster",
       initial_cluster_,
       "--initial-cluster-state",
@@ -121,6 +158,19 @@ absl::Status EtcdCluster::Spawn(int index) {
       "--log-level",
       "warn",
   };
+  if (options_.tls) {
+    for (const std::string& arg :
+         {std::string("--cert-file"), pki("server.crt"),
+          std::string("--key-file"), pki("server.key"),
+          std::string("--trusted-ca-file"), pki("ca.crt"),
+          std::string("--client-cert-auth")}) {
+      spec.argv.push_back(arg);
+    }
+  }
+  if (options_.auth_token_ttl_s > 0) {
+    spec.argv.push_back("--auth-token-ttl");
+    spec.argv.push_back(absl::StrCat(options_.auth_token_ttl_s));
+  }
   // Never the system's etcd settings (ETCD_* variables) in a test.
   spec.env = {{"ETCD_DATA_DIR", ""}, {"ETCD_NAME", ""}};
   spec.log_path = absl::StrCat(log_dir, "/etcd-", member.name, ".log");
@@ -138,6 +188,116 @@ std::vector<std::string> EtcdCluster::client_addresses() const {
   std::vector<std::string> addresses;
   for (int i = 0; i < members(); ++i) addresses.push_back(client_address(i));
   return addresses;
+}
+
+server::EtcdClient::Options EtcdCluster::client_options(
+    absl::Duration call_timeout) const {
+  server::EtcdClient::Options options;
+  options.endpoints = client_addresses();
+  options.call_timeout = call_timeout;
+  if (options_.tls) {
+    grpc::SslCredentialsOptions tls;
+    tls.pem_root_certs = ReadFile(pki("ca.crt")).value_or("");
+    tls.pem_cert_chain = ReadFile(pki("alice.crt")).value_or("");
+    tls.pem_private_key = ReadFile(pki("alice.key")).value_or("");
+    options.credentials = grpc::SslCredentials(tls);
+  }
+  if (options_.auth) {
+    options.user = kUser;
+    options.password = password_;
+  }
+  return options;
+}
+
+std::vector<std::string> EtcdCluster::summond_flags() const {
+  std::vector<std::string> flags;
+  if (options_.tls) {
+    flags.push_back("--coordinator-ca=" + pki("ca.crt"));
+    flags.push_back("--coordinator-cert=" + pki("alice.crt"));
+    flags.push_back("--coordinator-key=" + pki("alice.key"));
+  }
+  if (options_.auth) {
+    flags.push_back(absl::StrCat("--coordinator-user=", kUser));
+    flags.push_back("--coordinator-password-file=" + password_file());
+  }
+  return flags;
+}
+
+absl::Status EtcdCluster::EnableAuth() {
+  password_ =
+      absl::StrCat("pw-", getpid(), "-", absl::ToUnixNanos(absl::Now()));
+  {
+    std::ofstream out(password_file(), std::ios::trunc);
+    out << password_ << "\n";
+    if (!out.flush()) {
+      return absl::UnavailableError("cannot write " + password_file());
+    }
+  }
+  const server::EtcdClient::Options options = client_options(absl::Seconds(5));
+  auto auth = etcdserverpb::Auth::NewStub(grpc::CreateChannel(
+      client_address(0), options.credentials != nullptr
+                             ? options.credentials
+                             : grpc::InsecureChannelCredentials()));
+  const auto context = [] {
+    auto made = std::make_unique<grpc::ClientContext>();
+    made->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    return made;
+  };
+  // etcd enables authentication only once user root holds role root.
+  for (const char* user : {"root", kUser}) {
+    etcdserverpb::AuthUserAddRequest add;
+    add.set_name(user);
+    add.set_password(password_);
+    etcdserverpb::AuthUserAddResponse added;
+    if (absl::Status status =
+            Checked(auth->UserAdd(context().get(), add, &added), "user add");
+        !status.ok()) {
+      return status;
+    }
+  }
+  etcdserverpb::AuthRoleAddRequest role;
+  role.set_name(kUser);
+  etcdserverpb::AuthRoleGrantPermissionRequest grant;
+  grant.set_name(kUser);
+  grant.mutable_perm()->set_permtype(authpb::Permission::READWRITE);
+  grant.mutable_perm()->set_key(kUserPrefix);
+  grant.mutable_perm()->set_range_end(server::PrefixEnd(kUserPrefix));
+  etcdserverpb::AuthUserGrantRoleRequest root_role;
+  root_role.set_user("root");
+  root_role.set_role("root");
+  etcdserverpb::AuthUserGrantRoleRequest summon_role;
+  summon_role.set_user(kUser);
+  summon_role.set_role(kUser);
+  etcdserverpb::AuthRoleAddResponse role_added;
+  etcdserverpb::AuthRoleGrantPermissionResponse granted;
+  etcdserverpb::AuthUserGrantRoleResponse role_granted;
+  etcdserverpb::AuthEnableResponse enabled;
+  const std::vector<std::pair<const char*, std::function<grpc::Status()>>>
+      steps = {
+          {"role add",
+           [&] { return auth->RoleAdd(context().get(), role, &role_added); }},
+          {"role grant permission",
+           [&] {
+             return auth->RoleGrantPermission(context().get(), grant, &granted);
+           }},
+          {"grant root",
+           [&] {
+             return auth->UserGrantRole(context().get(), root_role,
+                                        &role_granted);
+           }},
+          {"grant summon",
+           [&] {
+             return auth->UserGrantRole(context().get(), summon_role,
+                                        &role_granted);
+           }},
+          {"auth enable",
+           [&] { return auth->AuthEnable(context().get(), {}, &enabled); }}};
+  for (const auto& [what, step] : steps) {
+    if (absl::Status status = Checked(step(), what); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TcpProxy*> EtcdCluster::Proxy(int member) {
@@ -172,10 +332,16 @@ absl::Status EtcdCluster::WaitHealthy(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (int i = 0; i < members(); ++i) {
     if (!running(i)) continue;
-    server::EtcdClient client(server::EtcdClient::Options{
-        {client_address(i)}, absl::Seconds(1), nullptr});
+    server::EtcdClient::Options options = client_options();
+    options.endpoints = {client_address(i)};
+    // Before EnableAuth a token is neither needed nor to be had.
+    if (password_.empty()) options.user.clear();
+    server::EtcdClient client(options);
     etcdserverpb::RangeRequest health;
-    health.set_key("health");  // What `etcdctl endpoint health` reads.
+    // What `etcdctl endpoint health` reads; with authentication, a key user
+    // summon's role reaches.
+    health.set_key(options_.auth ? absl::StrCat(kUserPrefix, "health")
+                                 : "health");
     while (true) {
       if (std::optional<ExitStatus> ended = members_[i].process.PollExit()) {
         return absl::UnavailableError(absl::StrCat(

@@ -7,6 +7,11 @@
 // and restarted with their data; each member's client port can also be
 // reached through a TcpProxy that the test cuts (a partition). Everything
 // is stopped and every data dir removed when the object goes.
+//
+// Secured (Options::tls, Options::auth) as a production etcd is: client
+// URLs in HTTPS with a throwaway PKI (tests/security/make_pki.sh), client
+// certificates required, and etcd's authentication on with a user "summon"
+// whose role may read and write /summon/ only.
 
 #include <memory>
 #include <string>
@@ -14,7 +19,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/coordinator/etcd_client.h"
 #include "tests/coordinator/tcp_proxy.h"
 #include "tests/faults/child_process.h"
 
@@ -28,7 +35,20 @@ class EtcdCluster {
     // undeclared outputs, else the data dir.
     std::string log_dir;
     std::string etcd_binary = "/usr/bin/etcd";
+    // HTTPS client URLs with server.crt, clients must present a certificate
+    // of ca.crt (--client-cert-auth).
+    bool tls = false;
+    // etcd's authentication on (through the v3 Auth API once the members
+    // serve: users root and summon, AuthEnable).
+    bool auth = false;
+    // etcd's --auth-token-ttl: seconds an unused simple token lives; 0:
+    // etcd's default (300).
+    int auth_token_ttl_s = 0;
   };
+
+  // etcd's user for summon and its role's key prefix.
+  static constexpr char kUser[] = "summon";
+  static constexpr char kUserPrefix[] = "/summon/";
 
   // Starts every member and waits until the cluster answers a linearizable
   // read through each of them.
@@ -43,6 +63,19 @@ class EtcdCluster {
   // 127.0.0.1:PORT of member `member`'s client port.
   std::string client_address(int member) const;
   std::vector<std::string> client_addresses() const;
+  // What a client of this etcd needs: its endpoints, the TLS credentials
+  // with the client certificate alice.crt, and user summon's password.
+  server::EtcdClient::Options client_options(
+      absl::Duration call_timeout = absl::Seconds(1)) const;
+  // The throwaway PKI's files (tls): pki("ca.crt").
+  std::string pki(const std::string& file) const {
+    return absl::StrCat(root_, "/pki/", file);
+  }
+  // A file holding user summon's password (auth).
+  std::string password_file() const { return root_ + "/summon.password"; }
+  // summond's flags for this etcd's TLS and authentication (empty for a
+  // plaintext etcd without auth).
+  std::vector<std::string> summond_flags() const;
   // The proxy in front of `member`'s client port (made on first use).
   absl::StatusOr<TcpProxy*> Proxy(int member);
 
@@ -65,10 +98,14 @@ class EtcdCluster {
 
   explicit EtcdCluster(Options options) : options_(std::move(options)) {}
   absl::Status Spawn(int member);
+  // Users root and summon, summon's role, then AuthEnable.
+  absl::Status EnableAuth();
+  std::string Url(int port) const;
 
   const Options options_;
   std::string root_;  // Parent of the data dirs; removed at the end.
   std::string initial_cluster_;
+  std::string password_;  // User summon's (and root's).
   std::vector<Member> members_;
 };
 

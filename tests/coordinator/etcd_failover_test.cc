@@ -5,14 +5,18 @@
 // on it and on the epoch; after the leader's summond is killed (SIGKILL) and
 // started again, another node leads under a higher epoch, serves an open and
 // a read with the bytes a writeback left before the kill, the old leader's
-// new process follows, and a survivor refuses the deposed epoch. A leader
-// paused past its lease (SIGSTOP) is replaced the same way and, woken, joins
-// as a follower without changing a byte; a read-only open sent meanwhile is
-// sent again by the client until the new leader answers it.
+// new process follows, a survivor refuses the deposed epoch, and a session
+// the old leader held answers "ended: leader lost" through every node. A
+// leader paused past its lease (SIGSTOP) is replaced the same way (the
+// survivors form without it and refuse its FULL_SHARD model naming it) and,
+// woken, joins as a follower without changing a byte.
 
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -41,20 +45,18 @@ class EtcdFailoverTest : public testing::Test {
  protected:
   // Every daemon's SUMMON_FAULT_POINT; none here.
   virtual std::string FaultPointOfEveryNode() const { return ""; }
+  // What a test's cluster needs beyond ThreeNodesOnEtcd.
+  virtual void Configure(LocalCluster::Options& /*options*/) const {}
 
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<EtcdCluster>> etcd =
         EtcdCluster::Start(EtcdCluster::Options{});
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = *std::move(etcd);
-    LocalCluster::Options options;
-    options.nodes = 3;
-    options.local_ranks = 1;
-    options.collective_timeout = absl::Seconds(10);
-    options.coordinator =
-        absl::StrCat("etcd://", etcd_->client_address(0), "/failover");
-    options.coordinator_lease_ttl = absl::Seconds(2);
+    LocalCluster::Options options =
+        ThreeNodesOnEtcd(etcd_->client_address(0), "failover");
     options.fault_point = FaultPointOfEveryNode();
+    Configure(options);
     absl::StatusOr<std::unique_ptr<LocalCluster>> started =
         LocalCluster::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
@@ -71,9 +73,9 @@ class EtcdFailoverTest : public testing::Test {
 
   // A model written back through a follower: `kParam` holds the edit.
   std::string WriteEdit(int via) {
-    const v1::Model model = CreateSeeded(cluster_->client(via), "m",
-                                         kUnevenLayout,
-                                         v1::SHARDING_STRATEGY_FULL_SHARD);
+    const v1::Model model =
+        CreateSeeded(cluster_->client(via), "m", kUnevenLayout,
+                     v1::SHARDING_STRATEGY_FULL_SHARD);
     const std::string edited = SeededModel(model, kEditSeed).at(kParam);
     const v1::Session session =
         OpenOk(cluster_->client(via), "m", ParamScope({kParam}));
@@ -112,9 +114,13 @@ TEST_F(EtcdFailoverTest, AKilledLeaderIsReplacedAndItsWritebackServes) {
   EXPECT_GT(first->epoch(), 0u);
   const int via = (first->leader() + 1) % cluster_->nodes();
   const std::string edited = WriteEdit(via);
+  // A session open when the leader dies: it lived in the leader's memory.
+  v1::SessionOptions read_only = ParamScope({kParam});
+  read_only.set_writeback(false);
+  const v1::Session lost = OpenOk(cluster_->client(via), "m", read_only);
 
-  absl::StatusOr<FailoverResult> failover = KillLeaderUntilServed(
-      *cluster_, "m", kParam, edited, absl::Seconds(40));
+  absl::StatusOr<FailoverResult> failover =
+      KillLeaderUntilServed(*cluster_, "m", kParam, edited, absl::Seconds(40));
   ASSERT_TRUE(failover.ok()) << failover.status();
   const int old_leader = failover->before.leader();
   const int new_leader = failover->after.leader();
@@ -131,11 +137,22 @@ TEST_F(EtcdFailoverTest, AKilledLeaderIsReplacedAndItsWritebackServes) {
     ExpectDeposedEpochRefused(node, failover->before.epoch(),
                               failover->after.epoch());
   }
+  // The old leader's session, named through any node: ended, and why.
+  for (int node = 0; node < cluster_->nodes(); ++node) {
+    EXPECT_EQ(cluster_->client(node).GetSession(lost.id()).status(),
+              absl::FailedPreconditionError(absl::StrCat(
+                  "session ", lost.id(),
+                  " ended: leader lost (it was opened in cluster epoch ",
+                  absl::Hex(failover->before.epoch()),
+                  " by an earlier leader, and sessions live in their leader's "
+                  "memory; the cluster is in epoch ",
+                  absl::Hex(failover->after.epoch()), " now: open it again)")))
+        << "through node " << node;
+  }
   // Every node's shards hold the edit: read through the returned node too.
   const v1::Session session =
       OpenOk(cluster_->client(old_leader), "m", ParamScope({kParam}));
-  EXPECT_EQ(ReadOk(cluster_->client(old_leader), session.id(), kParam),
-            edited);
+  EXPECT_EQ(ReadOk(cluster_->client(old_leader), session.id(), kParam), edited);
   CloseOk(cluster_->client(old_leader), session.id());
 }
 
@@ -150,25 +167,31 @@ TEST_F(EtcdFailoverTest, APausedLeaderIsReplacedAndFollowsWhenItWakes) {
 
   ASSERT_TRUE(cluster_->Signal(paused, SIGSTOP).ok());
   // Past the 2 s lease and etcd's expiry scan: another node is elected
-  // while the old leader sleeps.
+  // while the old leader sleeps, and the survivors form without it. The
+  // client sends a read-only open again while a survivor answers
+  // "electing a leader"; once they formed, the FULL_SHARD model (a shard
+  // only the paused node holds) is refused at once, naming the node.
   absl::SleepFor(absl::Seconds(5));
-  // A survivor answers "electing a leader" until the paused node is back:
-  // the client sends a read-only open again until the new leader answers.
-  v1::SessionOptions read_only = ParamScope({kParam});
-  read_only.set_writeback(false);
-  absl::StatusOr<v1::Session> opened;
-  std::thread opener([&] {
-    opened = cluster_->client(via).OpenSession("m", read_only);
-  });
-  absl::SleepFor(absl::Milliseconds(500));
+  v1::SessionOptions whole = ModuleScope("");
+  whole.set_writeback(false);
+  const absl::StatusOr<v1::Session> refused =
+      cluster_->client(via).OpenSession("m", whole);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find(
+                absl::StrCat("needs rank ", paused, " on node ", paused,
+                             ", which is not in the cluster")),
+            std::string::npos)
+      << refused.status();
   ASSERT_TRUE(cluster_->Signal(paused, SIGCONT).ok());
-  opener.join();
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  EXPECT_EQ(ReadOk(cluster_->client(via), opened->id(), kParam), edited);
-  CloseOk(cluster_->client(via), opened->id());
   absl::StatusOr<v1::ClusterStatus> after =
       AwaitAgreedLeadership(*cluster_, absl::Seconds(40));
   ASSERT_TRUE(after.ok()) << after.status();
+  v1::SessionOptions read_only = ParamScope({kParam});
+  read_only.set_writeback(false);
+  const v1::Session opened = OpenOk(cluster_->client(via), "m", read_only);
+  EXPECT_EQ(ReadOk(cluster_->client(via), opened.id(), kParam), edited);
+  CloseOk(cluster_->client(via), opened.id());
   EXPECT_NE(after->leader(), paused);
   EXPECT_GT(after->epoch(), first->epoch());
   ExpectDeposedEpochRefused(paused, first->epoch(), after->epoch());
@@ -208,6 +231,63 @@ TEST_F(EtcdFailoverTest, AReturningFollowerJoinsANewEpochOfTheSameLeader) {
   CloseOk(cluster_->client(follower), session.id());
 }
 
+// A model operation's leader paused past its lease (SIGSTOP at fault point
+// model.before_apply, armed on the leader alone) before it changed
+// anything: another node leads meanwhile, and the woken node's load fails
+// without changing a byte, on its own ranks or on any other.
+class EtcdPausedModelOpTest : public EtcdFailoverTest {
+ protected:
+  void Configure(LocalCluster::Options& options) const override {
+    options.fault_files = true;
+    // Every node reads the checkpoint's files at the same path.
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    options.checkpoint_root = absl::StrCat(tmp == nullptr ? "/tmp" : tmp,
+                                           "/paused-model-op-checkpoints");
+    std::filesystem::create_directories(options.checkpoint_root);
+  }
+};
+
+TEST_F(EtcdPausedModelOpTest, AWokenLeaderChangesNoByteOfItsLoad) {
+  absl::StatusOr<v1::ClusterStatus> first = AgreedLeadership(*cluster_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int paused = first->leader();
+  const int via = (paused + 1) % cluster_->nodes();
+  const client::SummonClient& client = cluster_->client(via);
+  WriteEdit(via);
+  ASSERT_TRUE(client.SaveModel("m", "m.safetensors").ok());
+  // Written after the save: the load would bring the saved bytes back.
+  const v1::Model model = *client.DescribeModel("m");
+  const v1::Session session = OpenOk(client, "m", ParamScope({kParam}));
+  WriteOk(client, session.id(), kParam,
+          SeededModel(model, kEditSeed + 1).at(kParam));
+  CloseOk(client, session.id());
+  const v1::ModelChecksumResponse before = ChecksumOk(client, "m");
+
+  std::ofstream(cluster_->fault_file(paused)) << "model.before_apply stop\n";
+  absl::Status loaded;
+  std::thread loader(
+      [&] { loaded = client.LoadModel("m", "m.safetensors").status(); });
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (std::filesystem::exists(cluster_->fault_file(paused)) &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  // Past the 2 s lease and etcd's expiry scan, as above.
+  absl::SleepFor(absl::Seconds(5));
+  ASSERT_TRUE(cluster_->Signal(paused, SIGCONT).ok());
+  loader.join();
+  EXPECT_FALSE(loaded.ok());
+  absl::StatusOr<v1::ClusterStatus> after =
+      AwaitAgreedLeadership(*cluster_, absl::Seconds(40));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_NE(after->leader(), paused);
+  for (int node = 0; node < cluster_->nodes(); ++node) {
+    EXPECT_EQ(ParamChecksums(ChecksumOk(cluster_->client(node), "m")),
+              ParamChecksums(before))
+        << "through node " << node;
+  }
+}
+
 // Only the leader decides writebacks, so only the leader reaches the point.
 class EtcdDecidedFailoverTest : public EtcdFailoverTest {
  protected:
@@ -221,9 +301,9 @@ TEST_F(EtcdDecidedFailoverTest, AWritebackDecidedBeforeTheLeaderDiedCompletes) {
   ASSERT_TRUE(first.ok()) << first.status();
   const int leader = first->leader();
   const int via = (leader + 1) % cluster_->nodes();
-  const v1::Model model = CreateSeeded(cluster_->client(via), "m",
-                                       kUnevenLayout,
-                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  const v1::Model model =
+      CreateSeeded(cluster_->client(via), "m", kUnevenLayout,
+                   v1::SHARDING_STRATEGY_FULL_SHARD);
   TensorBytes expected = SeededModel(model);
   expected[kParam] = SeededModel(model, kEditSeed).at(kParam);
   const v1::Session session =

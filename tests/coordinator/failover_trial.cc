@@ -42,13 +42,20 @@ absl::StatusOr<v1::ClusterStatus> AgreedLeadership(
       return absl::UnavailableError(
           absl::StrCat("node ", node, " is not ready: ", status->detail()));
     }
-    if (agreed.has_value() && (agreed->leader() != status->leader() ||
-                               agreed->epoch() != status->epoch())) {
-      return absl::InternalError(absl::StrCat(
-          "two leaderships at once: node ", agreed->answered_by(),
-          " follows node ", agreed->leader(), " in epoch ", agreed->epoch(),
-          ", node ", node, " follows node ", status->leader(), " in epoch ",
-          status->epoch()));
+    // One leader, two epochs: a follower that has not yet heard that its
+    // leader re-formed (it learns at its next heartbeat), not two leaders.
+    if (agreed.has_value() && agreed->leader() == status->leader() &&
+        agreed->epoch() != status->epoch()) {
+      return absl::UnavailableError(absl::StrCat(
+          "node ", node, " is still in epoch ", status->epoch(), ", node ",
+          agreed->answered_by(), " in epoch ", agreed->epoch()));
+    }
+    if (agreed.has_value() && agreed->leader() != status->leader()) {
+      return absl::InternalError(
+          absl::StrCat("two leaderships at once: node ", agreed->answered_by(),
+                       " follows node ", agreed->leader(), " in epoch ",
+                       agreed->epoch(), ", node ", node, " follows node ",
+                       status->leader(), " in epoch ", status->epoch()));
     }
     agreed = *status;
   }
@@ -66,6 +73,17 @@ absl::StatusOr<v1::ClusterStatus> AwaitAgreedLeadership(
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
+}
+
+LocalCluster::Options ThreeNodesOnEtcd(absl::string_view etcd_address,
+                                       absl::string_view name) {
+  LocalCluster::Options options;
+  options.nodes = 3;
+  options.local_ranks = 1;
+  options.collective_timeout = absl::Seconds(10);
+  options.coordinator = absl::StrCat("etcd://", etcd_address, "/", name);
+  options.coordinator_lease_ttl = absl::Seconds(2);
+  return options;
 }
 
 absl::StatusOr<FailoverResult> KillLeaderUntilServed(

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "summon/v1/summon.pb.h"
 #include "tests/cluster/local_cluster.h"
@@ -27,6 +28,13 @@ absl::StatusOr<v1::ClusterStatus> AgreedLeadership(const LocalCluster& cluster);
 // starts or a leader is elected); INTERNAL at once on two leaderships.
 absl::StatusOr<v1::ClusterStatus> AwaitAgreedLeadership(
     const LocalCluster& cluster, absl::Duration timeout);
+
+// The cluster the etcd tests run: 3 nodes x 1 rank on the etcd member whose
+// client address is `etcd_address`, under `name`, with a 2 s lease (etcd's
+// least) so that a lost leader is replaced within seconds, and a 10 s
+// collective timeout.
+LocalCluster::Options ThreeNodesOnEtcd(absl::string_view etcd_address,
+                                       absl::string_view name);
 
 struct FailoverResult {
   v1::ClusterStatus before;  // The leadership the kill ended.

@@ -107,7 +107,7 @@ class VersionsTest : public ::testing::Test {
                           const std::string& protocol, const std::string& log) {
     std::vector<std::string> flags = {
         absl::StrCat("--nodes=127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]),
-        absl::StrCat("--node-rank=", rank),
+        "--coordinator=static", absl::StrCat("--node-rank=", rank),
         "--data-dir=" + Dir(absl::StrCat("node", rank))};
     if (!protocol.empty()) {
       flags.push_back("--testing-peer-protocol=" + protocol);

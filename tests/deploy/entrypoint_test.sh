@@ -5,7 +5,9 @@
 # files exist; a certificate without its key (or a client CA without TLS) is
 # refused; the container's args come last; a "coordinator" key (and its
 # lease TTL) becomes --coordinator for a cluster, ignored with a note for one
-# node.
+# node; without it a cluster is named --coordinator static; the etcd
+# client secret's files and the coordinator-user key become
+# --coordinator-ca/-cert/-key/-user/-password-file, a half pair is refused.
 set -euo pipefail
 entry="$TEST_SRCDIR/summon/deploy/entrypoint.sh"
 config=$(mktemp -d)
@@ -22,7 +24,7 @@ run() {
   SUMMON_CONFIG="$config" SUMMON_DRY_RUN=1 NODE_NAME="$node" \
     SUMMON_TLS_CERT="$secrets/tls.crt" SUMMON_TLS_KEY="$secrets/tls.key" \
     SUMMON_TLS_CLIENT_CA="$secrets/ca.crt" SUMMON_TOKENS="$secrets/tokens" \
-    sh "$entry" "$@"
+    SUMMON_ETCD_DIR="$secrets/etcd" sh "$entry" "$@"
 }
 checks=0
 pass() { checks=$((checks + 1)); }
@@ -30,10 +32,10 @@ pass() { checks=$((checks + 1)); }
 base="/opt/summon/summond --local-ranks 4 --memory-budget 1024 --heartbeat-ms 200 --collective-timeout-ms 3000 --data-dir /var/lib/summon"
 cluster="--nodes 10.0.0.1:7070,10.0.0.2:7070,10.0.0.3:7070"
 out=$(run b)
-expected="$base $cluster --node-rank 1"
+expected="$base $cluster --node-rank 1 --coordinator static"
 [ "$out" = "$expected" ] || { echo "node b: got '$out'"; exit 1; }
 pass
-run c | grep -q -- "--node-rank 2$" || { echo "node c: wrong rank"; exit 1; }
+run c | grep -q -- "--node-rank 2 --coordinator static$" || { echo "node c: wrong rank"; exit 1; }
 pass
 if run z 2>/dev/null; then echo "unlisted node accepted"; exit 1; fi
 pass
@@ -43,7 +45,7 @@ echo 0.0.0.0:9464 > "$config/metrics-listen"
 echo 0.0.0.0:7071 > "$config/health-listen"
 touch "$secrets/tls.crt" "$secrets/tls.key" "$secrets/ca.crt" "$secrets/tokens"
 out=$(run a --device cuda)
-expected="$base $cluster --node-rank 0 --metrics-listen 0.0.0.0:9464 --health-listen 0.0.0.0:7071 --tls-cert $secrets/tls.crt --tls-key $secrets/tls.key --tls-client-ca $secrets/ca.crt --tokens $secrets/tokens --device cuda"
+expected="$base $cluster --node-rank 0 --coordinator static --metrics-listen 0.0.0.0:9464 --health-listen 0.0.0.0:7071 --tls-cert $secrets/tls.crt --tls-key $secrets/tls.key --tls-client-ca $secrets/ca.crt --tokens $secrets/tokens --device cuda"
 [ "$out" = "$expected" ] || { echo "all flags: got '$out'"; exit 1; }
 pass
 
@@ -84,6 +86,24 @@ out=$(run a)
 expected="$base $cluster --node-rank 0 --coordinator $url --coordinator-lease-ttl 5s --metrics-listen 0.0.0.0:9464 --health-listen 0.0.0.0:7071 --tokens $secrets/tokens"
 [ "$out" = "$expected" ] || { echo "coordinator and lease: got '$out'"; exit 1; }
 pass
+
+# TLS and authentication to etcd from the summon-etcd-client secret and the
+# coordinator-user key, after the coordinator's flags.
+mkdir "$secrets/etcd"
+touch "$secrets/etcd/ca.crt" "$secrets/etcd/tls.crt" "$secrets/etcd/tls.key" "$secrets/etcd/password"
+echo summon > "$config/coordinator-user"
+out=$(run a)
+expected="$base $cluster --node-rank 0 --coordinator $url --coordinator-lease-ttl 5s --coordinator-ca $secrets/etcd/ca.crt --coordinator-cert $secrets/etcd/tls.crt --coordinator-key $secrets/etcd/tls.key --coordinator-user summon --coordinator-password-file $secrets/etcd/password --metrics-listen 0.0.0.0:9464 --health-listen 0.0.0.0:7071 --tokens $secrets/tokens"
+[ "$out" = "$expected" ] || { echo "etcd TLS and user: got '$out'"; exit 1; }
+pass
+# A user without its password, a client certificate without its key: refused.
+rm "$secrets/etcd/password"
+if run a 2>/dev/null; then echo "etcd user without password accepted"; exit 1; fi
+pass
+rm "$config/coordinator-user" "$secrets/etcd/tls.key"
+if run a 2>/dev/null; then echo "etcd certificate without key accepted"; exit 1; fi
+pass
+rm -r "$secrets/etcd"
 
 # One node: standalone on the gRPC port, listeners still passed; a
 # coordinator is not passed (summond refuses one for a single node) and the

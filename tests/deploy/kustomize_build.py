@@ -85,7 +85,8 @@ def normalized(obj):
 
 
 def build(directory):
-    """Objects of a kustomization: its resources, then its patches merged."""
+    """Objects of a kustomization: its resources and generated ConfigMaps,
+    then its patches merged."""
     k = kustomization(directory)
     objects = []
     for resource in k.get("resources", []):
@@ -94,6 +95,8 @@ def build(directory):
             objects += build(path)
         else:
             objects += load_yaml(path)
+    objects += [generated_config_map(directory, g)
+                for g in k.get("configMapGenerator", [])]
     for patch in k.get("patches", []):
         (doc,) = load_yaml(os.path.join(directory, patch["path"]))
         target = patch.get("target") or {}
@@ -106,6 +109,29 @@ def build(directory):
                                  f"objects ({kind}/{name})")
         objects[hits[0]] = strategic_merge(objects[hits[0]], doc)
     return objects
+
+
+def generated_config_map(directory: str, generator: dict) -> dict:
+    """A configMapGenerator's ConfigMap: each file's bytes under its name
+    (or KEY=FILE). Only the unhashed form deploy/ uses is rendered here."""
+    options = generator.get("options", {})
+    if not options.get("disableNameSuffixHash"):
+        raise AssertionError(f"{generator['name']}: a hashed name is not "
+                             "rendered here (disableNameSuffixHash: true)")
+    if set(generator) - {"name", "namespace", "files", "options"}:
+        raise AssertionError(f"{generator['name']}: only files are rendered")
+    data = {}
+    for entry in generator["files"]:
+        key, _, path = entry.rpartition("=")
+        with open(os.path.join(directory, path), encoding="utf-8") as f:
+            data[key or os.path.basename(path)] = f.read()
+    metadata = {"name": generator["name"]}
+    if "namespace" in generator:
+        metadata["namespace"] = generator["namespace"]
+    if options.get("labels"):
+        metadata["labels"] = dict(options["labels"])
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+            "data": data}
 
 
 def kubectl_build(directory):

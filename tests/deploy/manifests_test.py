@@ -22,7 +22,9 @@ import unittest
 
 import yaml
 
+from etcd_auth_manifests import EtcdAuthOverlay  # noqa: F401 (run by main)
 from etcd_manifests import EtcdOverlay  # noqa: F401 (run by main)
+from etcd_tls_manifests import EtcdTlsOverlay  # noqa: F401 (run by main)
 from kustomize_build import (build, kubectl_build, kustomization, load_yaml,
                              manifest_files, matches, normalized, only,
                              quantity, _Recorder, write_junit)
@@ -34,9 +36,18 @@ DEPLOY = os.path.abspath(
 BASE = os.path.join(DEPLOY, "base")
 GPU = os.path.join(DEPLOY, "overlays", "gpu")
 ETCD = os.path.join(DEPLOY, "overlays", "etcd")
+ETCD_TLS = os.path.join(DEPLOY, "overlays", "etcd-tls")
+ETCD_AUTH = os.path.join(DEPLOY, "overlays", "etcd-auth")
 
 EtcdOverlay.directory = ETCD
 EtcdOverlay.base = BASE
+EtcdTlsOverlay.directory = ETCD_TLS
+EtcdTlsOverlay.plaintext = ETCD
+EtcdTlsOverlay.pki = os.path.join(DEPLOY, "..", "tests", "security",
+                                  "make_pki.sh")
+EtcdAuthOverlay.directory = ETCD_AUTH
+EtcdAuthOverlay.tls = ETCD_TLS
+EtcdAuthOverlay.pki = EtcdTlsOverlay.pki
 
 LABEL_KEYS = ("name", "instance", "component", "part-of", "version",
               "managed-by")
@@ -67,7 +78,9 @@ class Invariants:
 
     @classmethod
     def config(cls):
-        return only(cls.objects, "ConfigMap")["data"]
+        (c,) = [o for o in cls.objects if o["kind"] == "ConfigMap" and
+                o["metadata"]["name"] == "summon"]
+        return c["data"]
 
     @classmethod
     def container_port(cls, name):
@@ -268,6 +281,9 @@ class Invariants:
         self.assertEqual(paths["summon-tls"], "/etc/summon-tls")
         self.assertEqual(paths["summon-client-ca"], "/etc/summon-client-ca")
         self.assertEqual(paths["summon-tokens"], "/etc/summon-tokens")
+        self.assertEqual(paths["summon-etcd-client"], "/etc/summon-etcd")
+        self.assertIs(volumes[secrets["summon-etcd-client"]]["secret"].get(
+            "optional"), True, "summon-etcd-client is only for etcd")
 
     def test_config_has_what_the_entrypoint_reads(self):
         config = self.config()
@@ -458,26 +474,46 @@ class EtcdOverlayInvariants(Invariants, unittest.TestCase):
         cls.objects = build(ETCD)
 
 
+class EtcdTlsOverlayInvariants(Invariants, unittest.TestCase):
+    """deploy/overlays/etcd-tls: the daemons' invariants hold there too."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.objects = build(ETCD_TLS)
+
+
+class EtcdAuthOverlayInvariants(Invariants, unittest.TestCase):
+    """deploy/overlays/etcd-auth: the daemons' invariants hold there too
+    (its Job in etcd_auth_manifests.EtcdAuthOverlay)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.objects = build(ETCD_AUTH)
+
+
 class Kubectl(unittest.TestCase):
     """`kubectl kustomize` renders what this test checks (where installed)."""
 
-    def test_base_renders_as_its_files(self):
-        rendered = kubectl_build(BASE)
+    def assertRendersAs(self, directory, objects):
+        rendered = kubectl_build(directory)
         key = lambda o: (o["kind"], o["metadata"]["name"])
         self.assertEqual([normalized(o) for o in sorted(rendered, key=key)],
-                         [normalized(o) for o in sorted(raw_objects(), key=key)])
+                         [normalized(o) for o in sorted(objects, key=key)])
+
+    def test_base_renders_as_its_files(self):
+        self.assertRendersAs(BASE, raw_objects())
 
     def test_gpu_overlay_renders_as_the_merge_here(self):
-        rendered = kubectl_build(GPU)
-        key = lambda o: (o["kind"], o["metadata"]["name"])
-        self.assertEqual([normalized(o) for o in sorted(rendered, key=key)],
-                         [normalized(o) for o in sorted(build(GPU), key=key)])
+        self.assertRendersAs(GPU, build(GPU))
 
     def test_etcd_overlay_renders_as_the_merge_here(self):
-        rendered = kubectl_build(ETCD)
-        key = lambda o: (o["kind"], o["metadata"]["name"])
-        self.assertEqual([normalized(o) for o in sorted(rendered, key=key)],
-                         [normalized(o) for o in sorted(build(ETCD), key=key)])
+        self.assertRendersAs(ETCD, build(ETCD))
+
+    def test_etcd_tls_overlay_renders_as_the_merge_here(self):
+        self.assertRendersAs(ETCD_TLS, build(ETCD_TLS))
+
+    def test_etcd_auth_overlay_renders_as_the_merge_here(self):
+        self.assertRendersAs(ETCD_AUTH, build(ETCD_AUTH))
 
 
 def operations_doc():
@@ -542,6 +578,11 @@ class OperationsDoc(unittest.TestCase):
         self.assertQuoted("clusterIP: None")
         self.assertNotIn("headless Service for the peer addresses",
                          self.section)
+        job = only(build(ETCD_AUTH), "Job")
+        self.assertQuoted(f"Job `{job['metadata']['name']}`")
+        self.assertQuoted(f"backoffLimit: {job['spec']['backoffLimit']}")
+        self.assertQuoted("restartPolicy: "
+                          f"{job['spec']['template']['spec']['restartPolicy']}")
         policy = only(self.objects, "NetworkPolicy")
         for rule in policy["spec"]["ingress"]:
             for port in rule["ports"]:

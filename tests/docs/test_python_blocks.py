@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import textwrap
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -38,12 +39,13 @@ def python_blocks(path: Path) -> Iterator[tuple[int, str]]:
         if lines[i].strip() == "```python":
             start, body = i + 2, []
             i += 1
-            while i < len(lines) and not lines[i].startswith("```"):
+            # A block inside a list item is indented, its fence too.
+            while i < len(lines) and not lines[i].strip().startswith("```"):
                 body.append(lines[i])
                 i += 1
             if any(line.startswith(">>> ") for line in body):
                 body = [line[4:] for line in body if line.startswith((">>> ", "... "))]
-            yield start, "\n".join(body)
+            yield start, textwrap.dedent("\n".join(body))
         i += 1
 
 

@@ -135,6 +135,17 @@ absl::Status ChildProcess::Signal(int signal) const {
     return absl::InternalError(
         absl::StrCat("kill(", pid_, ", ", signal, "): ", strerror(errno)));
   }
+  if (signal != SIGSTOP) return absl::OkStatus();
+  // kill() returns once the stop is queued; until one of the child's threads
+  // takes it, the others keep running (and answering RPCs) on a loaded
+  // machine. Stopped means every thread stopped, as waitpid reports it.
+  // WNOWAIT: an exit stays for PollExit / WaitExit to reap.
+  siginfo_t info{};
+  if (waitid(P_PID, pid_, &info, WSTOPPED | WEXITED | WNOWAIT) != 0 ||
+      info.si_code != CLD_STOPPED) {
+    return absl::UnavailableError(
+        absl::StrCat("process ", pid_, " ended instead of stopping"));
+  }
   return absl::OkStatus();
 }
 

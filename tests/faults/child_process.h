@@ -54,7 +54,8 @@ class ChildProcess {
   bool running() const { return pid_ > 0; }
 
   // Sends `signal` (SIGSTOP, SIGCONT, SIGTERM...); FAILED_PRECONDITION when
-  // the child has already been reaped.
+  // the child has already been reaped. SIGSTOP returns once every thread of
+  // the child has stopped.
   absl::Status Signal(int signal) const;
   // SIGKILL, then reaps it (a stopped process dies too).
   absl::StatusOr<ExitStatus> Kill();

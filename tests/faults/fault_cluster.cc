@@ -123,6 +123,7 @@ absl::Status FaultCluster::StartNode(int node, absl::string_view fault_point) {
       RunfilePath("server/summond"),
       "--insecure-local",
       "--nodes=" + absl::StrJoin(addresses_, ","),
+      "--coordinator=static",
       absl::StrCat("--node-rank=", node),
       absl::StrCat("--local-ranks=", options_.local_ranks),
       "--data-dir=" + data_dirs_[node],

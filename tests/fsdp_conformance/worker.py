@@ -238,6 +238,10 @@ def run_case(case: dict, out: Path, client: summon.Client) -> None:
             if rank == 0:
                 torch.save(result, out / f"{case['name']}.pt")
             module(tiny.batch(step, rank)[:, :-1])  # FORWARD, BETWEEN: mid-step
+            # No backward follows: serve's deferred BETWEEN goes out alone
+            # within DEFER_SECONDS (summon.phases); the kill comes after it.
+            while client.describe_model(case["name"]).ranks[rank].phase != "BETWEEN":
+                time.sleep(0.01)
             (out / f"{case['name']}.hung{rank}").write_text(str(os.getpid()))
             time.sleep(3600)
         if case.get("accumulate"):

@@ -1,7 +1,11 @@
 #include "server/service/local_fd_broker.h"
 
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <memory>
 #include <string>
@@ -99,6 +103,68 @@ TEST(LocalFdBrokerTest, AGrantEndsWithItsSessionAndItsTtl) {
 TEST(LocalFdBrokerTest, NoBrokerIsUnavailable) {
   EXPECT_EQ(client::RedeemMapToken("@summon-nobody-here", "t").status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+// A client handing `fd` over with `token` (ReadSlices into its buffer): the
+// broker's one-byte answer, 'K' or 'E'.
+char HandOver(const std::string& address, const std::string& token, int fd) {
+  const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un name{};
+  name.sun_family = AF_UNIX;
+  std::memcpy(name.sun_path + 1, address.data() + 1, address.size() - 1);
+  if (connect(sock, reinterpret_cast<sockaddr*>(&name),
+              static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) +
+                                     address.size())) != 0) {
+    close(sock);
+    return '?';
+  }
+  iovec iov{const_cast<char*>(token.data()), token.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* header = CMSG_FIRSTHDR(&msg);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+  }
+  char reply = '?';
+  if (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 || recv(sock, &reply, 1, 0) != 1) {
+    reply = '?';
+  }
+  close(sock);
+  return reply;
+}
+
+TEST(LocalFdBrokerTest, AnExpectedTokenBringsTheClientsDescriptorOnce) {
+  std::unique_ptr<LocalFdBroker> broker = StartOrDie();
+  ASSERT_NE(broker, nullptr);
+  absl::StatusOr<std::string> token = broker->Expect();
+  ASSERT_TRUE(token.ok()) << token.status();
+  const int buffer = FileWith("caller's buffer");
+  EXPECT_EQ(HandOver(broker->address(), *token, -1), 'E');  // No descriptor.
+  EXPECT_EQ(HandOver(broker->address(), *token, buffer), 'K');
+  EXPECT_EQ(HandOver(broker->address(), *token, buffer), 'E');  // Used.
+  close(buffer);
+  absl::StatusOr<int> fd =
+      broker->Await(*token, absl::Now() + absl::Seconds(5), nullptr);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  EXPECT_EQ(Contents(*fd), "caller's buffer");
+  close(*fd);
+  // Never handed over: the wait ends at its deadline, the token forgotten.
+  absl::StatusOr<std::string> late = broker->Expect();
+  ASSERT_TRUE(late.ok());
+  absl::StatusOr<int> none =
+      broker->Await(*late, absl::Now() + absl::Milliseconds(100), nullptr);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << none.status();
+  const int stray = FileWith("x");
+  EXPECT_EQ(HandOver(broker->address(), *late, stray), 'E');
+  close(stray);
 }
 
 }  // namespace

@@ -2,9 +2,12 @@
 
 CASES is a JSON list; each case names a `mode` and the summon model `name`:
   hf           the Hugging Face Trainer, FSDP2 through Accelerate;
+  hf-fsdp1     the same Trainer, FSDP1 (fsdp_config version 1);
   accelerate   Accelerate's prepare(model, optimizer), FSDP2, a hand loop;
+  accelerate-fsdp1  the same with accelerate's FSDP1 plugin (fsdp_version=1);
   lightning    Lightning's ModelParallelStrategy (fully_shard, data_parallel_size=2);
   lightning-fsdp1  Lightning's FSDPStrategy (FSDP1), through a CPU subclass;
+  torchtitan   torchtitan's Llama3 and parallelize_llama (titan.py);
   dcp          torch's fully_shard: DCP out of an FSDP2 job and through summon.
 Per training mode the rank runs the framework twice on the same seeds: once
 served by summon's integration with an edit through a summon session after
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -28,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 import summon
+import summon.phases
 import summon.torch as st
 
 STEPS = 3
@@ -127,7 +132,9 @@ def phase_of(client: summon.Client, name: str, served: Any) -> tuple:
 
 
 # CPU-only workaround (test code only): accelerate keeps a MULTI_CPU job on DDP
-# even with an FSDP plugin; force its state to FSDP, as on a GPU.
+# even with an FSDP plugin; force its state to FSDP, as on a GPU. FSDP1 also
+# needs the state's device to be plain "cpu" (FSDP1 refuses its "cpu:0":
+# "cpu vs cpu:0").
 def force_fsdp_state() -> None:
     from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import DistributedType
@@ -141,6 +148,9 @@ def force_fsdp_state() -> None:
             self.distributed_type = DistributedType.FSDP
             self.fsdp_plugin = fsdp_plugin
             PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+            if fsdp_plugin.fsdp_version == 1:
+                self.device = torch.device("cpu")
+                PartialState._shared_state["device"] = torch.device("cpu")
 
     init._summon_forced = True  # type: ignore[attr-defined]
     AcceleratorState.__init__ = init
@@ -155,6 +165,7 @@ def run_hf(case: dict, client: summon.Client, serve: bool, out: Path) -> dict:
     from summon.integrations.hf import SummonCallback
     force_fsdp_state()
     record: dict = {"phases": []}
+    fsdp1 = case["mode"] == "hf-fsdp1"
 
     class Probe(TrainerCallback):
         def __init__(self, summon_callback: Optional[SummonCallback]):
@@ -162,7 +173,7 @@ def run_hf(case: dict, client: summon.Client, serve: bool, out: Path) -> dict:
 
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
                            **kwargs: Any) -> None:
-            record["sharding"] = sharding(model)
+            record["sharding"] = fsdp1_sharding(model) if fsdp1 else sharding(model)
 
         def _phase(self) -> None:
             if self.summon_callback is not None:
@@ -179,22 +190,24 @@ def run_hf(case: dict, client: summon.Client, serve: bool, out: Path) -> dict:
                 if serve:
                     edit_through_summon(client, case["name"], EDITED)
                 else:
-                    edit_through_fsdp(model, EDITED)
+                    edit_through_fsdp(model, EDITED, model if fsdp1 else None)
 
     callback = SummonCallback(case["name"], client=client) if serve else None
+    # FSDP1's sync_module_states (its default here) broadcasts from a GPU.
+    version = ({"version": 1, "sync_module_states": False} if fsdp1 else
+               {"version": 2, "reshard_after_forward": True})
     args = TrainingArguments(
         output_dir=str(out / f"hf-{serve}"), max_steps=STEPS, per_device_train_batch_size=2,
         learning_rate=1e-2, lr_scheduler_type="constant", report_to=[], save_strategy="no",
         logging_strategy="no", seed=0, disable_tqdm=True, dataloader_num_workers=0,
         use_cpu=torch.cuda.device_count() == 0, fsdp=True,
-        fsdp_config={"version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"],
-                     "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-                     "reshard_after_forward": True})
+        fsdp_config={**version, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"],
+                     "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"})
     data = [{"input_ids": tokens(i), "labels": tokens(i)} for i in range(2 * 2 * STEPS)]
     trainer = Trainer(model=build_llama(), args=args, train_dataset=data,
                       callbacks=[c for c in (callback, Probe(callback)) if c is not None])
     trainer.train()
-    record["params"] = full_params(trainer.model)
+    record["params"] = full_params(trainer.model, trainer.model if fsdp1 else None)
     return record
 
 
@@ -207,14 +220,22 @@ def run_accelerate(case: dict, client: summon.Client, serve: bool, out: Path) ->
 
     from summon.integrations import accelerate as summon_accelerate
     force_fsdp_state()
+    fsdp1 = case["mode"] == "accelerate-fsdp1"
     plugin = FullyShardedDataParallelPlugin(
-        fsdp_version=2, auto_wrap_policy="transformer_based_wrap",
-        transformer_cls_names_to_wrap=["LlamaDecoderLayer"], reshard_after_forward=True)
+        fsdp_version=1 if fsdp1 else 2, auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=["LlamaDecoderLayer"],
+        reshard_after_forward="FULL_SHARD" if fsdp1 else True)
     accelerator = Accelerator(cpu=torch.cuda.device_count() == 0, fsdp_plugin=plugin)
     model = build_llama()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    record: dict = {"sharding": sharding(model), "phases": []}
+    if fsdp1:  # the optimizer over FSDP1's parameters, as accelerate's docs ask
+        model = accelerator.prepare(model)
+        optimizer = accelerator.prepare(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        model, optimizer = accelerator.prepare(model, optimizer)
+    root = model if fsdp1 else None
+    record: dict = {"sharding": fsdp1_sharding(model) if fsdp1 else sharding(model),
+                    "phases": []}
     served = (summon_accelerate.serve(accelerator, model, case["name"], client=client,
                                       optimizer=optimizer) if serve else None)
     rank = dist.get_rank()
@@ -230,10 +251,10 @@ def run_accelerate(case: dict, client: summon.Client, serve: bool, out: Path) ->
             if serve:
                 edit_through_summon(client, case["name"], EDITED)
             else:
-                edit_through_fsdp(model, EDITED)
+                edit_through_fsdp(model, EDITED, root)
     if served is not None:
         served.close()
-    record["params"] = full_params(model)
+    record["params"] = full_params(model, root)
     return record
 
 
@@ -364,9 +385,29 @@ def run_dcp(case: dict, client: summon.Client, out: Path) -> dict:
     return record
 
 
+def run_torchtitan(case: dict, client: summon.Client, serve: bool, out: Path) -> dict:
+    import titan  # this directory (worker.py runs as a script)
+    return titan.run(case, client, serve, sys.modules[__name__])
+
+
 RUNS: dict[str, Callable[..., dict]] = {
-    "hf": run_hf, "accelerate": run_accelerate, "lightning": run_lightning,
-    "lightning-fsdp1": run_lightning}
+    "hf": run_hf, "hf-fsdp1": run_hf, "accelerate": run_accelerate,
+    "accelerate-fsdp1": run_accelerate, "lightning": run_lightning,
+    "lightning-fsdp1": run_lightning, "torchtitan": run_torchtitan}
+
+
+def count_calls(client: summon.Client) -> list:
+    """The training thread's ReportPhase calls, (through, phase) each."""
+    calls: list = []
+    report_phase = client.report_phase
+
+    def counted(model: str, rank: int, phase: str, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            calls.append((kwargs.get("through"), phase.upper()))
+        return report_phase(model, rank, phase, *args, **kwargs)
+
+    client.report_phase = counted  # type: ignore[method-assign]
+    return calls
 
 
 def main() -> None:
@@ -375,12 +416,18 @@ def main() -> None:
     if not cases[0]["mode"].startswith("lightning"):  # Lightning starts its own
         dist.init_process_group("gloo")
     client = summon.Client(os.environ["SUMMON_SERVER"])
+    calls = count_calls(client)
+    # The calls per step, whatever the machine's load: a deferred BETWEEN is
+    # never due alone (tests/python/test_phase_calls.py covers that path).
+    summon.phases.DEFER_SECONDS = 3600.0
     for case in cases:
         if case["mode"] == "dcp":
             result = run_dcp(case, client, out)
         else:
-            result = {"served": RUNS[case["mode"]](case, client, True, out),
-                      "plain": RUNS[case["mode"]](case, client, False, out)}
+            del calls[:]
+            result = {"served": RUNS[case["mode"]](case, client, True, out)}
+            result["served"]["calls"] = list(calls)
+            result["plain"] = RUNS[case["mode"]](case, client, False, out)
         if dist.get_rank() == 0:
             torch.save(result, out / f"{case['name']}.pt")
     dist.barrier()

@@ -11,7 +11,8 @@ nodes="127.0.0.1:$p0,127.0.0.1:$p1"
 for rank in 0 1; do
   mport_var="m$rank"
   mkdir -p "$work/n$rank"
-  "$summond_bin" --insecure-local --nodes "$nodes" --node-rank "$rank" --local-ranks 1 \
+  "$summond_bin" --insecure-local --nodes "$nodes" --coordinator static \
+    --node-rank "$rank" --local-ranks 1 \
     --heartbeat-ms 200 --data-dir "$work/n$rank" \
     --metrics-listen "127.0.0.1:${!mport_var}" --log-level warn \
     >"$work/n$rank.log" 2>&1 &

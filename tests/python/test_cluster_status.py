@@ -36,7 +36,7 @@ class TwoNodes:
                     str(self.port_file)] if rank == 0 else [])
             self.daemons.append(subprocess.Popen(
                 [daemon_binary(), "--insecure-local", "--nodes", ",".join(self.nodes),
-                 "--node-rank", str(rank), "--local-ranks", "2",
+                 "--coordinator", "static", "--node-rank", str(rank), "--local-ranks", "2",
                  "--data-dir", str(tmp_path / f"n{rank}"),
                  "--checkpoint-root", str(tmp_path / "ckpt"), "--log-level", "warn", *web],
                 stdout=self.log, stderr=self.log))

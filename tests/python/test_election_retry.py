@@ -1,6 +1,6 @@
 """The Python client through a leader election (issue 31): two real summond
 on a real etcd (Debian's /usr/bin/etcd, one member on free ports); the
-leader is paused (SIGSTOP) past its 2 s lease and woken 6 s later, and
+leader is paused (SIGSTOP) past its 5 s lease and woken 8 s later, and
 the calls that are safe to repeat (a model's description, the open of a
 read-only session, session listings), sent through the follower while the
 cluster answers UNAVAILABLE "electing a leader", are sent again until the
@@ -26,7 +26,9 @@ from summon.local import daemon_binary
 from polling import free_port, wait_until
 
 ETCD = "/usr/bin/etcd"
-LAYOUT = {"strategy": "FULL_SHARD", "units": [
+# Replicated on both nodes: the survivor serves it alone once it leads (a
+# FULL_SHARD model would answer UNAVAILABLE naming the paused node).
+LAYOUT = {"strategy": "NO_SHARD", "units": [
     {"fqn": "", "params": [{"fqn": "embed.w", "shape": [8, 4], "dtype": "float32"}]}]}
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD), reason="needs Debian's etcd-server")
@@ -54,7 +56,7 @@ class EtcdPair:
              "--node-rank", str(rank), "--local-ranks", "1",
              "--data-dir", str(tmp_path / f"n{rank}"),
              "--coordinator", f"etcd://127.0.0.1:{client}/pyretry",
-             "--coordinator-lease-ttl", "2s", "--log-level", "warn"],
+             "--coordinator-lease-ttl", "5s", "--log-level", "warn"],
             stdout=self.log, stderr=self.log) for rank in (0, 1)]
         self.clients = [summon.Client(node, timeout=60) for node in self.nodes]
 
@@ -100,11 +102,12 @@ def test_safe_calls_wait_out_an_election_within_their_timeout(pair: EtcdPair) ->
     client.create_model("m", LAYOUT, init="seeded:7")
     paused = pair.daemons[leader]
     paused.send_signal(signal.SIGSTOP)
-    woken = threading.Timer(6.0, paused.send_signal, args=(signal.SIGCONT,))
+    woken = threading.Timer(8.0, paused.send_signal, args=(signal.SIGCONT,))
     woken.start()
     try:
         # The follower notices within its failure timeout (3 s) and answers
-        # "electing a leader" until the woken node rejoins the new leader.
+        # "electing a leader" until the paused leader's 5 s lease expires and
+        # it leads, on its own (the survivors keep serving).
         def electing():
             try:
                 client._call(client._summon.DescribeModel,

@@ -23,8 +23,9 @@ class FullStateDictTestReader:
         self.requests = 0
         self.elements = 0
 
-    def read_slices(self, model: str, version: int,
-                    entries: Sequence) -> list[np.ndarray]:
+    def read_slices(self, model: str, version: int, entries: Sequence,
+                    into: object = None) -> list[np.ndarray]:
+        """`into` (a SliceBuffer) is ignored: fresh arrays, as a stream read."""
         self.requests += 1
         out = []
         for entry in entries:

@@ -38,12 +38,13 @@ from summon.messages import (Attachment, CloseResult, ClusterNode,  # noqa: E402
                              UnitGeneration, UnitShard, Watch, WatchHistory,
                              WatchRecord)
 from summon.session import FullParams  # noqa: E402
+from summon.slice_buffer import SliceBuffer  # noqa: E402
 from summon.weight_sync_calls import ReadSlicesStats, SliceRequest  # noqa: E402
 
 __all__ = [
     "Attachment", "Client", "CloseResult", "ClusterNode", "ClusterStatus", "DeviceCopy",
     "DeviceCopyGrant", "FullParams", "MappedTensor", "Model", "ModelSummary",
     "Parameter", "PhaseReport", "ReadSlicesStats", "Session", "SessionOptions", "ShardChecksum",
-    "ShardMap", "SliceRequest", "SummonError", "TensorInfo", "TensorStats", "Unit",
+    "ShardMap", "SliceBuffer", "SliceRequest", "SummonError", "TensorInfo", "TensorStats", "Unit",
     "UnitGeneration", "UnitShard", "UnitWatch", "Watch", "WatchHistory", "WatchRecord",
 ]

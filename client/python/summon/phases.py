@@ -92,6 +92,11 @@ def reestablish(client: TrainerClient, model: str, ranks: Sequence[int], incarna
 
 _log = logging.getLogger("summon.torch")
 
+# How long a deferred move (PhaseKeeper.defer) waits for the next move to
+# carry it before it is reported alone: far longer than a training loop's
+# forward-to-backward gap (the loss), short beside a person or a crash.
+DEFER_SECONDS = 0.05
+
 
 class PhaseKeeper:
     """Where a trainer's ranks are, and telling summond (R24).
@@ -106,6 +111,13 @@ class PhaseKeeper:
     where the ranks are. A re-establishment holds the moves meanwhile, but
     never longer than `report_timeout` once per outage: a move that cannot
     wait goes on unheard and the re-establishment starts again.
+
+    defer() moves to BETWEEN without a call: the next move (BACKWARD, at the
+    backward's start) carries it (one ReportPhase with `through`), or, when
+    no move comes within `DEFER_SECONDS`, a background thread reports it
+    alone. BETWEEN writes nothing and summond meanwhile has the rank in
+    FORWARD, which refuses at least what BETWEEN does (R1, R3, R4): every
+    move into a phase that writes shards is still answered before it writes.
     """
 
     def __init__(self, client: TrainerClient, model: str, ranks: Sequence[int],
@@ -137,6 +149,13 @@ class PhaseKeeper:
         # re-establishment); _state guards the fields, never across a call.
         self._calls = threading.Lock()
         self._state = threading.Lock()
+        # A move made but not yet told to summond (defer()) and when it is
+        # due alone; guarded by _state, taken only while holding _calls.
+        self.deferred: Optional[str] = None
+        self._due = 0.0
+        self._wake = threading.Condition(self._state)
+        self._flusher: Optional[threading.Thread] = None
+        self._closed = False
 
     def lose_interlock(self, error: object) -> None:
         """summond did not answer (`error`): the interlock is unknown."""
@@ -152,23 +171,74 @@ class PhaseKeeper:
 
     def _move_unheard(self, phase: str) -> list[PhaseReport]:
         self.phase = phase
+        self.deferred = None
         self._unheard += 1
         return []
 
-    def report(self, phase: str, step: Optional[int],
-               deadline_ms: Optional[int]) -> list[PhaseReport]:
+    def defer(self, phase: str) -> None:
+        """Moves every rank to `phase` (BETWEEN) without a call (see the class)."""
+        with self._state:
+            if self.interlock_unknown:  # the heartbeat thread tells summond later
+                self._move_unheard(phase.upper())
+                return
+            self.phase = self.deferred = phase.upper()
+            self._due = time.monotonic() + DEFER_SECONDS
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                                 name=f"summon-phases-{self.model}")
+                self._flusher.start()
+            self._wake.notify()
+
+    def _flush_loop(self) -> None:
+        """Reports a deferred move alone once it is due (the background thread)."""
+        while True:
+            with self._state:
+                while not self._closed and (self.deferred is None
+                                            or time.monotonic() < self._due):
+                    self._wake.wait(None if self.deferred is None
+                                    else self._due - time.monotonic())
+                if self._closed:
+                    return
+            with self._calls:
+                with self._state:
+                    phase, self.deferred = self.deferred, None
+                if phase is None:
+                    continue  # the training thread's move carried it
+                try:
+                    self._report_heard(phase, None, None)
+                except SummonError as error:
+                    # The training thread's next move carries it again and
+                    # meets the refusal itself.
+                    _log.warning("model %s: %s reported late: %s", self.model, phase, error)
+                    with self._state:
+                        if self.deferred is None and self.phase == phase:
+                            self.deferred, self._due = phase, float("inf")
+
+    def close(self) -> None:
+        """Stops the background thread (a deferred move is dropped: the
+        caller ends the lease or reports again)."""
+        with self._state:
+            self._closed = True
+            self._wake.notify()
+        if self._flusher is not None:
+            self._flusher.join()
+
+    def report(self, phase: str, step: Optional[int], deadline_ms: Optional[int],
+               through: Optional[str] = None) -> list[PhaseReport]:
         """Moves every rank to `phase`: all or none for a refused move into a
-        step (SummonError); unheard, [] returned, when summond does not answer."""
+        step (SummonError); unheard, [] returned, when summond does not answer.
+        through: a move made first in the same call (BETWEEN or IDLE)."""
         start = time.monotonic()
         try:
-            return self._report(phase.upper(), step, deadline_ms)
+            return self._report(phase.upper(), step, deadline_ms,
+                                through.upper() if through else None)
         finally:
             held = time.monotonic() - start
             with self._state:
                 self.held_seconds += held
 
-    def _report(self, phase: str, step: Optional[int],
-                deadline_ms: Optional[int]) -> list[PhaseReport]:
+    def _report(self, phase: str, step: Optional[int], deadline_ms: Optional[int],
+                through: Optional[str]) -> list[PhaseReport]:
         with self._state:
             if step is not None:
                 self.step = step
@@ -187,18 +257,21 @@ class PhaseKeeper:
             with self._state:
                 if self.interlock_unknown:  # the heartbeat thread tells summond later
                     return self._move_unheard(phase)
-            return self._report_heard(phase, step, deadline_ms)
+                through, self.deferred = through or self.deferred, None
+            return self._report_heard(phase, step, deadline_ms, through)
         finally:
             self._calls.release()
 
-    def _report_heard(self, phase: str, step: Optional[int],
-                      deadline_ms: Optional[int]) -> list[PhaseReport]:
+    def _report_heard(self, phase: str, step: Optional[int], deadline_ms: Optional[int],
+                      through: Optional[str] = None) -> list[PhaseReport]:
+        """through: a deferred move summond has not heard, made first in the same call."""
         reports: list[PhaseReport] = []
         for rank in self.ranks:
             try:
                 reports.append(self.client.report_phase(
                     self.model, rank, phase, step, deadline_ms, self.lease_id,
-                    timeout=self.report_timeout))
+                    timeout=self.report_timeout,
+                    **({"through": through} if through is not None else {})))
             except SummonError as error:
                 if unreachable(error):  # never hold the step
                     with self._state:
@@ -232,6 +305,7 @@ class PhaseKeeper:
         with self._calls:
             with self._state:
                 phase, step, unheard = self.phase, self.step, self._unheard
+                self.deferred = None  # re-established to where the trainer is
             try:
                 self.lease_id = reestablish(
                     self.client, self.model, self.ranks, self.incarnation,

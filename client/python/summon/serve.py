@@ -218,7 +218,9 @@ class Served:
             if not self._counts_optimizer:
                 self.steps += 1
             return
-        self._step.between()
+        # summond hears BETWEEN with BACKWARD, one call, when the backward
+        # starts within DEFER_SECONDS (summon.phases.PhaseKeeper.defer).
+        self._step.between(defer=True)
         torch.autograd.graph.register_multi_grad_hook(tensors, self._backward_starts,
                                                       mode="any")
 
@@ -260,12 +262,11 @@ class Served:
     def end_forward(self) -> None:
         """BETWEEN: the forward is done, its backward not begun."""
         if self._step is not None and self.trainer.phase == "FORWARD":
-            self._step.between()
+            self._step.between(defer=True)
 
     def begin_backward(self) -> None:
         """BACKWARD: the backward starts (gradients are copied at end_backward)."""
         if self._step is not None and self.trainer.phase in ("FORWARD", "BETWEEN"):
-            self.end_forward()
             self._backward_seen = True
             self._step.backward()
 

@@ -476,12 +476,13 @@ class Trainer:
     # Phases ---------------------------------------------------------------------
 
     def report(self, phase: str, step: Optional[int] = None,
-               wait: Any = _TRAINER_DEFAULT) -> list[PhaseReport]:
-        """Moves every attached rank to `phase` (see the class for `wait`)."""
+               wait: Any = _TRAINER_DEFAULT, through: Optional[str] = None) -> list[PhaseReport]:
+        """Moves every attached rank to `phase` (see the class for `wait`);
+        through: to that phase first, in the same call (BETWEEN or IDLE)."""
         if wait is _TRAINER_DEFAULT:
             wait = self.wait
         deadline_ms = None if wait is None else int(float(wait) * 1000)
-        return self._phases.report(phase, step, deadline_ms)
+        return self._phases.report(phase, step, deadline_ms, through)
 
     def step(self, n: Optional[int] = None,
              wait: Any = _TRAINER_DEFAULT) -> "Step":
@@ -513,6 +514,7 @@ class Trainer:
                 self._watch.cancel()
         for thread in self._threads:
             thread.join()
+        self._phases.close()
         self.client.detach(self.lease_id)
 
     def __enter__(self) -> "Trainer":
@@ -535,8 +537,9 @@ class Step:
         self.wait = wait
         self.reports: list[PhaseReport] = []
 
-    def _move(self, phase: str, step: Optional[int] = None) -> None:
-        self.reports = self.trainer.report(phase, step, self.wait)
+    def _move(self, phase: str, step: Optional[int] = None,
+              through: Optional[str] = None) -> None:
+        self.reports = self.trainer.report(phase, step, self.wait, through)
 
     def __enter__(self) -> "Step":
         self._move("FORWARD", self.n)
@@ -549,14 +552,21 @@ class Step:
         """How long the last move waited for writable sessions (R3)."""
         return max((r.waited_ms for r in self.reports), default=0)
 
-    def between(self) -> None:
+    def between(self, defer: bool = False) -> None:
+        """defer: summond hears BETWEEN with the next move, or alone within
+        summon.phases.DEFER_SECONDS (PhaseKeeper.defer): one call less per
+        step where the backward follows at once."""
         if self.trainer.phase == "FORWARD":
-            self._move("BETWEEN")
+            if defer:
+                self.trainer._phases.defer("BETWEEN")
+            else:
+                self._move("BETWEEN")
 
     def backward(self) -> None:
-        self.between()
-        if self.trainer.phase == "BETWEEN":
-            self._move("BACKWARD")
+        if self.trainer.phase == "FORWARD":
+            self._move("BACKWARD", through="BETWEEN")  # one call
+        elif self.trainer.phase == "BETWEEN":
+            self._move("BACKWARD")  # with a deferred BETWEEN, one call too
 
     def optimizer(self) -> None:
         self.backward()

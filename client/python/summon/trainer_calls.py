@@ -86,7 +86,8 @@ class TrainerCalls:
     def report_phase(self, model: str, rank: int, phase: str, step: Optional[int] = None,
                      deadline_ms: Optional[int] = None, lease_id: str = "",
                      timeout: Optional[float] = None,
-                     reestablishing: bool = False) -> PhaseReport:
+                     reestablishing: bool = False,
+                     through: Optional[str] = None) -> PhaseReport:
         """Moves a rank along IDLE -> FORWARD -> BETWEEN -> BACKWARD -> OPTIMIZER -> IDLE.
 
         A move refused by a writable session (R3) fails with
@@ -99,12 +100,22 @@ class TrainerCalls:
         long as summond answers (R24, docs/operations.md). `waited_ms` of the
         result counts every slice.
         reestablishing: see ReportPhaseRequest.reestablishing.
+        through: two moves in one call, to `through` and then to `phase`
+        (ReportPhaseRequest.through); a refused second move leaves the rank
+        in `through`. `through` must be a move R3 never blocks (into
+        BETWEEN or IDLE): a slice of the R3 wait that runs out has made it,
+        and the next slice asks for `phase` alone.
         """
+        if through is not None and through.upper() not in ("BETWEEN", "IDLE"):
+            raise ValueError(f"through={through!r}: only BETWEEN or IDLE (moves R3 never "
+                             "blocks) may go first in a combined report")
         request = trainer_pb2.ReportPhaseRequest(model=model, rank=rank,
                                                  phase=phase_value(phase), lease_id=lease_id,
                                                  reestablishing=reestablishing)
         if step is not None:
             request.step = step
+        if through is not None:
+            request.through = phase_value(through)
         if timeout is None:
             timeout = self.timeout
         if deadline_ms is None:
@@ -125,6 +136,7 @@ class TrainerCalls:
                 if (error.code == "DEADLINE_EXCEEDED" and not unreachable(error)
                         and time.monotonic() < end):
                     waited_ms += slice_ms
+                    request.ClearField("through")  # made: only the second move waits
                     continue
                 raise
             report = PhaseReport.from_proto(response)

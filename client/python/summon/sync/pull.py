@@ -8,7 +8,9 @@
 `pull` asks summond (Client.read_slices, the ReadSlices RPC) for exactly the
 boxes of the rank's plan entries, converted by the daemon to the engine's
 dtype, and assembles each engine parameter from them (cat, zero padding):
-no full tensor is ever built, on either side. `load_into` copies the results
+no full tensor is ever built, on either side. On the daemon's host the
+daemon writes the slices straight into one shared-memory buffer of this
+process's (summon.SliceBuffer), reused batch after batch. `load_into` copies the results
 into the parameters of a live vLLM model by name.
 """
 
@@ -21,6 +23,7 @@ import torch
 
 from summon.sync.plan import Entry, SyncPlan
 
+from summon.slice_buffer import SliceBuffer
 from summon.weight_sync_calls import SliceRequest
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
@@ -36,8 +39,8 @@ def itemsize(dtype: str) -> int:
 class SliceReader(Protocol):
     """What pull reads through: summon.Client has this method."""
 
-    def read_slices(self, model: str, version: int,
-                    entries: Sequence[SliceRequest]) -> list[np.ndarray]: ...
+    def read_slices(self, model: str, version: int, entries: Sequence[SliceRequest],
+                    into: SliceBuffer | None = None) -> list[np.ndarray]: ...
 
 
 def _as_tensor(array: np.ndarray, dtype: str) -> torch.Tensor:
@@ -72,11 +75,16 @@ def assemble(entry: Entry, pieces: Sequence[torch.Tensor],
     return result.contiguous() if len(parts) > 1 else result.clone()
 
 
+def _packed_bytes(entry: Entry) -> int:
+    """The entry's pieces in a ReadSlices answer, each 16-byte aligned."""
+    return sum((p.numel * itemsize(entry.dtype) + 15) // 16 * 16 for p in entry.pieces)
+
+
 def _batches(entries: Sequence[Entry], max_bytes: int) -> Iterator[list[Entry]]:
     batch: list[Entry] = []
     size = 0
     for entry in entries:
-        nbytes = sum(p.numel for p in entry.pieces) * itemsize(entry.dtype)
+        nbytes = _packed_bytes(entry)
         if batch and size + nbytes > max_bytes:
             yield batch
             batch, size = [], 0
@@ -92,11 +100,21 @@ def pull(client: SliceReader, model: str, version: int, plan: SyncPlan, tp_rank:
     """Yields (engine name, tensor) for every entry of `plan` on `tp_rank`,
     in the engine's dtype on `device`, read from version `version` of `model`
     by ReadSlices calls of at most `max_batch_bytes` of slices each (an entry
-    larger than that is one call)."""
-    for batch in _batches(plan.entries(tp_rank), max_batch_bytes):
+    larger than that is one call), all answered into one SliceBuffer (each
+    tensor yielded is the engine's own copy, so the buffer is reused)."""
+    batches = list(_batches(plan.entries(tp_rank), max_batch_bytes))
+    largest = max((sum(_packed_bytes(e) for e in b) for b in batches), default=0)
+    with SliceBuffer(largest) as buffer:
+        yield from _pull_batches(client, model, version, batches, buffer, device)
+
+
+def _pull_batches(client: SliceReader, model: str, version: int, batches: list[list[Entry]],
+                  buffer: SliceBuffer, device: torch.device | str
+                  ) -> Iterator[tuple[str, torch.Tensor]]:
+    for batch in batches:
         requests = [SliceRequest(piece.fqn, list(piece.box), entry.dtype)
                     for entry in batch for piece in entry.pieces]
-        arrays = client.read_slices(model, version, requests) if requests else []
+        arrays = client.read_slices(model, version, requests, into=buffer) if requests else []
         if len(arrays) != len(requests):
             raise ValueError(f"read_slices answered {len(arrays)} of {len(requests)} entries")
         at = 0

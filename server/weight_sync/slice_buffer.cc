@@ -1,0 +1,111 @@
+#include "server/weight_sync/slice_buffer.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace summon::server {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'U', 'M', 'S', 'L', 'I', 'C', 'E'};
+constexpr int64_t kStateAt = 8;
+
+absl::Status Refuse(int fd, std::string message) {
+  close(fd);
+  return absl::InvalidArgumentError(std::move(message));
+}
+
+}  // namespace
+
+absl::StatusOr<SliceBuffer> SliceBuffer::Map(
+    int fd, int64_t total_bytes, const std::vector<std::string>& names,
+    const std::vector<int64_t>& offsets, const std::vector<int64_t>& bytes) {
+  // Seals exist only on shared memory (EINVAL for any other file): the
+  // daemon writes into nothing else a caller could name.
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0) {
+    return Refuse(fd, "the slice buffer is not shared memory (a memfd or a "
+                      "/dev/shm file)");
+  }
+  if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
+    return Refuse(fd, "the slice buffer is sealed against writes");
+  }
+  // Unsealed, the caller could shrink it while the daemon writes, and the
+  // daemon would die of SIGBUS.
+  if ((seals & F_SEAL_SHRINK) == 0) {
+    return Refuse(fd, "the slice buffer must be sealed against shrinking "
+                      "(fcntl F_ADD_SEALS F_SEAL_SHRINK)");
+  }
+  struct stat info{};
+  if (fstat(fd, &info) != 0) {
+    return Refuse(fd, absl::StrCat("fstat of the slice buffer: ",
+                                   std::strerror(errno)));
+  }
+  const int64_t size = info.st_size;
+  const int64_t needed = kSliceBufferHeaderBytes + total_bytes;
+  if (size < needed) {
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      const int64_t end = kSliceBufferHeaderBytes + offsets[i] + bytes[i];
+      if (end > size) {
+        return Refuse(fd, absl::StrCat(
+                              names[i], ": ends at byte ", end,
+                              " of the slice buffer, which has ", size,
+                              " bytes (the answer needs ", needed,
+                              ": a 64-byte header and the packed entries)"));
+      }
+    }
+    return Refuse(fd, absl::StrCat("the slice buffer has ", size,
+                                   " bytes; the answer needs ", needed));
+  }
+  void* base = mmap(nullptr, static_cast<size_t>(needed),
+                    PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  close(fd);  // The mapping keeps the memory.
+  if (base == MAP_FAILED) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mapping the slice buffer read-write: ", std::strerror(errno)));
+  }
+  return SliceBuffer(static_cast<uint8_t*>(base), needed);
+}
+
+SliceBuffer::SliceBuffer(SliceBuffer&& other) noexcept
+    : base_(other.base_), size_(other.size_) {
+  other.base_ = nullptr;
+  other.size_ = 0;
+}
+
+SliceBuffer::~SliceBuffer() {
+  if (base_ != nullptr) munmap(base_, static_cast<size_t>(size_));
+}
+
+void SliceBuffer::Begin(int64_t version, int64_t entries,
+                        const std::string& call) {
+  // State first: a header left "complete" by an earlier read of the same
+  // buffer stops vouching before anything else changes.
+  reinterpret_cast<std::atomic<uint64_t>*>(base_ + kStateAt)
+      ->store(0, std::memory_order_release);
+  uint8_t header[kSliceBufferHeaderBytes] = {};
+  std::memcpy(header, kMagic, sizeof(kMagic));
+  const int64_t total = size_ - kSliceBufferHeaderBytes;
+  std::memcpy(header + 16, &version, 8);
+  std::memcpy(header + 24, &total, 8);
+  std::memcpy(header + 32, &entries, 8);
+  std::memcpy(header + 40, call.data(), std::min<size_t>(8, call.size()));
+  std::memcpy(base_, header, kStateAt);
+  std::memcpy(base_ + 16, header + 16, kSliceBufferHeaderBytes - 16);
+}
+
+void SliceBuffer::Complete() {
+  reinterpret_cast<std::atomic<uint64_t>*>(base_ + kStateAt)
+      ->store(1, std::memory_order_release);
+}
+
+}  // namespace summon::server
