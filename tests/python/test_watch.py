@@ -39,14 +39,24 @@ def step(client: summon.Client, model: str, n: int) -> None:
 
 
 def records(client: summon.Client, model: str, param: str, count: int,
-            timeout: float = 10.0) -> list:
-    """Waits for the worker to record `count` steps (it runs off the trainer's path)."""
+            timeout: float = 10.0, until_step: int = 0) -> list:
+    """Waits for the worker to record `count` steps, or step `until_step` (it
+    runs off the trainer's path)."""
     deadline = time.monotonic() + timeout
     while True:
         shown = client.show_watch(model, param)
-        if len(shown.records) >= count or time.monotonic() > deadline:
+        last = shown.records[-1].step if shown.records else 0
+        if (len(shown.records) >= count or (until_step and last >= until_step)
+                or time.monotonic() > deadline):
             return list(shown.records)
         time.sleep(0.02)
+
+
+def watched_step(client: summon.Client, model: str, param: str, n: int) -> None:
+    """A step, then its record: a step taken before the worker read the last
+    one's shards replaces it (summon_watch_skipped_total, by design)."""
+    step(client, model, n)
+    assert [r.step for r in records(client, model, param, 10**9, until_step=n)][-1] == n
 
 
 @pytest.fixture
@@ -99,8 +109,8 @@ def test_nan_written_back_is_seen_at_its_step(start_daemon, tmp_path: Path) -> N
     model = "m"
     client.create_model(model, LAYOUT, init=f"seeded:{SEED}")
     client.add_watch(model, ["blk.w"], histogram_bins=4)
-    step(client, model, 1)
-    step(client, model, 2)
+    watched_step(client, model, "blk.w", 1)
+    watched_step(client, model, "blk.w", 2)
     assert len(records(client, model, "blk.w", 2)) == 2
     session = client.open_session(model, params=["blk.w"])
     client.write_tensor(session.id, "blk.w", np.array([np.nan, np.inf], np.float32),
@@ -142,7 +152,10 @@ def test_every_n_steps_and_the_ring_bound(start_daemon) -> None:
         watch = client.add_watch("m", ["blk.b"], every=2, histogram_bins=0)
         assert watch.history == 3
         for n in range(1, 11):
-            step(client, "m", n)
+            if n % 2:
+                step(client, "m", n)
+            else:
+                watched_step(client, "m", "blk.b", n)
         kept = records(client, "m", "blk.b", 3)
         time.sleep(0.2)  # nothing beyond the bound arrives late
         kept = list(client.show_watch("m", "blk.b").records)

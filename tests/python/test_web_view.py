@@ -284,11 +284,18 @@ def records(admin: summon.Client, count: int, timeout: float = 15.0) -> list:
         time.sleep(0.02)
 
 
+def watched_step(trainer, admin: summon.Client, n: int) -> None:
+    """A step, then its watch record: a step taken before the worker read the
+    last one's shards would replace it (summon_watch_skipped_total, by design)."""
+    train_step(trainer, n)
+    assert [r.step for r in records(admin, n)][-1] == n
+
+
 def test_watched_history_plots_in_a_real_browser(web: dict, browser) -> None:
     base, driver, admin, trainer = web["base"], browser, web["admin"], web["trainer"]
     admin.add_watch(MODEL, [PARAM], histogram_bins=8)
     for n in (1, 2):
-        train_step(trainer, n)
+        watched_step(trainer, admin, n)
     assert len(records(admin, 2)) == 2
     wait = log_in(driver, base)
     driver.get(base + f"/#/param/{MODEL}/{PARAM}")
@@ -298,7 +305,7 @@ def test_watched_history_plots_in_a_real_browser(web: dict, browser) -> None:
     assert driver.find_elements(By.CSS_SELECTOR, "circle.nonfinite") == []
 
     # A step adds a point (the page refreshes itself every 5 s).
-    train_step(trainer, 3)
+    watched_step(trainer, admin, 3)
     assert len(records(admin, 3)) == 3
     wait.until(lambda d: points(d) == [3])
 
@@ -325,7 +332,7 @@ def test_mid_step_the_page_shows_the_last_record(web: dict, browser) -> None:
     base, driver, admin, trainer = web["base"], browser, web["admin"], web["trainer"]
     admin.add_watch(MODEL, [PARAM], histogram_bins=6)
     for n in (1, 2):
-        train_step(trainer, n)
+        watched_step(trainer, admin, n)
     last = records(admin, 2)[-1]
     assert last.step == 2
     wait = log_in(driver, base)
