@@ -7,13 +7,16 @@ starts a summond (summon.local.LocalDaemon), a W = 2 FSDP2 trainer of a tiny
 Llama (transformers, random init, gloo) serving with publish_every=1, and two
 inference ranks (TP = 2) as processes. Each inference rank, every step:
 
-    version = client.wait_version(name, min_step=step, timeout=60)
-    tensors = dict(summon.sync.pull(client, name, version, plan, tp_rank))
+    client.wait_version(name, min_step=step, timeout=60)  # the newest >= step
+    tensors = dict(summon.sync.pull(client, name, step, plan, tp_rank))
 
 where plan = summon.sync.plan_for(llama_config, tp_size=2, dtype="bfloat16")
 names vLLM's parameters (qkv_proj, gate_up_proj, padded embed_tokens, ...);
 `summon.sync.load_into(vllm_model, tensors)` would copy them into a live vLLM
-model's parameters of that rank. With --check, the rank also reads the full
+model's parameters of that rank. The version of a step is its number, kept
+while among the newest `summond --max-versions` (the demo keeps all of them,
+so a rank that starts late still pulls every step; an engine that only wants
+the newest pulls what wait_version answers). With --check, the rank also reads the full
 parameters (a gather, only to check) and compares bit for bit.
 
 The roles run alone too: `train` (under torchrun, SUMMON_SERVER set) and
@@ -74,7 +77,8 @@ def infer(args: argparse.Namespace) -> None:
     slice_bytes = plan.slice_bytes(args.tp_rank, summon.sync.itemsize)
     with summon.Client(args.server, timeout=60) as client:
         for step in range(1, args.steps + 1):
-            version = client.wait_version(args.name, min_step=step, timeout=120)
+            client.wait_version(args.name, min_step=step, timeout=120)
+            version = step  # this step's own version, even if a newer one is out
             started = time.perf_counter()
             tensors = dict(summon.sync.pull(client, args.name, version, plan, args.tp_rank))
             seconds = time.perf_counter() - started
@@ -102,7 +106,8 @@ def demo(args: argparse.Namespace) -> None:
     from summon.local import LocalDaemon
 
     with tempfile.TemporaryDirectory() as data_dir:
-        daemon = LocalDaemon(local_ranks=2, data_dir=data_dir).start()
+        daemon = LocalDaemon(local_ranks=2, data_dir=data_dir,
+                             extra_args=["--max-versions", str(args.steps)]).start()
         try:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
