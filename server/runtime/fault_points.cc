@@ -41,4 +41,12 @@ void FaultPoint(absl::string_view point) {
   Fire(point, action);
 }
 
+bool FenceBroken(absl::string_view fence) {
+  static const std::string& broken = EnvOnce("SUMMON_BROKEN_FENCE");
+  if (broken.empty() || fence != broken) return false;
+  spdlog::critical("fence {} is broken on purpose (SUMMON_BROKEN_FENCE)",
+                   std::string(fence));
+  return true;
+}
+
 }  // namespace summon::server

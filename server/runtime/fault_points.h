@@ -27,6 +27,16 @@ namespace summon::server {
 // Unset (the normal case) costs two getenv at first use.
 void FaultPoint(absl::string_view point);
 
+// Fence breaking for the history checker's own test (issue 31: "break the
+// fencing once and see the checker fail"): true when the environment
+// variable SUMMON_BROKEN_FENCE names `fence`, and the caller then skips that
+// check. Fences:
+//   model.lease   the leader's lease check before it applies a model
+//                 operation (SummonServiceImpl::ActingEpoch)
+// Never set outside tests/coordinator; a daemon with it set logs so at its
+// first check.
+bool FenceBroken(absl::string_view fence);
+
 }  // namespace summon::server
 
 #endif  // SUMMON_SERVER_RUNTIME_FAULT_POINTS_H_

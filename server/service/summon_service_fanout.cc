@@ -72,7 +72,8 @@ absl::StatusOr<uint64_t> SummonServiceImpl::ActingEpoch() const {
   FaultPoint("model.before_apply");
   if (cluster_ == nullptr) return 0;
   const uint64_t epoch = cluster_->epoch();
-  if (absl::Status leading = cluster_->CheckLeading(); !leading.ok()) {
+  if (absl::Status leading = cluster_->CheckLeading();
+      !leading.ok() && !FenceBroken("model.lease")) {
     return leading;
   }
   return epoch;

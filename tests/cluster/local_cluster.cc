@@ -151,6 +151,8 @@ absl::Status LocalCluster::SpawnNode(int node) {
   }
   std::string fault = "SUMMON_FAULT_POINT=" + options_.fault_point;
   if (!options_.fault_point.empty()) env.push_back(fault.data());
+  std::string broken = "SUMMON_BROKEN_FENCE=" + options_.broken_fence;
+  if (!options_.broken_fence.empty()) env.push_back(broken.data());
   std::string fault_file = "SUMMON_FAULT_FILE=" + this->fault_file(node);
   if (options_.fault_files) env.push_back(fault_file.data());
   env.push_back(nullptr);

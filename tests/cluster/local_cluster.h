@@ -47,6 +47,9 @@ class LocalCluster {
     std::vector<std::string> extra_flags;
     // Set: every daemon's SUMMON_FAULT_POINT (server/runtime/fault_points.h).
     std::string fault_point;
+    // Set: every daemon's SUMMON_BROKEN_FENCE (server/runtime/fault_points.h):
+    // a fence broken on purpose, to see the history checker catch it.
+    std::string broken_fence;
     // Set (one per node): node N's --coordinator instead of `coordinator`,
     // e.g. each node through its own proxy, so one node can be cut off.
     std::vector<std::string> node_coordinators = {};

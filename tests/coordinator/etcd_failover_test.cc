@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "summon/v1/peer.grpc.pb.h"
@@ -32,6 +33,7 @@
 #include "tests/cluster/local_cluster.h"
 #include "tests/coordinator/etcd_cluster.h"
 #include "tests/coordinator/failover_trial.h"
+#include "tests/coordinator/history.h"
 
 namespace summon::tests {
 namespace {
@@ -235,35 +237,94 @@ TEST_F(EtcdFailoverTest, AReturningFollowerJoinsANewEpochOfTheSameLeader) {
 // model.before_apply, armed on the leader alone) before it changed
 // anything: another node leads meanwhile, and the woken node's load fails
 // without changing a byte, on its own ranks or on any other.
-class EtcdPausedModelOpTest : public EtcdFailoverTest {
+// A leader paused inside a model load past its lease, then woken. The
+// parameter names a fence broken on purpose (SUMMON_BROKEN_FENCE, "" none):
+// the history of the test's writes, the load and the reads through every
+// node afterwards goes to the fault scenarios' checker
+// (tests/coordinator/history.h), which must pass with the fences and fail
+// without the leader's lease check: then the woken node loads the
+// checkpoint into its own rank while the followers refuse its epoch, and a
+// read through any node mixes the two.
+class EtcdPausedModelOpTest : public EtcdFailoverTest,
+                              public testing::WithParamInterface<std::string> {
  protected:
   void Configure(LocalCluster::Options& options) const override {
     options.fault_files = true;
+    options.broken_fence = GetParam();
     // Every node reads the checkpoint's files at the same path.
     const char* tmp = std::getenv("TEST_TMPDIR");
-    options.checkpoint_root = absl::StrCat(tmp == nullptr ? "/tmp" : tmp,
-                                           "/paused-model-op-checkpoints");
+    options.checkpoint_root = absl::StrCat(
+        tmp == nullptr ? "/tmp" : tmp, "/paused-model-op-checkpoints-",
+        GetParam().empty() ? "fenced" : "broken");
     std::filesystem::create_directories(options.checkpoint_root);
+  }
+
+  // Every tensor of unit layers.0, which spans every rank (kParam alone
+  // lies on ranks 0 and 1 only: a load on node 2 would not show in it).
+  static std::vector<std::string> Unit() {
+    return {"layers.0.attn.b", "layers.0.attn.w", "layers.0.mlp.w"};
+  }
+
+  // Writes seed `seed`'s values into every tensor of the unit through
+  // `node`, one writeback.
+  void WriteUnit(int node, const v1::Model& model, uint64_t seed) {
+    const client::SummonClient& client = cluster_->client(node);
+    const TensorBytes values = SeededModel(model, seed);
+    const v1::Session session = OpenOk(client, "m", ParamScope(Unit()));
+    for (const std::string& fqn : Unit()) {
+      WriteOk(client, session.id(), fqn, values.at(fqn));
+    }
+    CloseOk(client, session.id());
+  }
+
+  // A write of seed `seed`'s values into the unit, as the checker sees it.
+  static Op WriteOp(int id, absl::Time start, const v1::Model& model,
+                    uint64_t seed, Outcome outcome, uint64_t epoch) {
+    Op op;
+    op.kind = OpKind::kWrite;
+    op.worker = id;
+    op.start = start;
+    op.end = absl::Now();
+    op.outcome = outcome;
+    op.epoch = epoch;
+    op.unit = "layers.0";
+    op.seed = seed;
+    const TensorBytes values = SeededModel(model, seed);
+    for (const std::string& fqn : Unit()) {
+      op.checksums[fqn] = BytesChecksum(values.at(fqn));
+    }
+    return op;
   }
 };
 
-TEST_F(EtcdPausedModelOpTest, AWokenLeaderChangesNoByteOfItsLoad) {
+TEST_P(EtcdPausedModelOpTest, TheCheckerCatchesAWokenLeadersLoadUnlessFenced) {
   absl::StatusOr<v1::ClusterStatus> first = AgreedLeadership(*cluster_);
   ASSERT_TRUE(first.ok()) << first.status();
   const int paused = first->leader();
   const int via = (paused + 1) % cluster_->nodes();
   const client::SummonClient& client = cluster_->client(via);
-  WriteEdit(via);
-  ASSERT_TRUE(client.SaveModel("m", "m.safetensors").ok());
-  // Written after the save: the load would bring the saved bytes back.
-  const v1::Model model = *client.DescribeModel("m");
-  const v1::Session session = OpenOk(client, "m", ParamScope({kParam}));
-  WriteOk(client, session.id(), kParam,
-          SeededModel(model, kEditSeed + 1).at(kParam));
-  CloseOk(client, session.id());
+  const v1::Model model = CreateSeeded(client, "m", kUnevenLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  History history;
+  absl::Time start = absl::Now();
+  WriteUnit(via, model, kEditSeed);
+  history.Record(
+      WriteOp(1, start, model, kEditSeed, Outcome::kOk, first->epoch()));
+  const absl::Status saved = client.SaveModel("m", "m.safetensors").status();
+  ASSERT_TRUE(saved.ok()) << saved;
+  // Written after the save: the load would bring the first write back.
+  start = absl::Now();
+  WriteUnit(via, model, kEditSeed + 1);
+  history.Record(
+      WriteOp(2, start, model, kEditSeed + 1, Outcome::kOk, first->epoch()));
   const v1::ModelChecksumResponse before = ChecksumOk(client, "m");
+  // The leader's reaper clears the writebacks' commit decisions from etcd
+  // (every 200 ms); one left there would be applied again where the woken
+  // node rejoins.
+  absl::SleepFor(absl::Seconds(1));
 
   std::ofstream(cluster_->fault_file(paused)) << "model.before_apply stop\n";
+  start = absl::Now();
   absl::Status loaded;
   std::thread loader(
       [&] { loaded = client.LoadModel("m", "m.safetensors").status(); });
@@ -277,16 +338,62 @@ TEST_F(EtcdPausedModelOpTest, AWokenLeaderChangesNoByteOfItsLoad) {
   ASSERT_TRUE(cluster_->Signal(paused, SIGCONT).ok());
   loader.join();
   EXPECT_FALSE(loaded.ok());
+  Op load =
+      WriteOp(3, start, model, kEditSeed,
+              loaded.ok() ? Outcome::kOk : Outcome::kFailed, first->epoch());
+  load.error = std::string(loaded.message());
+  history.Record(load);
   absl::StatusOr<v1::ClusterStatus> after =
       AwaitAgreedLeadership(*cluster_, absl::Seconds(40));
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_NE(after->leader(), paused);
+
+  CheckInput input;
+  input.ops = history.ops();
+  const TensorBytes initial = SeededModel(model);
+  for (const std::string& fqn : Unit()) {
+    input.unit_of[fqn] = "layers.0";
+    input.initial[fqn] = BytesChecksum(initial.at(fqn));
+  }
   for (int node = 0; node < cluster_->nodes(); ++node) {
-    EXPECT_EQ(ParamChecksums(ChecksumOk(cluster_->client(node), "m")),
-              ParamChecksums(before))
-        << "through node " << node;
+    const client::SummonClient& reader = cluster_->client(node);
+    const v1::Session read = OpenOk(reader, "m", ParamScope(Unit()));
+    for (const std::string& fqn : Unit()) {
+      input.final_reads[node][fqn] =
+          BytesChecksum(ReadOk(reader, read.id(), fqn));
+    }
+    CloseOk(reader, read.id());
+  }
+  const CheckResult result = CheckHistory(input);
+  std::cout << "fence broken: '" << GetParam() << "': the load answered "
+            << loaded << "; " << result.Summary() << "\n";
+  if (GetParam().empty()) {
+    EXPECT_EQ(result.violation_count, 0) << result.Summary();
+    for (int node = 0; node < cluster_->nodes(); ++node) {
+      EXPECT_EQ(ParamChecksums(ChecksumOk(cluster_->client(node), "m")),
+                ParamChecksums(before))
+          << "through node " << node;
+    }
+  } else {
+    // The woken node's rank holds the first write again, the others the
+    // second: every node's read of the unit is a mix, values nobody wrote.
+    ASSERT_EQ(result.violations.size(), static_cast<size_t>(cluster_->nodes()))
+        << result.Summary();
+    for (int node = 0; node < cluster_->nodes(); ++node) {
+      EXPECT_THAT(
+          result.violations[node],
+          testing::StartsWith(absl::StrCat("phantom read: end state via node ",
+                                           node, " read layers.0.")));
+    }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Fences, EtcdPausedModelOpTest,
+                         testing::Values("", "model.lease"),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                           return info.param.empty() ? std::string("Fenced")
+                                                     : std::string("Broken");
+                         });
 
 // Only the leader decides writebacks, so only the leader reaches the point.
 class EtcdDecidedFailoverTest : public EtcdFailoverTest {
