@@ -31,6 +31,7 @@
 #include "server/coordinator/coordinator_url.h"
 #include "server/coordinator/etcd_access.h"
 #include "server/gpu/cuda_shard_memory.h"
+#include "server/gpu/cuda_slice_destinations.h"
 #include "server/server.h"
 #include "server/summond_flags.h"
 #include "spdlog/spdlog.h"
@@ -408,6 +409,10 @@ int Run(int argc, char** argv) {
     }
     spec_from_flags.peer_protocol = *parsed;
   }
+  // ReadSlices into callers' CUDA buffers whatever --device is: a host
+  // without a GPU refuses each such read, naming the device.
+  spec_from_flags.slice_devices =
+      std::make_shared<gpu::CudaSliceDestinations>();
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device == "cuda") {
     absl::StatusOr<std::unique_ptr<gpu::CudaShardMemoryProvider>> provider =

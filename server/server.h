@@ -49,6 +49,7 @@ class Watcher;
 class VersionNodes;
 class VersionStore;
 class WeightSync;
+class DeviceSliceDestinations;
 class LocalFdBroker;
 
 // summond's gRPC server: the Summon and Trainer services, grpc.health.v1 and
@@ -149,6 +150,11 @@ class SummonServer {
     // provider places them in its (device) memory (summond --device cuda,
     // or a fake device in tests). See ShardStore.
     std::shared_ptr<const ShardMemoryProvider> device;
+    // Where ReadSlices answers a cuda_buffer request (weight_sync.proto):
+    // summond's CUDA IPC destinations (server/gpu), whatever --device is
+    // (the caller's GPU memory, not the shards', is written), or a fake in
+    // tests. Null: such reads are refused (FAILED_PRECONDITION).
+    std::shared_ptr<DeviceSliceDestinations> slice_devices;
     // In a cluster of device-placed nodes: the communicator that gathers
     // session copies in device memory (summond --gather-transport nccl: one
     // NCCL rank per node on its first GPU; tests: Gloo over the fake

@@ -247,6 +247,7 @@ void SummonServer::BuildServices(
   summon_service_ = std::make_unique<SummonServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), checkpoint_roots,
       authorizer, membership_.get(), spec_.max_open_streams, fd_broker_.get());
+  summon_service_->SetSliceDevices(spec_.slice_devices.get());
   summon_service_->SetWatches(watch_store_.get(), watch_replication_.get());
   summon_service_->SetWeightSync(weight_sync_.get());
   if (peer_service_ != nullptr) {

@@ -120,6 +120,11 @@ class SummonServiceImpl final : public v1::Summon::Service {
   // WaitVersion and ReadSlices any node's. Null: they answer
   // FAILED_PRECONDITION.
   void SetWeightSync(WeightSync* weight_sync) { weight_sync_ = weight_sync; }
+  // Where ReadSlices' cuda_buffer answers go (summond: CUDA IPC). Null:
+  // cuda_buffer reads are refused (FAILED_PRECONDITION, "cuda_buffer: ...").
+  void SetSliceDevices(DeviceSliceDestinations* devices) {
+    slice_devices_ = devices;
+  }
   grpc::Status Publish(grpc::ServerContext* context,
                        const v1::PublishRequest* request,
                        v1::PublishResponse* response) override;
@@ -211,6 +216,7 @@ class SummonServiceImpl final : public v1::Summon::Service {
   WatchStore* watches_ = nullptr;
   WatchReplication* watch_replication_ = nullptr;
   WeightSync* weight_sync_ = nullptr;
+  DeviceSliceDestinations* slice_devices_ = nullptr;
   std::atomic<int> open_streams_{0};
   absl::Mutex checksum_mu_;  // Followers' answers arrive concurrently.
   absl::Mutex save_mu_;      // Saves use deterministic temporary names.

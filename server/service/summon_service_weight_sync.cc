@@ -5,14 +5,16 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/rpc/status_conversion.h"
-#include "server/service/proto_conversion.h"
 #include "server/service/local_fd_broker.h"
+#include "server/service/proto_conversion.h"
 #include "server/service/summon_service.h"
 #include "server/weight_sync/slice_buffer.h"
+#include "server/weight_sync/slice_destination.h"
 
 namespace summon::server {
 namespace {
@@ -38,9 +40,8 @@ absl::StatusOr<std::vector<SliceRequest>> EntriesFromProto(
       absl::StatusOr<core::DType> dtype =
           DTypeFromProto(entry.dtype(), "dtype");
       if (!dtype.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("entry ", i, " ('", entry.fqn(),
-                         "'): ", dtype.status().message()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "entry ", i, " ('", entry.fqn(), "'): ", dtype.status().message()));
       }
       out.dtype = *dtype;
     }
@@ -48,6 +49,67 @@ absl::StatusOr<std::vector<SliceRequest>> EntriesFromProto(
   }
   return entries;
 }
+
+// "entry i ('fqn')" per entry, as errors name them.
+std::vector<std::string> EntryNames(const v1::ReadSlicesRequest& request) {
+  std::vector<std::string> names;
+  for (int i = 0; i < request.entries_size(); ++i) {
+    names.push_back(
+        absl::StrCat("entry ", i, " ('", request.entries(i).fqn(), "')"));
+  }
+  return names;
+}
+
+std::vector<int64_t> EntryBytes(const PlannedRead& read) {
+  std::vector<int64_t> bytes;
+  for (const SlicePlan& entry : read.entries) bytes.push_back(entry.bytes);
+  return bytes;
+}
+
+// The caller's cuda_buffer, checked and opened: only for a caller on this
+// host (its IPC handle names memory here), through summond's CUDA (null
+// `devices`: not served).
+absl::StatusOr<std::unique_ptr<SliceDestination>> OpenCudaBuffer(
+    DeviceSliceDestinations* devices, const grpc::ServerContext& context,
+    const v1::ReadSlicesRequest& request, const PlannedRead& read) {
+  const v1::CudaIpcBuffer& wire = request.cuda_buffer();
+  CudaIpcTarget target;
+  target.device = wire.device();
+  target.ipc_handle = wire.ipc_handle();
+  target.offset = wire.offset();
+  target.bytes = wire.bytes();
+  if (!IsLocalPeer(context.peer())) {
+    return NoCudaDelivery(absl::StrCat(
+        "the caller (", context.peer(),
+        ") is not on the daemon's host, where a CUDA IPC handle opens"));
+  }
+  return OpenCudaTarget(devices, target, read.total_bytes, EntryNames(request),
+                        read.offsets, EntryBytes(read));
+}
+
+// The stream as a destination: each window leaves as data messages of at
+// most kSliceChunkBytes.
+class StreamDestination final : public SliceDestination {
+ public:
+  StreamDestination(grpc::ServerContext& context,
+                    grpc::ServerWriter<v1::ReadSlicesResponse>& writer)
+      : context_(context), writer_(writer) {}
+
+  absl::Status Write(int64_t /*at: the stream is in order*/,
+                     const uint8_t* data, int64_t bytes) override {
+    for (int64_t at = 0; at < bytes; at += kSliceChunkBytes) {
+      if (context_.IsCancelled()) return absl::CancelledError("cancelled");
+      v1::ReadSlicesResponse chunk;
+      chunk.set_data(data + at, std::min(kSliceChunkBytes, bytes - at));
+      if (!writer_.Write(chunk)) return absl::CancelledError("cancelled");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  grpc::ServerContext& context_;
+  grpc::ServerWriter<v1::ReadSlicesResponse>& writer_;
+};
 
 // A granted local_buffer read: waits for the caller's buffer at the broker,
 // checks it whole (size, shared memory, seals) before writing anything,
@@ -57,20 +119,15 @@ absl::Status IntoBuffer(LocalFdBroker& broker, WeightSync& sync,
                         const v1::ReadSlicesRequest& request,
                         const PlannedRead& read, const std::string& token,
                         int64_t* peer_bytes) {
-  absl::StatusOr<int> fd = broker.Await(
-      token,
-      std::min(absl::FromChrono(context.deadline()), absl::Now() + broker.ttl()),
-      [&context] { return context.IsCancelled(); });
+  absl::StatusOr<int> fd =
+      broker.Await(token,
+                   std::min(absl::FromChrono(context.deadline()),
+                            absl::Now() + broker.ttl()),
+                   [&context] { return context.IsCancelled(); });
   if (!fd.ok()) return fd.status();
-  std::vector<std::string> names;
-  std::vector<int64_t> bytes;
-  for (size_t i = 0; i < read.entries.size(); ++i) {
-    names.push_back(
-        absl::StrCat("entry ", i, " ('", request.entries(i).fqn(), "')"));
-    bytes.push_back(read.entries[i].bytes);
-  }
   absl::StatusOr<SliceBuffer> buffer =
-      SliceBuffer::Map(*fd, read.total_bytes, names, read.offsets, bytes);
+      SliceBuffer::Map(*fd, read.total_bytes, EntryNames(request), read.offsets,
+                       EntryBytes(read));
   if (!buffer.ok()) return buffer.status();
   buffer->Begin(request.version(), static_cast<int64_t>(read.entries.size()),
                 token);
@@ -87,13 +144,13 @@ absl::Status IntoBuffer(LocalFdBroker& broker, WeightSync& sync,
 grpc::Status SummonServiceImpl::Publish(grpc::ServerContext* context,
                                         const v1::PublishRequest* request,
                                         v1::PublishResponse* response) {
-  if (grpc::Status denied = Allow(*context, "/summon.v1.Summon/Publish",
-                                  *request);
+  if (grpc::Status denied =
+          Allow(*context, "/summon.v1.Summon/Publish", *request);
       !denied.ok()) {
     return denied;
   }
-  if (auto routed = Route(*context, &v1::Summon::Stub::Publish, *request,
-                          response)) {
+  if (auto routed =
+          Route(*context, &v1::Summon::Stub::Publish, *request, response)) {
     return *routed;
   }
   if (weight_sync_ == nullptr) return ToGrpcStatus(NoWeightSync());
@@ -116,9 +173,8 @@ grpc::Status SummonServiceImpl::WaitVersion(
   }
   if (weight_sync_ == nullptr) return ToGrpcStatus(NoWeightSync());
   // Without a deadline the wait would hold a server thread forever.
-  const absl::Time deadline =
-      std::min(absl::FromChrono(context->deadline()),
-               absl::Now() + absl::Hours(1));
+  const absl::Time deadline = std::min(absl::FromChrono(context->deadline()),
+                                       absl::Now() + absl::Hours(1));
   absl::StatusOr<int64_t> version =
       weight_sync_->Wait(request->model(), request->min_step(), deadline);
   if (!version.ok()) return ToGrpcStatus(version.status());
@@ -140,6 +196,10 @@ grpc::Status SummonServiceImpl::ReadSlices(
       return ToGrpcStatus(ready);
     }
   }
+  if (request->local_buffer() && request->has_cuda_buffer()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "local_buffer and cuda_buffer are two destinations; ask for one"));
+  }
   StreamSlot slot(*this);
   if (!slot.status().ok()) return ToGrpcStatus(slot.status());
   absl::StatusOr<std::vector<SliceRequest>> entries =
@@ -149,6 +209,15 @@ grpc::Status SummonServiceImpl::ReadSlices(
   absl::StatusOr<PlannedRead> read =
       weight_sync_->Plan(request->model(), request->version(), *entries);
   if (!read.ok()) return ToGrpcStatus(read.status());
+  // A CUDA buffer is checked and opened before the first message: a
+  // refusal ends the call with nothing sent and nothing written.
+  std::unique_ptr<SliceDestination> device;
+  if (request->has_cuda_buffer()) {
+    absl::StatusOr<std::unique_ptr<SliceDestination>> opened =
+        OpenCudaBuffer(slice_devices_, *context, *request, *read);
+    if (!opened.ok()) return ToGrpcStatus(opened.status());
+    device = *std::move(opened);
+  }
   ++weight_sync_->store().counters().reads;
   v1::ReadSlicesResponse header;
   for (size_t i = 0; i < read->entries.size(); ++i) {
@@ -176,52 +245,22 @@ grpc::Status SummonServiceImpl::ReadSlices(
     return grpc::Status::CANCELLED;
   }
   int64_t peer_bytes = 0;
-  auto send_stats = [&]() {
-    v1::ReadSlicesResponse last;
-    last.mutable_stats()->set_slice_bytes(read->slice_bytes);
-    last.mutable_stats()->set_peer_bytes(peer_bytes);
-    return writer->Write(last) ? grpc::Status::OK : grpc::Status::CANCELLED;
-  };
+  absl::Status delivered;
   if (!token.empty()) {
-    if (absl::Status delivered =
-            IntoBuffer(*fd_broker_, *weight_sync_, *context, *request, *read,
-                       token, &peer_bytes);
-        !delivered.ok()) {
-      return ToGrpcStatus(delivered);
-    }
-    return send_stats();
+    delivered = IntoBuffer(*fd_broker_, *weight_sync_, *context, *request,
+                           *read, token, &peer_bytes);
+  } else if (device != nullptr) {
+    delivered = weight_sync_->Deliver(*read, *device, &peer_bytes);
+  } else {
+    StreamDestination stream(*context, *writer);
+    delivered = weight_sync_->Deliver(*read, stream, &peer_bytes);
   }
-  // A window of whole entries assembled at once (their pieces come from
-  // several ranks and nodes, fetched concurrently), then sent, alignment
-  // gaps included; an entry larger than the window is one of its own.
-  std::vector<uint8_t> bytes;
-  const int count = static_cast<int>(read->entries.size());
-  const int64_t window = weight_sync_->stream_window_bytes();
-  for (int first = 0; first < count;) {
-    int last = first + 1;
-    while (last < count && WeightSync::End(*read, last) -
-                                     read->offsets[first] <=
-                                 window) {
-      ++last;
-    }
-    bytes.resize(WeightSync::End(*read, last - 1) - read->offsets[first]);
-    if (absl::Status filled = weight_sync_->FillRange(*read, first, last,
-                                                      bytes.data(),
-                                                      &peer_bytes);
-        !filled.ok()) {
-      return ToGrpcStatus(filled);
-    }
-    for (int64_t at = 0; at < static_cast<int64_t>(bytes.size());
-         at += kSliceChunkBytes) {
-      if (context->IsCancelled()) return grpc::Status::CANCELLED;
-      v1::ReadSlicesResponse chunk;
-      chunk.set_data(bytes.data() + at,
-                     std::min<int64_t>(kSliceChunkBytes, bytes.size() - at));
-      if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
-    }
-    first = last;
-  }
-  return send_stats();
+  if (!delivered.ok()) return ToGrpcStatus(delivered);
+  v1::ReadSlicesResponse last;
+  last.mutable_stats()->set_slice_bytes(read->slice_bytes);
+  last.mutable_stats()->set_peer_bytes(peer_bytes);
+  last.mutable_stats()->set_cuda_buffer(device != nullptr);
+  return writer->Write(last) ? grpc::Status::OK : grpc::Status::CANCELLED;
 }
 
 }  // namespace summon::server

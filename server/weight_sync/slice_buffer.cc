@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/weight_sync/slice_destination.h"
 
 namespace summon::server {
 namespace {
@@ -52,19 +53,12 @@ absl::StatusOr<SliceBuffer> SliceBuffer::Map(
   }
   const int64_t size = info.st_size;
   const int64_t needed = kSliceBufferHeaderBytes + total_bytes;
-  if (size < needed) {
-    for (size_t i = 0; i < offsets.size(); ++i) {
-      const int64_t end = kSliceBufferHeaderBytes + offsets[i] + bytes[i];
-      if (end > size) {
-        return Refuse(fd, absl::StrCat(
-                              names[i], ": ends at byte ", end,
-                              " of the slice buffer, which has ", size,
-                              " bytes (the answer needs ", needed,
-                              ": a 64-byte header and the packed entries)"));
-      }
-    }
-    return Refuse(fd, absl::StrCat("the slice buffer has ", size,
-                                   " bytes; the answer needs ", needed));
+  if (absl::Status fits =
+          CheckSlicesFit("the slice buffer", kSliceBufferHeaderBytes, size,
+                         total_bytes, names, offsets, bytes);
+      !fits.ok()) {
+    close(fd);
+    return fits;
   }
   void* base = mmap(nullptr, static_cast<size_t>(needed),
                     PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);

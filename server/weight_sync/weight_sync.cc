@@ -159,5 +159,34 @@ absl::Status WeightSync::FillRange(const PlannedRead& read, int first,
   if (!failed.empty()) return failed.begin()->second;
   return absl::OkStatus();
 }
+absl::Status WeightSync::Deliver(const PlannedRead& read,
+                                 SliceDestination& destination,
+                                 int64_t* peer_bytes) {
+  // A window's pieces come from several ranks and nodes, fetched
+  // concurrently; the window bounds what the answer holds in host memory.
+  std::vector<uint8_t> window;
+  const int count = static_cast<int>(read.entries.size());
+  const int64_t limit = stream_window_bytes();
+  for (int first = 0; first < count;) {
+    int last = first + 1;
+    while (last < count && End(read, last) - read.offsets[first] <= limit) {
+      ++last;
+    }
+    window.resize(End(read, last - 1) - read.offsets[first]);
+    if (absl::Status filled =
+            FillRange(read, first, last, window.data(), peer_bytes);
+        !filled.ok()) {
+      return filled;
+    }
+    if (absl::Status written =
+            destination.Write(read.offsets[first], window.data(),
+                              static_cast<int64_t>(window.size()));
+        !written.ok()) {
+      return written;
+    }
+    first = last;
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace summon::server

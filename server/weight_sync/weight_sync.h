@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "server/model/model_registry.h"
 #include "server/session/session_manager.h"
+#include "server/weight_sync/slice_destination.h"
 #include "server/weight_sync/slice_plan.h"
 #include "server/weight_sync/version_nodes.h"
 #include "server/weight_sync/version_store.h"
@@ -91,6 +92,13 @@ class WeightSync {
     return FillRange(read, 0, static_cast<int>(read.entries.size()), out,
                      peer_bytes);
   }
+  // The whole packed answer into `destination`, one window of whole
+  // entries at a time (about stream_window_bytes(); an entry larger than
+  // that is one of its own): each filled in host memory (FillRange, gaps
+  // zero), then written at its offset. The first failure, a Write's
+  // included, stops it.
+  absl::Status Deliver(const PlannedRead& read, SliceDestination& destination,
+                       int64_t* peer_bytes);
   // Where entry `entry`'s bytes and its alignment gap end.
   static int64_t End(const PlannedRead& read, int entry) {
     return entry + 1 < static_cast<int>(read.entries.size())

@@ -4,8 +4,9 @@
 # CPU kernel (issue 21), device buffers and CUDA IPC between processes,
 # pinned streaming, the NCCL communicator), the end-to-end tests with every
 # shard in device memory (SUMMON_TEST_DEVICE=cuda; watch_test: records
-# reduced by the CUDA watch kernels), the PyTorch IPC proof (tests/gpu/
-# torch_ipc_check.py) and bench/gpu_bench.sh. Output: one block per check;
+# reduced by the CUDA watch kernels), the PyTorch IPC proofs (tests/gpu/
+# torch_ipc_check.py, torch_session_copy_check.py, weight_sync_ipc_check.py:
+# ReadSlices into a CUDA tensor) and bench/gpu_bench.sh. Output: one block per check;
 # the last line counts the failures.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +34,7 @@ run "device_copies_test (SUMMON_TEST_DEVICE=cuda, 2 nodes x 2 ranks)" env SUMMON
 rm -rf client/python/summon/v1 && cp -r "$G/stubs_v1" client/python/summon/v1
 run torch_ipc_check env PYTHONPATH=client/python python3 tests/gpu/torch_ipc_check.py --summond "$G/bin/summond"
 run torch_session_copy_check env PYTHONPATH=client/python python3 tests/gpu/torch_session_copy_check.py --summond "$G/bin/summond"
+run weight_sync_ipc_check env PYTHONPATH=client/python python3 tests/gpu/weight_sync_ipc_check.py --summond "$G/bin/summond"
 run gpu_bench bash bench/gpu_bench.sh "$G/bin"
 echo "run_on_gpu: $failed failed"
 [ "$failed" -eq 0 ]

@@ -163,6 +163,7 @@ void SummondTest::StartServer(int local_ranks, int64_t memory_budget_bytes,
   spec_.reaper_interval = reaper_interval;
   spec_.admins = {"admin"};
   ASSERT_NO_FATAL_FAILURE(PlaceShards());
+  spec_.slice_devices = slice_devices_;
   absl::StatusOr<std::unique_ptr<SummonServer>> server =
       SummonServer::Start(spec_);
   ASSERT_TRUE(server.ok()) << server.status();

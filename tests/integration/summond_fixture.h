@@ -157,6 +157,9 @@ class SummondTest : public ::testing::Test {
   static const std::vector<pb::TrainingPhase>& FullStep();
 
   std::string data_dir_;
+  // ReadSlices' cuda_buffer destinations for the next StartServer (a fake
+  // in tests; null: such reads are refused).
+  std::shared_ptr<server::DeviceSliceDestinations> slice_devices_;
   SummonServer::Spec spec_;
   std::unique_ptr<SummonServer> server_;
   std::unique_ptr<pb::Summon::Stub> summon_;

@@ -9,7 +9,8 @@ Client: publish, wait_version, read_slices. Client supplies `_call`,
 On the daemon's host the answer comes through shared memory: the daemon
 copies each slice from its shards straight into a memfd of this process's
 (summon.SliceBuffer; `into=` reuses one), no gRPC data messages. Elsewhere
-(or with local=False) it streams.
+(or with local=False) it streams. With device="cuda:N" the daemon copies
+into this process's GPU memory through CUDA IPC (summon.cuda_slices).
 
 A bfloat16 slice comes back as uint16 bit patterns (NumPy has no bfloat16),
 as every summon read does: `summon.dtypes.bfloat16_to_float32` widens it, or
@@ -53,6 +54,9 @@ class ReadSlicesStats:
     # True when the daemon wrote the answer into this process's shared
     # memory; False when it streamed it.
     local_buffer: bool = False
+    # True when the daemon copied it into this process's GPU memory
+    # (read_slices(device="cuda:N"), summon.cuda_slices).
+    cuda_buffer: bool = False
 
 
 def _fit_error(header: Any, request: Any, capacity: int) -> SummonError:
@@ -95,11 +99,13 @@ class WeightSyncCalls:
                               timeout=timeout)
         return response.version
 
-    # How this client's ReadSlices answers came: "local_buffer" or "stream".
+    # How this client's ReadSlices answers came: "local_buffer", "stream"
+    # or "cuda_buffer".
     slice_deliveries: collections.Counter
 
     def read_slices(self, model: str, version: int, entries: Sequence[SliceRequest],
-                    into: Optional[SliceBuffer] = None, local: bool = True) -> list[np.ndarray]:
+                    into: Any = None, local: bool = True,
+                    device: Any = None) -> list[Any]:
         """Each entry's box of version `version`, shaped like the box.
 
         The arrays are views into one packed buffer (each 16-byte aligned):
@@ -109,13 +115,43 @@ class WeightSyncCalls:
         naming the entry ("entry 2 ('l0.w'): ..."), a buffer too small
         included; nothing is returned from a failed read, and `into`'s
         header is left incomplete (SliceBuffer.header().complete False).
+
+        With `device` ("cuda:0"), torch tensors on that GPU instead: views
+        of `into` (a flat uint8 CUDA tensor) or of a new one, which the
+        daemon on this host fills through CUDA IPC (summon.cuda_slices;
+        elsewhere, or without its GPU, read as above and copied in).
         """
-        return self.read_slices_with_stats(model, version, entries, into, local)[0]
+        return self.read_slices_with_stats(model, version, entries, into, local, device)[0]
 
     def read_slices_with_stats(self, model: str, version: int, entries: Sequence[SliceRequest],
-                               into: Optional[SliceBuffer] = None, local: bool = True
-                               ) -> tuple[list[np.ndarray], ReadSlicesStats]:
+                               into: Any = None, local: bool = True, device: Any = None
+                               ) -> tuple[list[Any], ReadSlicesStats]:
         """read_slices, with what the read moved between nodes."""
+        if device is not None:
+            return self._read_to_device(model, version, entries, into, device)
+        arrays, stats, _ = self._read_host(model, version, entries, into, local)
+        return arrays, stats
+
+    def _read_to_device(self, model: str, version: int, entries: Sequence[SliceRequest],
+                        into: Any, device: Any) -> tuple[list[Any], ReadSlicesStats]:
+        import torch
+
+        from summon import cuda_slices
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise ValueError(f"read_slices(device=...) takes a CUDA device, not {device}")
+        if into is None:
+            into = torch.empty(cuda_slices.packed_bound(entries), dtype=torch.uint8,
+                               device=device)
+        elif not into.is_cuda:
+            raise ValueError("read_slices(device=...) fills a CUDA tensor `into`, "
+                             f"not one on {into.device}")
+        target = (cuda_slices.cuda_target(into) if getattr(self, "_cuda_slices", True)
+                  else None)
+        return cuda_slices.read_into(self, model, version, entries, into, target)
+
+    def _slices_request(self, model: str, version: int, entries: Sequence[SliceRequest],
+                        local: bool) -> Any:
         if not hasattr(self, "slice_deliveries"):
             self.slice_deliveries = collections.Counter()
         request = weight_sync_pb2.ReadSlicesRequest(
@@ -125,6 +161,13 @@ class WeightSyncCalls:
             wire = request.entries.add(fqn=entry.fqn, dtype=dtypes.to_proto(entry.dtype))
             for start, length in entry.box:
                 wire.box.add(start=start, length=length)
+        return request
+
+    def _read_host(self, model: str, version: int, entries: Sequence[SliceRequest],
+                   into: Optional[SliceBuffer], local: bool
+                   ) -> tuple[list[np.ndarray], ReadSlicesStats, Any]:
+        """A read into host memory: the arrays, the stats, the first message."""
+        request = self._slices_request(model, version, entries, local)
         call = self._summon.ReadSlices(request, timeout=self.timeout, metadata=self._metadata)
         try:
             header = next(call)
@@ -139,7 +182,7 @@ class WeightSyncCalls:
                     # Its socket is out of reach (a daemon behind a tunnel
                     # looks local): stream from now on.
                     self._local_slices = False
-                    return self.read_slices_with_stats(model, version, entries, into, False)
+                    return self._read_host(model, version, entries, into, False)
                 packed, stats = self._finish_local(call, header, buffer)
                 if into is None:
                     buffer.close()  # The arrays keep the mapping.
@@ -155,7 +198,7 @@ class WeightSyncCalls:
             wire_dtype = dtypes.wire_numpy(dtypes.name_of(layout.dtype))
             view = packed[layout.offset:layout.offset + layout.bytes].view(wire_dtype)
             arrays.append(view.reshape(tuple(layout.shape)))
-        return arrays, stats
+        return arrays, stats, header
 
     @staticmethod
     def _finish_local(call: Any, header: Any, buffer: SliceBuffer

@@ -10,7 +10,10 @@ boxes of the rank's plan entries, converted by the daemon to the engine's
 dtype, and assembles each engine parameter from them (cat, zero padding):
 no full tensor is ever built, on either side. On the daemon's host the
 daemon writes the slices straight into one shared-memory buffer of this
-process's (summon.SliceBuffer), reused batch after batch. `load_into` copies the results
+process's (summon.SliceBuffer), reused batch after batch; with a CUDA
+`device` into one CUDA buffer of this process's instead, through CUDA IPC
+(summon.cuda_slices: no host copy here; a daemon without that GPU is read
+the usual way and the bytes copied in). `load_into` copies the results
 into the parameters of a live vLLM model by name.
 """
 
@@ -40,12 +43,17 @@ class SliceReader(Protocol):
     """What pull reads through: summon.Client has this method."""
 
     def read_slices(self, model: str, version: int, entries: Sequence[SliceRequest],
-                    into: SliceBuffer | None = None) -> list[np.ndarray]: ...
+                    into: Any = None, device: Any = None) -> list[Any]: ...
 
 
-def _as_tensor(array: np.ndarray, dtype: str) -> torch.Tensor:
+def _as_tensor(array: np.ndarray | torch.Tensor, dtype: str) -> torch.Tensor:
     """A read_slices array as a tensor of `dtype` (bfloat16 arrives as its
-    uint16 bit pattern, NumPy having no bfloat16: reinterpreted, not converted)."""
+    uint16 bit pattern, NumPy having no bfloat16: reinterpreted, not converted;
+    a CUDA read's tensors come typed)."""
+    if isinstance(array, torch.Tensor):
+        if array.dtype != TORCH_DTYPES[dtype]:
+            raise ValueError(f"read_slices gave {array.dtype} for a {dtype} slice")
+        return array
     tensor = torch.from_numpy(np.ascontiguousarray(array))
     if dtype == "bfloat16":
         return tensor.view(torch.int16).view(torch.bfloat16)
@@ -95,26 +103,39 @@ def _batches(entries: Sequence[Entry], max_bytes: int) -> Iterator[list[Entry]]:
 
 
 def pull(client: SliceReader, model: str, version: int, plan: SyncPlan, tp_rank: int,
-         device: torch.device | str = "cpu",
-         max_batch_bytes: int = 256 << 20) -> Iterator[tuple[str, torch.Tensor]]:
+         device: torch.device | str = "cpu", max_batch_bytes: int = 256 << 20,
+         cuda_ipc: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """Yields (engine name, tensor) for every entry of `plan` on `tp_rank`,
     in the engine's dtype on `device`, read from version `version` of `model`
     by ReadSlices calls of at most `max_batch_bytes` of slices each (an entry
-    larger than that is one call), all answered into one SliceBuffer (each
-    tensor yielded is the engine's own copy, so the buffer is reused)."""
+    larger than that is one call), all answered into one buffer (each
+    tensor yielded is the engine's own copy, so the buffer is reused): a
+    SliceBuffer, or for a CUDA `device` (and `cuda_ipc`) one uint8 tensor on
+    it that the daemon fills through CUDA IPC (Client.read_slices(device=))."""
     batches = list(_batches(plan.entries(tp_rank), max_batch_bytes))
     largest = max((sum(_packed_bytes(e) for e in b) for b in batches), default=0)
-    with SliceBuffer(largest) as buffer:
-        yield from _pull_batches(client, model, version, batches, buffer, device)
+    if cuda_ipc and torch.device(device).type == "cuda":
+        buffer = torch.empty(largest, dtype=torch.uint8, device=device)
+        yield from _pull_batches(client, model, version, batches, buffer, device,
+                                 read_device=device)
+        return
+    with SliceBuffer(largest) as host_buffer:
+        yield from _pull_batches(client, model, version, batches, host_buffer, device)
 
 
 def _pull_batches(client: SliceReader, model: str, version: int, batches: list[list[Entry]],
-                  buffer: SliceBuffer, device: torch.device | str
+                  buffer: Any, device: torch.device | str, read_device: Any = None
                   ) -> Iterator[tuple[str, torch.Tensor]]:
     for batch in batches:
         requests = [SliceRequest(piece.fqn, list(piece.box), entry.dtype)
                     for entry in batch for piece in entry.pieces]
-        arrays = client.read_slices(model, version, requests, into=buffer) if requests else []
+        if not requests:
+            arrays = []
+        elif read_device is not None:
+            arrays = client.read_slices(model, version, requests, into=buffer,
+                                        device=read_device)
+        else:
+            arrays = client.read_slices(model, version, requests, into=buffer)
         if len(arrays) != len(requests):
             raise ValueError(f"read_slices answered {len(arrays)} of {len(requests)} entries")
         at = 0
