@@ -14,23 +14,23 @@ std::string Model(absl::string_view name) {
   return absl::StrCat(kModelsPrefix, name);
 }
 
-std::string Commit(absl::string_view session) {
-  return absl::StrCat(kCommitsPrefix, session);
+std::string Commit(absl::string_view record) {
+  return absl::StrCat(kCommitsPrefix, record);
 }
 
 }  // namespace coordinator_keys
 
 absl::Status RecordCommitDecision(Coordinator& coordinator,
-                                  absl::string_view session,
+                                  absl::string_view record,
                                   absl::string_view decision, uint64_t epoch) {
-  return coordinator.Put(coordinator_keys::Commit(session), decision,
+  return coordinator.Put(coordinator_keys::Commit(record), decision,
                          Coordinator::Fence{epoch, /*leader=*/true},
                          Coordinator::PutMode::kCreate);
 }
 
 absl::StatusOr<std::optional<std::string>> CommitDecision(
-    Coordinator& coordinator, absl::string_view session) {
-  return coordinator.Get(coordinator_keys::Commit(session));
+    Coordinator& coordinator, absl::string_view record) {
+  return coordinator.Get(coordinator_keys::Commit(record));
 }
 
 }  // namespace summon::server

@@ -125,21 +125,26 @@ std::string Rendezvous(uint64_t epoch, absl::string_view key);
 // The model registry's record of a model: models/<name>.
 std::string Model(absl::string_view name);
 inline constexpr char kModelsPrefix[] = "models/";
-// A writeback's commit decision: commits/<session>.
-std::string Commit(absl::string_view session);
+// A writeback's commit record: commits/<record>, where the session manager
+// names each attempt's record "<session>/<attempt>" (one record per
+// attempt, holding its decision or its abort seal; see
+// server/session/session_decisions.cc).
+std::string Commit(absl::string_view record);
 inline constexpr char kCommitsPrefix[] = "commits/";
 }  // namespace coordinator_keys
 
 // A writeback's commit decision, recorded by the leader before COMMIT is
 // sent to any node: the one transaction that makes a writeback durable.
-// ALREADY_EXISTS when the session already has another one (a decision is
-// never changed); ABORTED when the leader's epoch was deposed.
+// ALREADY_EXISTS when the record already holds something else (a decision
+// is never changed, and an attempt sealed aborted takes no decision);
+// ABORTED when the leader's epoch was deposed. The same put writes an
+// attempt's abort seal under the decision's own key and fence.
 absl::Status RecordCommitDecision(Coordinator& coordinator,
-                                  absl::string_view session,
+                                  absl::string_view record,
                                   absl::string_view decision, uint64_t epoch);
-// Nullopt when the session has no decision (a new leader aborts it).
+// Nullopt when the record is absent (a new leader aborts its writeback).
 absl::StatusOr<std::optional<std::string>> CommitDecision(
-    Coordinator& coordinator, absl::string_view session);
+    Coordinator& coordinator, absl::string_view record);
 
 }  // namespace summon::server
 

@@ -67,8 +67,8 @@ class SessionManager {
     // Moves the bytes. Null: this single node's own runtime.
     NodeOps* node_ops = nullptr;
     // A cluster on etcd: each writeback's commit decision is recorded there
-    // (commits/<session>, fenced by the node ops' epoch) before COMMIT is
-    // sent, so whichever node leads next completes it. Null: in
+    // (commits/<session>/<attempt>, fenced by the attempt's epoch) before
+    // COMMIT is sent, so whichever node leads next completes it. Null: in
     // <data-dir>/commits, for this node's next life.
     Coordinator* coordinator = nullptr;
     // The session copies' memory of that single node's runtime; null: a
@@ -307,6 +307,19 @@ class SessionManager {
   // caller is held for a node that does not answer (NodeOps).
   absl::Status SendGenerations(const GenerationsOp& op, const std::string& why,
                                absl::Duration wait);
+  // A COMMIT decision as the decision log holds it. On a coordinator each
+  // attempt (each close's PREPARE: a retried close is another attempt) has
+  // its own record, commits/<session>/<attempt>, holding either the
+  // decision or, once the attempt is found not decided, its abort record
+  // (the seal, ConfirmDecision); `attempt` is "<epoch>-<PREPARE's number>",
+  // unique across epochs and retries.
+  struct Decision {
+    CommitOp commit;
+    uint64_t epoch = 0;  // Fences the record and its seal alike.
+    std::string attempt;
+    std::string text;    // The record's bytes (RecordDecision fills it).
+    std::string record;  // Under commits/: "<session>/<attempt>" as listed.
+  };
   // The decision log of pending commits: the coordinator's records, else
   // the data dir's (a no-op without one). An error (etcd: the epoch was
   // deposed, no quorum) means the decision was not made: nothing commits.
@@ -317,10 +330,18 @@ class SessionManager {
   // not be read back either (the leader cut off from etcd): made or not,
   // nobody can tell yet, and the caller keeps every node's staged slices
   // for whoever learns it (ResolveUndecided, or the next formation).
-  absl::Status RecordDecision(const CommitOp& commit);
-  absl::Status ConfirmDecision(const std::string& text,
-                               const CommitOp& commit,
+  absl::Status RecordDecision(Decision& decision);
+  // After a put that got no answer: read back, the decision's bytes there
+  // decide it (OK). Found absent, the attempt is sealed first: its abort
+  // record is created under the decision's own key and fence, so the
+  // lost transaction, were it applied later (a proposal in flight through
+  // a change of etcd's leader), finds the key taken and changes nothing.
+  // Only a seal that landed (or a fence refused for good) makes "not
+  // decided" final (the error `recorded`); the seal finding the decision
+  // there (it landed in between) decides it (OK); no answer: UNKNOWN.
+  absl::Status ConfirmDecision(const Decision& decision,
                                const absl::Status& recorded);
+  absl::Status Seal(const Decision& decision, const absl::Status& recorded);
   // The decision's record goes once every node applied the COMMIT. On a
   // coordinator the reaper deletes it (ClearDecisions), off the close's
   // path: the decision stays the writeback's one etcd transaction, and a
@@ -328,16 +349,26 @@ class SessionManager {
   // which changes nothing. While a node is away (survivors serving), the
   // record stays: the node applies it when it is back (its staged slices
   // wait for it), or its ranks would miss a writeback the others hold.
-  void ForgetDecision(const std::string& session_id);
+  void ForgetDecision(const Decision& decision);
   void ClearDecisions();
+  // Deletes abort records of earlier epochs (RecordedDecisions lists
+  // them). Never one of the current epoch: the lost transaction it seals
+  // out still passes its fence there and would land in the freed key; once
+  // the cluster is in a later epoch that fence refuses it for good.
+  void ClearSeals(const std::vector<std::string>& records);
   // The writebacks whose decision is unknown (RecordDecision), resolved as
   // soon as the coordinator answers: recorded, they commit on every node;
-  // not recorded, every node drops their staged slices. A failure leaves
-  // them to the next formation (ResolvePendingCommits reads every record
-  // and drops whatever else is staged), and AbortAll forgets them.
+  // not recorded, their attempt is sealed and every node drops their
+  // staged slices. A failure leaves them to the next formation
+  // (ResolvePendingCommits reads every record and drops whatever else is
+  // staged: a later epoch, where the lost transaction's fence refuses it),
+  // and AbortAll forgets them.
   void ResolveUndecided();
-  // Every decision recorded and not yet forgotten, by session.
-  std::map<std::string, CommitOp> RecordedDecisions();
+  // Every decision recorded and not yet forgotten, by session; abort
+  // records are skipped, those of earlier epochs added to `seals` (records
+  // under commits/) when it is given.
+  std::map<std::string, Decision> RecordedDecisions(
+      std::vector<std::string>* seals = nullptr);
 
   ModelRegistry* const registry_;
   const Options options_;
@@ -371,10 +402,11 @@ class SessionManager {
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t sequence_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // Of next_sequence_.
   // COMMITs decided but not yet acknowledged by every node, by session.
-  std::map<std::string, CommitOp> pending_commits_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Decision> pending_commits_ ABSL_GUARDED_BY(mu_);
   // Writebacks whose decision is unknown, by session (ResolveUndecided).
-  std::map<std::string, CommitOp> undecided_ ABSL_GUARDED_BY(mu_);
-  // Applied COMMITs whose coordinator records the reaper deletes.
+  std::map<std::string, Decision> undecided_ ABSL_GUARDED_BY(mu_);
+  // Applied COMMITs' coordinator records (under commits/), which the
+  // reaper deletes.
   std::vector<std::string> decisions_to_clear_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;

@@ -1,23 +1,20 @@
 // SessionManager: the session's side of the two-phase writeback. Close
 // decides: R7 (no scoped unit moved since the gather, unless forced),
 // PREPARE on every node, and only when every node staged, the COMMIT
-// decision, recorded in the decision log before any node applies it (R8).
-// Also the log itself and finishing decided commits after a failure or a
-// restart. The node's side (stage, publish, drop) is
+// decision, recorded in the decision log before any node applies it (R8),
+// and finishing decided commits after a failure or a restart. The log
+// itself is session_decisions.cc. The node's side (stage, publish, drop) is
 // server/runtime/node_writeback.cc.
 
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include <map>
 #include <set>
-#include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
-#include "server/coordinator/coordinator.h"
 #include "server/runtime/fault_points.h"
 #include "server/session/session_internal.h"
 #include "server/session/session_manager.h"
@@ -29,42 +26,6 @@ namespace {
 // A decided commit's retries while the cluster forms.
 constexpr int kCommitAttempts = 10;
 constexpr absl::Duration kCommitRetry = absl::Milliseconds(200);
-
-// A commit decision's record: the same JSON in etcd and in the data dir.
-std::string DecisionText(const CommitOp& commit) {
-  nlohmann::json targets = nlohmann::json::object();
-  for (const auto& [unit, generation] : commit.target_generations) {
-    targets[std::to_string(unit)] = generation;
-  }
-  const nlohmann::json record = {{"model", commit.model},
-                                 {"gather_id", commit.gather_id},
-                                 {"session_id", commit.session_id},
-                                 {"targets", targets}};
-  return record.dump();
-}
-
-std::optional<CommitOp> ParseDecision(const std::string& text) {
-  const nlohmann::json record =
-      nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (record.is_discarded() || !record.is_object() ||
-      !record.contains("model") || !record["model"].is_string() ||
-      !record.contains("gather_id") || !record["gather_id"].is_string() ||
-      !record.contains("session_id") || !record["session_id"].is_string() ||
-      !record.contains("targets") || !record["targets"].is_object()) {
-    return std::nullopt;
-  }
-  CommitOp commit;
-  commit.model = record["model"].get<std::string>();
-  commit.gather_id = record["gather_id"].get<std::string>();
-  commit.session_id = record["session_id"].get<std::string>();
-  for (const auto& [unit, generation] : record["targets"].items()) {
-    if (generation.is_number_unsigned()) {
-      commit.target_generations[std::atoi(unit.c_str())] =
-          generation.get<uint64_t>();
-    }
-  }
-  return commit;
-}
 
 }  // namespace
 
@@ -159,18 +120,25 @@ absl::StatusOr<CloseResult> SessionManager::Close(
                  session->model->name, staged.status().ToString());
     return staged.status();
   }
-  CommitOp commit{0, session->model->name, prepare.gather_id, id,
-                  prepare.target_generations};
+  Decision decision;
+  decision.commit = CommitOp{0, session->model->name, prepare.gather_id, id,
+                             prepare.target_generations};
+  // This attempt's own record (a retried close is another attempt): its
+  // PREPARE's epoch and number, unique across epochs and retries.
+  decision.epoch = prepare.epoch;
+  decision.attempt = absl::StrCat(prepare.epoch, "-", prepare.sequence);
+  CommitOp& commit = decision.commit;
   // Every node staged: the decision is COMMIT, recorded before any node
   // applies it, so that it completes even if a node (or the leader) fails
-  // now. Not recorded (a deposed epoch, etcd without quorum): not decided.
-  if (absl::Status recorded = RecordDecision(commit);
+  // now. Not recorded (a deposed epoch, etcd without quorum, or an answer
+  // lost and the attempt sealed aborted): not decided.
+  if (absl::Status recorded = RecordDecision(decision);
       absl::IsUnknown(recorded)) {
     // Decided or not, every node keeps its staged slices: dropped here,
     // they would be missing where a later leader completes the decision
     // (a writeback applied on some ranks only).
     absl::MutexLock lock(&mu_);
-    undecided_[id] = commit;
+    undecided_[id] = decision;
     Finish(*session, core::SessionState::kFailed,
            "closed; whether its writeback was decided is unknown (the "
            "coordinator did not answer), it completes on every rank or on "
@@ -183,6 +151,8 @@ absl::StatusOr<CloseResult> SessionManager::Close(
         "); it completes on every rank or on none once the coordinator "
         "answers: read the tensors to see which"));
   } else if (!recorded.ok()) {
+    // Final: refused, or its record sealed aborted (ConfirmDecision), so
+    // no late transaction can decide it after these slices are dropped.
     ops_->Abort(id);
     absl::MutexLock lock(&mu_);
     session->state = core::SessionState::kOpen;
@@ -190,15 +160,15 @@ absl::StatusOr<CloseResult> SessionManager::Close(
                  session->model->name, recorded.ToString());
     return absl::Status(
         recorded.code(),
-        absl::StrCat("the writeback of session ", id,
-                     " was not decided, nothing was committed: ",
-                     recorded.message()));
+        absl::StrCat(
+            "the writeback of session ", id,
+            " was not decided, nothing was committed: ", recorded.message()));
   }
   FaultPoint("commit.decided");
   {
     absl::MutexLock lock(&mu_);
     Number(commit);
-    pending_commits_[id] = commit;
+    pending_commits_[id] = decision;
   }
   if (absl::Status status = ops_->Commit(commit); !status.ok()) {
     // Staged data stays in shared memory; the commit completes on every
@@ -217,7 +187,7 @@ absl::StatusOr<CloseResult> SessionManager::Close(
                      "); it completes on every rank when "
                      "the cluster re-forms"));
   }
-  ForgetDecision(id);
+  ForgetDecision(decision);
   {
     absl::MutexLock lock(&mu_);
     pending_commits_.erase(id);
@@ -247,173 +217,6 @@ absl::StatusOr<CloseResult> SessionManager::Close(
   return result;
 }
 
-absl::Status SessionManager::RecordDecision(const CommitOp& commit) {
-  const std::string text = DecisionText(commit);
-  if (options_.coordinator != nullptr) {
-    const absl::Status recorded = RecordCommitDecision(
-        *options_.coordinator, commit.session_id, text, ops_->Epoch());
-    return ConfirmDecision(text, commit, recorded);
-  }
-  const std::string& data_dir = registry_->options().data_dir;
-  if (data_dir.empty()) return absl::OkStatus();
-  std::error_code error;
-  const std::filesystem::path dir = std::filesystem::path(data_dir) / "commits";
-  std::filesystem::create_directories(dir, error);
-  const std::filesystem::path temp = dir / (commit.session_id + ".tmp");
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << text << "\n";
-    out.flush();
-  }
-  std::filesystem::rename(temp, dir / (commit.session_id + ".json"), error);
-  if (error) {
-    spdlog::error("commit decision of {} not recorded: {}", commit.session_id,
-                  error.message());
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SessionManager::ConfirmDecision(const std::string& text,
-                                             const CommitOp& commit,
-                                             const absl::Status& recorded) {
-  // Refused by etcd (a deposed epoch, another decision): not made. Not
-  // answered: etcd may have applied it all the same, and a leader that
-  // aborted its own staged slices then would leave its ranks behind when
-  // the next leader completes the decision (a half-applied writeback).
-  if (recorded.ok() || absl::IsAborted(recorded) ||
-      absl::IsAlreadyExists(recorded) ||
-      absl::IsFailedPrecondition(recorded)) {
-    return recorded;
-  }
-  absl::StatusOr<std::optional<std::string>> found =
-      CommitDecision(*options_.coordinator, commit.session_id);
-  if (found.ok() && found->has_value() && **found == text) {
-    spdlog::warn(
-        "commit decision of {} was recorded although its transaction "
-        "answered {}",
-        commit.session_id, recorded.ToString());
-    return absl::OkStatus();
-  }
-  if (!found.ok()) {
-    return absl::UnknownError(absl::StrCat(
-        "the coordinator did not answer the decision (", recorded.message(),
-        ") nor its read-back (", found.status().message(), ")"));
-  }
-  return recorded;
-}
-
-void SessionManager::ForgetDecision(const std::string& session_id) {
-  if (!ops_->AbsentNodes().empty()) return;
-  if (options_.coordinator != nullptr) {
-    absl::MutexLock lock(&mu_);
-    decisions_to_clear_.push_back(session_id);
-    return;
-  }
-  const std::string& data_dir = registry_->options().data_dir;
-  if (data_dir.empty()) return;
-  std::error_code error;
-  std::filesystem::remove(
-      std::filesystem::path(data_dir) / "commits" / (session_id + ".json"),
-      error);
-}
-
-void SessionManager::ClearDecisions() {
-  std::vector<std::string> applied;
-  {
-    absl::MutexLock lock(&mu_);
-    applied.swap(decisions_to_clear_);
-  }
-  for (const std::string& session_id : applied) {
-    // Left behind (no quorum now, a new epoch), the record is completed
-    // again by a later leader: a COMMIT applied twice changes nothing
-    // (NodeRuntime::Commit).
-    if (absl::Status deleted = options_.coordinator->Delete(
-            coordinator_keys::Commit(session_id),
-            Coordinator::Fence{ops_->Epoch(), /*leader=*/true});
-        !deleted.ok()) {
-      spdlog::warn("commit decision of {} not cleared: {}", session_id,
-                   deleted.ToString());
-    }
-  }
-}
-
-void SessionManager::ResolveUndecided() {
-  std::map<std::string, CommitOp> undecided;
-  {
-    absl::MutexLock lock(&mu_);
-    undecided = undecided_;
-  }
-  for (auto& [id, commit] : undecided) {
-    absl::StatusOr<std::optional<std::string>> found =
-        CommitDecision(*options_.coordinator, id);
-    if (!found.ok()) continue;  // Still no answer: the next round.
-    if (!found->has_value()) {
-      ops_->Abort(id);
-      spdlog::warn("session writeback id={} was not decided: dropped", id);
-    } else {
-      {
-        absl::MutexLock lock(&mu_);
-        Number(commit);
-        pending_commits_[id] = commit;
-      }
-      if (absl::Status status = ops_->Commit(commit); !status.ok()) {
-        // Pending like any decided commit: the next formation completes it.
-        spdlog::error("session commit incomplete id={}: {}", id,
-                      status.ToString());
-      } else {
-        ForgetDecision(id);
-        absl::MutexLock lock(&mu_);
-        pending_commits_.erase(id);
-        spdlog::info("session writeback id={} was decided: committed", id);
-      }
-    }
-    absl::MutexLock lock(&mu_);
-    undecided_.erase(id);
-  }
-}
-
-std::map<std::string, CommitOp> SessionManager::RecordedDecisions() {
-  std::map<std::string, CommitOp> recorded;
-  if (options_.coordinator != nullptr) {
-    absl::StatusOr<std::map<std::string, std::string>> listed =
-        options_.coordinator->List(coordinator_keys::kCommitsPrefix);
-    if (!listed.ok()) {
-      spdlog::error("commit decisions not read: {}",
-                    listed.status().ToString());
-      return recorded;
-    }
-    for (const auto& [key, text] : *listed) {
-      std::optional<CommitOp> commit = ParseDecision(text);
-      if (!commit.has_value()) {
-        spdlog::error("commit decision {} is malformed; skipped", key);
-        continue;
-      }
-      recorded[commit->session_id] = *commit;
-    }
-    return recorded;
-  }
-  const std::string& data_dir = registry_->options().data_dir;
-  std::error_code error;
-  const std::filesystem::path dir = std::filesystem::path(data_dir) / "commits";
-  if (data_dir.empty() || !std::filesystem::exists(dir, error)) {
-    return recorded;
-  }
-  for (const auto& file : std::filesystem::directory_iterator(dir, error)) {
-    if (file.path().extension() != ".json") continue;
-    std::ifstream in(file.path());
-    std::stringstream text;
-    text << in.rdbuf();
-    std::optional<CommitOp> commit = ParseDecision(text.str());
-    if (!commit.has_value()) {
-      spdlog::error("commit decision {} is malformed; skipped",
-                    file.path().string());
-      continue;
-    }
-    recorded[commit->session_id] = *commit;
-  }
-  return recorded;
-}
-
 absl::Status SessionManager::OnClusterFormed() {
   {
     absl::MutexLock lock(&mu_);
@@ -426,17 +229,22 @@ absl::Status SessionManager::OnClusterFormed() {
 }
 
 absl::Status SessionManager::ResolvePendingCommits() {
-  std::map<std::string, CommitOp> pending;
+  std::map<std::string, Decision> pending;
   {
     absl::MutexLock lock(&mu_);
     pending = pending_commits_;
   }
   // Decisions of an earlier life of this daemon, or (on etcd) of whichever
-  // node led before.
-  for (auto& [id, commit] : RecordedDecisions()) pending[id] = commit;
+  // node led before; abort records of earlier epochs go (ClearSeals).
+  std::vector<std::string> seals;
+  for (auto& [id, decision] : RecordedDecisions(&seals)) {
+    pending[id] = decision;
+  }
+  ClearSeals(seals);
   absl::Status unresolved = absl::OkStatus();
   const std::set<int> absent = ops_->AbsentNodes();
-  for (auto& [id, commit] : pending) {
+  for (auto& [id, decision] : pending) {
+    CommitOp& commit = decision.commit;
     commit.sequence = 0;  // Nothing else runs while the cluster forms.
     commit.epoch = ops_->Epoch();
     // A peer that just restarted may need a moment before it answers.
@@ -481,7 +289,7 @@ absl::Status SessionManager::ResolvePendingCommits() {
           id, absl::StrJoin(absent, ", "));
       continue;
     }
-    ForgetDecision(id);
+    ForgetDecision(decision);
     absl::MutexLock lock(&mu_);
     pending_commits_.erase(id);
     spdlog::info("session commit completed after recovery id={}", id);

@@ -1,8 +1,8 @@
 // The writeback at close: edits persist and bump generations, writeback
 // false drops them, R7 refuses after a step unless forced, a cancelled close
 // writes nothing, rank0_only scatters from the home, gradients go back to
-// their owners, padding stays alone, and a restarted registry finds it all;
-// a commit decision whose answer was lost counts only if it was recorded.
+// their owners, padding stays alone, and a restarted registry finds it all.
+// The decision log's lost answers: session_decisions_test.cc.
 
 #include <unistd.h>
 
@@ -20,7 +20,6 @@
 #include "gtest/gtest.h"
 #include "server/model/model_registry.h"
 #include "server/session/session_manager.h"
-#include "server/testing/answer_losing_coordinator.h"
 #include "server/testing/session_manager_fixture.h"
 
 namespace summon::server {
@@ -244,131 +243,6 @@ TEST_F(SessionManagerTest, RestartedRegistryReattachesShardsAndGenerations) {
   EXPECT_EQ(values, Doubled(Seeded("layers.1.w", 35)));
   ASSERT_TRUE(sessions.Close(info->id, true, false, "alice").ok());
   (*model)->store->Destroy().IgnoreError();
-}
-
-// etcd applied the decision but the leader heard UNAVAILABLE (it was paused
-// past the call's deadline): the record is read back, so the writeback
-// commits here as it will wherever a later leader completes it. Dropping
-// the staged slices instead left this node's ranks behind the others' (a
-// half-applied writeback, found by tests/coordinator's fault scenarios).
-class LostDecisionTest : public SessionManagerTest {
- protected:
-  // A session of a model on `coordinator_` with layers.0.w doubled, to be
-  // closed while the decision's put is lost as `loss` says.
-  SessionInfo EditedSession(AnswerLosingCoordinator::Loss loss) {
-    Start(2, core::Strategy::kFullShard, {}, 0, 64, &coordinator_);
-    coordinator_.set_loss(loss);
-    SessionInfo info = Open(Scoped("layers.0"));
-    WriteAll(info.id, "layers.0.w", Doubled(Seeded("layers.0.w", 25)));
-    return info;
-  }
-
-  AnswerLosingCoordinator coordinator_{"commits/"};
-};
-
-TEST_F(LostDecisionTest, ADecisionRecordedWithItsAnswerLostCommits) {
-  SessionInfo info = EditedSession(AnswerLosingCoordinator::Loss::kAnswer);
-  auto closed = sessions_->Close(info.id, false, false, "alice");
-  ASSERT_TRUE(closed.ok()) << closed.status();
-  EXPECT_TRUE(closed->written_back);
-  EXPECT_EQ(closed->generations.at("layers.0"), 1u);
-  SessionOptions read_only;
-  read_only.writeback = false;
-  SessionInfo check = Open(read_only);
-  EXPECT_EQ(Read(check.id, "layers.0.w"), Doubled(Seeded("layers.0.w", 25)));
-  EXPECT_EQ(check.gathered_generations.at("layers.0"), 1u);
-}
-
-// Not applied: not decided, nothing committed, the session stays open and
-// a later close (the coordinator answering again) writes it back.
-TEST_F(LostDecisionTest, ADecisionNeverRecordedCommitsNothing) {
-  SessionInfo info = EditedSession(AnswerLosingCoordinator::Loss::kRequest);
-  auto refused = sessions_->Close(info.id, false, false, "alice");
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(refused.status().message(),
-            absl::StrCat("the writeback of session ", info.id,
-                         " was not decided, nothing was committed: "
-                         "coordinator has no quorum: txn: Deadline Exceeded"));
-  SessionOptions read_only;
-  read_only.writeback = false;
-  SessionInfo check = Open(read_only);
-  EXPECT_EQ(Read(check.id, "layers.0.w"), Seeded("layers.0.w", 25));
-  EXPECT_EQ(check.gathered_generations.at("layers.0"), 0u);
-  coordinator_.set_loss(AnswerLosingCoordinator::Loss::kNone);
-  auto closed = sessions_->Close(info.id, false, false, "alice");
-  ASSERT_TRUE(closed.ok()) << closed.status();
-  EXPECT_EQ(closed->generations.at("layers.0"), 1u);
-}
-
-// Neither the decision's answer nor its read-back comes (the leader cut off
-// from etcd): the outcome is unknown, the session ends saying so, nothing
-// changes yet, and every node keeps its staged slices until the coordinator
-// answers; then the recorded decision commits.
-TEST_F(LostDecisionTest, AnUnknownDecisionCommitsOnceItIsFoundRecorded) {
-  SessionInfo info = EditedSession(AnswerLosingCoordinator::Loss::kAnswer);
-  coordinator_.set_reads_lost(true);
-  auto unknown = sessions_->Close(info.id, false, false, "alice");
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(unknown.status().message(),
-            absl::StrCat("the writeback of session ", info.id,
-                         " may or may not have been decided (the coordinator "
-                         "did not answer the decision (coordinator has no "
-                         "quorum: txn: Deadline Exceeded) nor its read-back "
-                         "(etcd: connection refused)); it completes on every "
-                         "rank or on none once the coordinator answers: read "
-                         "the tensors to see which"));
-  SessionOptions read_only;
-  read_only.writeback = false;
-  SessionInfo before = Open(read_only);
-  EXPECT_EQ(Read(before.id, "layers.0.w"), Seeded("layers.0.w", 25));
-  ASSERT_TRUE(sessions_->Close(before.id, false, false, "alice").ok());
-  coordinator_.set_loss(AnswerLosingCoordinator::Loss::kNone);
-  coordinator_.set_reads_lost(false);
-  // The reaper (every 200 ms) reads the record and commits.
-  std::vector<float> now;
-  for (int tick = 0; tick < 50; ++tick) {
-    absl::SleepFor(absl::Milliseconds(100));
-    SessionInfo check = Open(read_only);
-    now = Read(check.id, "layers.0.w");
-    ASSERT_TRUE(sessions_->Close(check.id, false, false, "alice").ok());
-    if (now != Seeded("layers.0.w", 25)) break;
-  }
-  EXPECT_EQ(now, Doubled(Seeded("layers.0.w", 25)));
-}
-
-// The same, with the decision never applied: once the coordinator answers
-// that there is no record, every node drops the staged slices, and the
-// units take a new writeback (no PREPARE refused by what was left staged).
-TEST_F(LostDecisionTest, AnUnknownDecisionFoundUnrecordedIsDropped) {
-  SessionInfo info = EditedSession(AnswerLosingCoordinator::Loss::kRequest);
-  coordinator_.set_reads_lost(true);
-  const absl::Status unknown =
-      sessions_->Close(info.id, false, false, "alice").status();
-  ASSERT_EQ(unknown.code(), absl::StatusCode::kUnavailable) << unknown;
-  EXPECT_NE(unknown.message().find("may or may not have been decided"),
-            absl::string_view::npos)
-      << unknown;
-  coordinator_.set_loss(AnswerLosingCoordinator::Loss::kNone);
-  coordinator_.set_reads_lost(false);
-  absl::StatusOr<CloseResult> closed;
-  for (int tick = 0; tick < 50; ++tick) {
-    absl::SleepFor(absl::Milliseconds(100));
-    SessionInfo again = Open(Scoped("layers.0"));
-    WriteAll(again.id, "layers.0.b", Doubled(Seeded("layers.0.b", 5)));
-    closed = sessions_->Close(again.id, false, false, "alice");
-    if (closed.ok()) break;
-    // Refused while the slices stay staged: ends, and is tried again.
-    ASSERT_TRUE(sessions_->Close(again.id, true, false, "alice").ok());
-  }
-  ASSERT_TRUE(closed.ok()) << closed.status();
-  SessionOptions read_only;
-  read_only.writeback = false;
-  SessionInfo check = Open(read_only);
-  EXPECT_EQ(Read(check.id, "layers.0.w"), Seeded("layers.0.w", 25));
-  EXPECT_EQ(Read(check.id, "layers.0.b"), Doubled(Seeded("layers.0.b", 5)));
-  EXPECT_EQ(check.gathered_generations.at("layers.0"), 1u);
 }
 
 }  // namespace
