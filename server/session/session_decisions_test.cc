@@ -60,6 +60,18 @@ class LostDecisionTest : public SessionManagerTest {
     ASSERT_TRUE(sessions_->Close(check.id, false, false, "alice").ok());
   }
 
+  // The close of `id` with the read-back cut off too: the outcome is
+  // unknown, and the answer says so.
+  void ExpectUnknownClose(const std::string& id) {
+    coordinator_.set_reads_lost(true);
+    const absl::Status unknown =
+        sessions_->Close(id, false, false, "alice").status();
+    ASSERT_EQ(unknown.code(), absl::StatusCode::kUnavailable) << unknown;
+    EXPECT_NE(unknown.message().find("may or may not have been decided"),
+              absl::string_view::npos)
+        << unknown;
+  }
+
   // The close of `id` writes the session back: committed, the edit and
   // generation 1 seen by a reader. A retried close is a new attempt, not
   // refused by the first one's seal.
@@ -149,13 +161,7 @@ TEST_F(LostDecisionTest, AnUnknownDecisionCommitsOnceItIsFoundRecorded) {
 // units take a new writeback (no PREPARE refused by what was left staged).
 TEST_F(LostDecisionTest, AnUnknownDecisionFoundUnrecordedIsDropped) {
   SessionInfo info = EditedSession(AnswerLosingCoordinator::Loss::kRequest);
-  coordinator_.set_reads_lost(true);
-  const absl::Status unknown =
-      sessions_->Close(info.id, false, false, "alice").status();
-  ASSERT_EQ(unknown.code(), absl::StatusCode::kUnavailable) << unknown;
-  EXPECT_NE(unknown.message().find("may or may not have been decided"),
-            absl::string_view::npos)
-      << unknown;
+  ASSERT_NO_FATAL_FAILURE(ExpectUnknownClose(info.id));
   coordinator_.set_loss(AnswerLosingCoordinator::Loss::kNone);
   coordinator_.set_reads_lost(false);
   absl::StatusOr<CloseResult> closed;
@@ -233,13 +239,7 @@ TEST_F(LostDecisionTest, ADecisionLandingBeforeItsSealCommits) {
 // node's slices are dropped; the transaction applied late decides nothing.
 TEST_F(LostDecisionTest, AnUnknownDecisionFoundAbsentIsSealedThenDropped) {
   SessionInfo info = EditedSession(AnswerLosingCoordinator::Loss::kHold);
-  coordinator_.set_reads_lost(true);
-  const absl::Status unknown =
-      sessions_->Close(info.id, false, false, "alice").status();
-  ASSERT_EQ(unknown.code(), absl::StatusCode::kUnavailable) << unknown;
-  EXPECT_NE(unknown.message().find("may or may not have been decided"),
-            absl::string_view::npos)
-      << unknown;
+  ASSERT_NO_FATAL_FAILURE(ExpectUnknownClose(info.id));
   auto listed = coordinator_.Listed();
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_TRUE(listed->empty());
