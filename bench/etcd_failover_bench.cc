@@ -1,12 +1,16 @@
 // summond's failover on etcd (issue 31): a 3-node cluster of real summond
 // processes (one local rank each, Gloo between them, --coordinator on a
 // 1- or 3-member etcd from Debian's /usr/bin/etcd), the leader's summond
-// killed with SIGKILL and started again at once (as a supervisor would),
-// timed from the kill until a surviving node answers an open and a read of
-// a model with the bytes it holds (tests/coordinator/failover_trial). Beside
-// it the anchor: the lease TTL, the least etcd can take to let another node
-// lead after a silent death. nccl-tests-style rows: `#wrong` counts trials
-// whose new leader was the old one or whose epoch did not grow.
+// killed with SIGKILL, timed from the kill until a surviving node answers an
+// open and a read of a model with the bytes it holds
+// (tests/coordinator/failover_trial). Two rows: `left-down`, the killed node
+// stays down and the survivors serve a replicated (HYBRID_SHARD) model
+// without it (a lost machine; started again off the clock between trials);
+// `restarted`, it is started again at once (a supervisor) and a FULL_SHARD
+// model, which needs its rank, is read. Beside them the anchor: the lease
+// TTL, the least etcd can take to let another node lead after a silent
+// death. nccl-tests-style rows: `#wrong` counts trials whose new leader was
+// the old one or whose epoch did not grow.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -64,25 +68,43 @@ absl::Status Run() {
   absl::StatusOr<std::unique_ptr<tests::LocalCluster>> cluster =
       tests::LocalCluster::Start(options);
   if (!cluster.ok()) return cluster.status();
-  const v1::Model model =
+  const v1::Model sharded =
       tests::CreateSeeded((*cluster)->client(0), "m", tests::kUnevenLayout,
                           v1::SHARDING_STRATEGY_FULL_SHARD);
-  const std::string expected = tests::SeededModel(model).at(kParam);
-  std::vector<double> serving_us;
-  int64_t wrong = 0;
+  const v1::Model replicated =
+      tests::CreateSeeded((*cluster)->client(0), "r", tests::kUnevenLayout,
+                          v1::SHARDING_STRATEGY_HYBRID_SHARD);
+  struct Mode {
+    const char* name;
+    tests::AfterKill after;
+    const v1::Model* model;
+    std::vector<double> serving_us;
+    int64_t wrong = 0;
+  };
+  Mode modes[] = {
+      {"left-down", tests::AfterKill::kLeaveDown, &replicated, {}, 0},
+      {"restarted", tests::AfterKill::kRestart, &sharded, {}, 0}};
+  // Alternated, so a change in the machine's load falls on both alike.
   for (int trial = 0; trial < absl::GetFlag(FLAGS_trials); ++trial) {
-    absl::StatusOr<tests::FailoverResult> failover =
-        tests::KillLeaderUntilServed(**cluster, "m", kParam, expected,
-                                     absl::Seconds(60));
-    if (!failover.ok()) return failover.status();
-    serving_us.push_back(absl::ToDoubleMicroseconds(failover->serving_again));
-    if (failover->after.leader() == failover->before.leader() ||
-        failover->after.epoch() <= failover->before.epoch()) {
-      ++wrong;
+    for (Mode& mode : modes) {
+      absl::StatusOr<tests::FailoverResult> failover =
+          tests::KillLeaderUntilServed(
+              **cluster, mode.model->name(), kParam,
+              tests::SeededModel(*mode.model).at(kParam), absl::Seconds(60),
+              mode.after);
+      if (!failover.ok()) return failover.status();
+      mode.serving_us.push_back(
+          absl::ToDoubleMicroseconds(failover->serving_again));
+      if (failover->after.leader() == failover->before.leader() ||
+          failover->after.epoch() <= failover->before.epoch()) {
+        ++mode.wrong;
+      }
     }
   }
   std::printf("%s\n", LatencyHeader("failover").c_str());
-  PrintRow("kill-9", serving_us, wrong);
+  for (const Mode& mode : modes) {
+    PrintRow(mode.name, mode.serving_us, mode.wrong);
+  }
   PrintRow("lease-ttl",
            {absl::ToDoubleMicroseconds(options.coordinator_lease_ttl)}, 0);
   return (*cluster)->Stop();

@@ -88,7 +88,7 @@ LocalCluster::Options ThreeNodesOnEtcd(absl::string_view etcd_address,
 
 absl::StatusOr<FailoverResult> KillLeaderUntilServed(
     LocalCluster& cluster, const std::string& model, const std::string& fqn,
-    const std::string& expected, absl::Duration timeout) {
+    const std::string& expected, absl::Duration timeout, AfterKill after) {
   FailoverResult result;
   absl::StatusOr<v1::ClusterStatus> before = AgreedLeadership(cluster);
   if (!before.ok()) return before.status();
@@ -97,10 +97,12 @@ absl::StatusOr<FailoverResult> KillLeaderUntilServed(
   const int survivor = (killed + 1) % cluster.nodes();
   const absl::Time start = absl::Now();
   if (absl::Status status = cluster.Kill(killed); !status.ok()) return status;
-  // The supervisor restarts it at once; StartNode returns once every node
+  // A supervisor restarts it at once; StartNode returns once every node
   // reports SERVING.
-  if (absl::Status status = cluster.StartNode(killed); !status.ok()) {
-    return status;
+  if (after == AfterKill::kRestart) {
+    if (absl::Status status = cluster.StartNode(killed); !status.ok()) {
+      return status;
+    }
   }
   absl::Status last;
   while (absl::Now() - start < timeout) {
@@ -115,9 +117,27 @@ absl::StatusOr<FailoverResult> KillLeaderUntilServed(
                      absl::FormatDuration(timeout), ": ", last.ToString()));
   }
   result.serving_again = absl::Now() - start;
-  absl::StatusOr<v1::ClusterStatus> after = AgreedLeadership(cluster);
-  if (!after.ok()) return after.status();
-  result.after = *after;
+  if (after == AfterKill::kRestart) {
+    absl::StatusOr<v1::ClusterStatus> agreed = AgreedLeadership(cluster);
+    if (!agreed.ok()) return agreed.status();
+    result.after = *agreed;
+    return result;
+  }
+  absl::StatusOr<v1::ClusterStatus> served =
+      cluster.client(survivor).GetClusterStatus();
+  if (!served.ok()) return served.status();
+  result.after = *served;
+  if (absl::Status status = cluster.StartNode(killed); !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<v1::ClusterStatus> rejoined =
+      AwaitAgreedLeadership(cluster, timeout);
+  if (!rejoined.ok()) return rejoined.status();
+  if (rejoined->leader() != served->leader()) {
+    return absl::InternalError(absl::StrCat(
+        "node ", killed, " came back and the leadership moved from node ",
+        served->leader(), " to node ", rejoined->leader()));
+  }
   return result;
 }
 

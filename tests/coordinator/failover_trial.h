@@ -3,9 +3,10 @@
 
 // One failover of a summond cluster on etcd, as the failover test checks it
 // and bench/etcd_failover_bench times it: the leader's summond is killed
-// (SIGKILL) and started again at once, as a supervisor (Kubernetes, systemd)
-// would; the time runs until a surviving node answers an open and a read of
-// the model with the expected bytes.
+// (SIGKILL) and either started again at once, as a supervisor (Kubernetes,
+// systemd) would, or left down (a lost machine); the time runs until a
+// surviving node answers an open and a read of the model with the expected
+// bytes.
 
 #include <cstdint>
 #include <string>
@@ -44,12 +45,24 @@ struct FailoverResult {
   absl::Duration serving_again;
 };
 
-// Kills the leader, starts it again, then opens a read-only session of
-// `model` through a survivor and reads `fqn` until it answers `expected`
-// (each try with `call_timeout`), within `timeout`.
+// What happens to the killed leader's summond.
+enum class AfterKill {
+  // Started again at once; the clock runs through its start (a supervisor).
+  kRestart,
+  // Left down while the survivors elect a leader and serve without it (a
+  // model every survivor can serve alone: replicated); started again once
+  // they served, off the clock, and waited for until every node agrees.
+  kLeaveDown,
+};
+
+// Kills the leader, starts it again or not (`after`), then opens a read-only
+// session of `model` through a survivor and reads `fqn` until it answers
+// `expected`, within `timeout`. `after` on the result is the leadership the
+// survivor reports once it served.
 absl::StatusOr<FailoverResult> KillLeaderUntilServed(
     LocalCluster& cluster, const std::string& model, const std::string& fqn,
-    const std::string& expected, absl::Duration timeout);
+    const std::string& expected, absl::Duration timeout,
+    AfterKill after = AfterKill::kRestart);
 
 }  // namespace summon::tests
 

@@ -16,14 +16,19 @@ if ! "$root/scripts/demo_failover" "$root" > "$out" 2>&1; then
   exit 1
 fi
 cat "$out"
-for line in "after failover == before: yes" "failover OK"; do
+for line in "gpt-r through the survivors == gpt before the kill: yes" \
+            "after failover == before: yes" "failover OK"; do
   grep -qxF "$line" "$out" || { echo "missing: $line"; exit 1; }
 done
-grep -qE '^node [0-9] leads now \(epoch [0-9]+ > [0-9]+\); node [0-9] came back as a follower$' "$out" ||
-  { echo "no new leader reported"; exit 1; }
 # The survivor names the node that led (the one killed), not node 0.
 killed=$(sed -n 's/^.*== kill -9 the leader, node \([0-9]\).*$/\1/p' "$out")
 [ -n "$killed" ] || { echo "no kill reported"; exit 1; }
+grep -qE "^node [0-9] leads now \(epoch [0-9]+ > [0-9]+\), node $killed still down\$" "$out" ||
+  { echo "no new leader reported while node $killed was down"; exit 1; }
+grep -q "^ERROR UNAVAILABLE: model 'gpt' is unavailable: it needs rank $killed on node $killed," "$out" ||
+  { echo "the FULL_SHARD model's refusal did not name node $killed"; exit 1; }
+grep -qE "^node $killed came back as a follower of node [0-9]\$" "$out" ||
+  { echo "node $killed did not come back as a follower"; exit 1; }
 grep -q "^ERROR UNAVAILABLE: node $killed (the leader)" "$out" ||
   { echo "the survivor's UNAVAILABLE did not name node $killed"; exit 1; }
 work=$(sed -n "s/^etcd's data, the nodes' data dirs and logs under //p" "$out")
