@@ -1,5 +1,7 @@
-// Checker-based fault scenarios (issue 31, "Tests"): three real summond
-// (3 nodes x 1 rank) on a real 3-member etcd, under a concurrent workload
+// Checker-based fault scenarios (issue 31, "Tests"): real summond processes
+// in two shapes, 3 nodes x 1 rank and 2 nodes x 2 ranks (a lost node takes
+// half the ranks and leaves the leader alone), on a real 3-member etcd,
+// under a concurrent workload
 // of readers, writers with writeback and a trainer stepping on every node
 // (tests/coordinator/workload.h), each scenario injecting one fault in the
 // middle: the leader or a follower killed (SIGKILL) or paused (SIGSTOP,
@@ -21,6 +23,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -73,8 +76,22 @@ void PrintTo(const Scenario& scenario, std::ostream* out) {
   *out << scenario.name;
 }
 
-class FaultScenarioTest : public testing::TestWithParam<Scenario> {
+// The cluster's shape: summond processes x local ranks each.
+struct Topology {
+  int nodes;
+  int local_ranks;
+};
+
+void PrintTo(const Topology& topology, std::ostream* out) {
+  *out << topology.nodes << "x" << topology.local_ranks;
+}
+
+class FaultScenarioTest
+    : public testing::TestWithParam<std::tuple<Scenario, Topology>> {
  protected:
+  const Scenario& scenario() const { return std::get<0>(GetParam()); }
+  const Topology& topology() const { return std::get<1>(GetParam()); }
+
   void SetUp() override {
     EtcdCluster::Options etcd_options;
     etcd_options.members = 3;
@@ -83,16 +100,15 @@ class FaultScenarioTest : public testing::TestWithParam<Scenario> {
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = *std::move(etcd);
     LocalCluster::Options options;
-    options.nodes = 3;
-    options.local_ranks = 1;
+    options.nodes = topology().nodes;
+    options.local_ranks = topology().local_ranks;
     options.collective_timeout = absl::Seconds(5);
     options.call_timeout = absl::Seconds(10);
     options.coordinator_lease_ttl = kLeaseTtl;
     options.fault_files = true;
-    options.coordinator =
-        absl::StrCat("etcd://", absl::StrJoin(etcd_->client_addresses(), ","),
-                     "/scenarios");
-    if (GetParam().fault == Fault::kPartition) {
+    options.coordinator = absl::StrCat(
+        "etcd://", absl::StrJoin(etcd_->client_addresses(), ","), "/scenarios");
+    if (scenario().fault == Fault::kPartition) {
       // Node N reaches etcd only through member N's proxy: cutting it cuts
       // that node off and no other.
       for (int node = 0; node < options.nodes; ++node) {
@@ -265,7 +281,7 @@ bool WaitUntil(Done done, absl::Duration timeout) {
 }
 
 TEST_P(FaultScenarioTest, TheHistoryChecksOut) {
-  const Scenario& scenario = GetParam();
+  const Scenario& scenario = this->scenario();
   absl::StatusOr<v1::ClusterStatus> first =
       AwaitAgreedLeadership(*cluster_, absl::Seconds(30));
   ASSERT_TRUE(first.ok()) << first.status();
@@ -321,9 +337,10 @@ TEST_P(FaultScenarioTest, TheHistoryChecksOut) {
   result.violations.insert(result.violations.end(), rank_violations.begin(),
                            rank_violations.end());
   result.violation_count += static_cast<int>(rank_violations.size());
-  std::cout << scenario.name << ": leader " << first->leader() << " (epoch "
-            << first->epoch() << ") -> " << after->leader() << " (epoch "
-            << after->epoch() << "), recovered "
+  std::cout << scenario.name << " (" << topology().nodes << "x"
+            << topology().local_ranks << "): leader " << first->leader()
+            << " (epoch " << first->epoch() << ") -> " << after->leader()
+            << " (epoch " << after->epoch() << "), recovered "
             << absl::FormatDuration(absl::Now() - fault) << " after the fault; "
             << result.Summary() << "\n";
   for (const std::string& violation : result.violations) {
@@ -362,10 +379,15 @@ const Scenario kScenarios[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(
-    Faults, FaultScenarioTest, testing::ValuesIn(kScenarios),
-    [](const testing::TestParamInfo<Scenario>& info) {
-      return absl::StrCat(info.param.known_failure != nullptr ? "DISABLED_" : "",
-                          info.param.name);
+    Faults, FaultScenarioTest,
+    testing::Combine(testing::ValuesIn(kScenarios),
+                     testing::Values(Topology{3, 1}, Topology{2, 2})),
+    [](const testing::TestParamInfo<std::tuple<Scenario, Topology>>& info) {
+      const Scenario& scenario = std::get<0>(info.param);
+      const Topology& topology = std::get<1>(info.param);
+      return absl::StrCat(scenario.known_failure != nullptr ? "DISABLED_" : "",
+                          scenario.name, "_", topology.nodes, "x",
+                          topology.local_ranks);
     });
 
 }  // namespace
