@@ -18,6 +18,7 @@
 #include "server/cluster/kv_store.h"
 #include "server/cluster/membership.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/etcd_access.h"
 #include "server/coordinator/etcd_coordinator.h"
 #include "server/metrics/summon_metrics.h"
 #include "server/model/model_registry.h"
@@ -86,6 +87,13 @@ void SummonServer::BuildCluster() {
     options.etcd.credentials = spec_.etcd_access.credentials;
     options.etcd.user = spec_.etcd_access.user;
     options.etcd.password = spec_.etcd_access.password;
+    if (!spec_.etcd_access.password_file.empty()) {
+      // A rotated password (the Secret's file rewritten) is taken at the
+      // next authentication, without a restart.
+      options.etcd.read_password = [path = spec_.etcd_access.password_file] {
+        return ReadEtcdPassword(path);
+      };
+    }
     options.cluster = spec_.etcd->cluster;
     options.node = spec_.node_rank;
     options.address = spec_.nodes[spec_.node_rank];
@@ -98,12 +106,11 @@ void SummonServer::BuildCluster() {
     coordinator_ = std::make_unique<EtcdCoordinator>(std::move(options));
   }
   membership_ = std::make_unique<Membership>(
-      Membership::Spec{
-          spec_.node_rank, spec_.nodes, spec_.local_ranks,
-          spec_.heartbeat_interval, spec_.collective_timeout,
-          std::max(spec_.heartbeat_interval * 3, absl::Seconds(1)),
-          security_->peer_credentials(), spec_.device_communicator,
-          coordinator_.get(), spec_.peer_protocol},
+      Membership::Spec{spec_.node_rank, spec_.nodes, spec_.local_ranks,
+                       spec_.heartbeat_interval, spec_.collective_timeout,
+                       std::max(spec_.heartbeat_interval * 3, absl::Seconds(1)),
+                       security_->peer_credentials(), spec_.device_communicator,
+                       coordinator_.get(), spec_.peer_protocol},
       kv_store_.get());
   if (coordinator_ != nullptr) PublishModelRecords();
   runtime_ =
@@ -136,10 +143,9 @@ absl::Status SummonServer::ReconcileModelRecords() {
   absl::StatusOr<std::map<std::string, std::string>> listed =
       coordinator_->List(coordinator_keys::kModelsPrefix);
   if (!listed.ok()) {
-    return absl::Status(
-        listed.status().code(),
-        absl::StrCat("the model records on the coordinator: ",
-                     listed.status().message()));
+    return absl::Status(listed.status().code(),
+                        absl::StrCat("the model records on the coordinator: ",
+                                     listed.status().message()));
   }
   std::map<std::string, std::string> records;
   for (auto& [key, record] : *listed) {
@@ -208,18 +214,18 @@ void SummonServer::BuildSessions() {
   TrainerLeases::Options trainer_options;
   trainer_options.data_dir = spec_.data_dir;
   // A step cut short moves the generations on every node, like a step.
-  trainer_options.step_cut_short = [sessions = sessions_.get()](
-                                       const std::string& model) {
-    sessions->StepCutShort(model).IgnoreError();  // Logged by the manager.
-  };
+  trainer_options.step_cut_short =
+      [sessions = sessions_.get()](const std::string& model) {
+        sessions->StepCutShort(model).IgnoreError();  // Logged by the manager.
+      };
   trainers_ = std::make_unique<TrainerLeases>(registry_.get(), trainer_options);
 }
 
 void SummonServer::BuildWeightSync() {
   // Every node keeps its own ranks' copies of each version and answers
   // reads; the leader's Publish has every node take its copy.
-  versions_ = std::make_unique<VersionStore>(registry_.get(),
-                                             spec_.max_versions);
+  versions_ =
+      std::make_unique<VersionStore>(registry_.get(), spec_.max_versions);
   if (membership_ != nullptr) {
     version_nodes_ = std::make_unique<ClusterVersionNodes>(
         membership_.get(), versions_.get(), spec_.collective_timeout);

@@ -88,22 +88,29 @@ absl::StatusOr<EtcdAccess> LoadEtcdAccess(const EtcdAccessFlags& flags,
     access.credentials = grpc::SslCredentials(tls);
   }
   if (!flags.user.empty()) {
-    absl::StatusOr<std::string> file =
-        auth::ReadSecretFile("coordinator-password-file", flags.password_file);
-    if (!file.ok()) return file.status();
-    // The first line, without its line end: what `echo secret > file`
-    // and a Kubernetes Secret's key both give.
-    std::string password = file->substr(0, file->find('\n'));
-    if (!password.empty() && password.back() == '\r') password.pop_back();
-    if (password.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--coordinator-password-file ", flags.password_file,
-                       ": the first line is empty"));
-    }
+    absl::StatusOr<std::string> password =
+        ReadEtcdPassword(flags.password_file);
+    if (!password.ok()) return password.status();
     access.user = flags.user;
-    access.password = std::move(password);
+    access.password = *std::move(password);
+    access.password_file = flags.password_file;
   }
   return access;
+}
+
+absl::StatusOr<std::string> ReadEtcdPassword(const std::string& path) {
+  absl::StatusOr<std::string> file =
+      auth::ReadSecretFile("coordinator-password-file", path);
+  if (!file.ok()) return file.status();
+  // The first line, without its line end: what `echo secret > file` and a
+  // Kubernetes Secret's key both give.
+  std::string password = file->substr(0, file->find('\n'));
+  if (!password.empty() && password.back() == '\r') password.pop_back();
+  if (password.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--coordinator-password-file ", path, ": the first line is empty"));
+  }
+  return password;
 }
 
 }  // namespace summon::server

@@ -25,8 +25,9 @@ struct EtcdAccess {
   // TLS (checking etcd's certificate with the CA, else the system's roots,
   // and presenting the client certificate when given); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
-  std::string user;      // Empty: no etcd authentication.
-  std::string password;  // The password file's first line. Never logged.
+  std::string user;           // Empty: no etcd authentication.
+  std::string password;       // The password file's first line. Never logged.
+  std::string password_file;  // Read again for a rotated password.
 };
 
 // Reads the files. INVALID_ARGUMENT naming the flag (and the path, never a
@@ -36,6 +37,11 @@ struct EtcdAccess {
 // read or holds no PEM block of its kind, an empty password.
 absl::StatusOr<EtcdAccess> LoadEtcdAccess(const EtcdAccessFlags& flags,
                                           bool etcd);
+
+// The first line of --coordinator-password-file `path`, without its line
+// end; INVALID_ARGUMENT naming the path (never the contents) when it cannot
+// be read or the line is empty.
+absl::StatusOr<std::string> ReadEtcdPassword(const std::string& path);
 
 }  // namespace summon::server
 

@@ -146,7 +146,8 @@ class EtcdClient::Call {
   grpc::ClientContext context_;
 };
 
-EtcdClient::EtcdClient(Options options) : options_(std::move(options)) {
+EtcdClient::EtcdClient(Options options)
+    : options_(std::move(options)), password_(options_.password) {
   for (const std::string& endpoint : options_.endpoints) {
     channels_.push_back(NewChannel(endpoint));
   }
@@ -224,27 +225,56 @@ absl::Status MapFailure(absl::string_view what, absl::string_view endpoint,
 
 absl::StatusOr<std::string> EtcdClient::Token() {
   if (options_.user.empty()) return std::string();
+  std::vector<std::string> passwords;
   {
     absl::MutexLock lock(&mu_);
     if (!token_.empty()) return token_;
+    passwords.push_back(password_);
   }
-  pb::AuthenticateRequest request;
-  request.set_name(options_.user);
-  request.set_password(options_.password);
-  absl::StatusOr<pb::AuthenticateResponse> granted =
-      Unary<pb::AuthenticateResponse>(
-          absl::StrCat("authenticate as user '", options_.user, "'"),
-          [&](const std::shared_ptr<grpc::Channel>& channel,
-              grpc::ClientContext* context,
-              pb::AuthenticateResponse* response) {
-            return pb::Auth::NewStub(channel)->Authenticate(context, request,
-                                                            response);
-          },
-          /*authenticated=*/false);
-  if (!granted.ok()) return granted.status();
-  absl::MutexLock lock(&mu_);
-  token_ = granted->token();
-  return token_;
+  if (options_.read_password) {
+    absl::StatusOr<std::string> read = options_.read_password();
+    if (!read.ok()) {
+      spdlog::warn(
+          "coordinator: the etcd password not read again ({}); "
+          "the last one etcd accepted is used",
+          read.status().ToString());
+    } else if (*read != passwords.front()) {
+      passwords.insert(passwords.begin(), *std::move(read));
+    }
+  }
+  absl::Status refused;
+  for (const std::string& password : passwords) {
+    pb::AuthenticateRequest request;
+    request.set_name(options_.user);
+    request.set_password(password);
+    absl::StatusOr<pb::AuthenticateResponse> granted =
+        Unary<pb::AuthenticateResponse>(
+            absl::StrCat("authenticate as user '", options_.user, "'"),
+            [&](const std::shared_ptr<grpc::Channel>& channel,
+                grpc::ClientContext* context,
+                pb::AuthenticateResponse* response) {
+              return pb::Auth::NewStub(channel)->Authenticate(context, request,
+                                                              response);
+            },
+            /*authenticated=*/false);
+    if (granted.ok()) {
+      absl::MutexLock lock(&mu_);
+      if (password_ != password) {
+        spdlog::info(
+            "coordinator: etcd accepted the rotated password of "
+            "user '{}'",
+            options_.user);
+      }
+      password_ = password;
+      token_ = granted->token();
+      return token_;
+    }
+    // Only a refused password is worth another try; etcd unreachable is
+    // the same for both.
+    if (!absl::IsUnauthenticated(granted.status())) return granted.status();
+    refused = granted.status();
+  }
+  return refused;
 }
 
 void EtcdClient::DropToken(const std::string& stale) {

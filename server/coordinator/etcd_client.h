@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -54,6 +55,12 @@ class EtcdClient {
     // only.)
     std::string user = {};
     std::string password = {};  // Never logged.
+    // Set: asked for the password again before each authentication (a new
+    // token), so that a rotated password is taken without a restart. Its
+    // answer is tried first, then the last password etcd accepted, so that
+    // either order of "the file changed" and "etcd's user changed" keeps
+    // working; an error (a file being rewritten) is logged and skipped.
+    std::function<absl::StatusOr<std::string>()> read_password = {};
   };
 
   explicit EtcdClient(Options options);
@@ -140,6 +147,8 @@ class EtcdClient {
   std::vector<std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
   int current_ ABSL_GUARDED_BY(mu_) = 0;
   std::string token_ ABSL_GUARDED_BY(mu_);
+  // The password etcd last accepted (at first, the one given).
+  std::string password_ ABSL_GUARDED_BY(mu_);
   std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 

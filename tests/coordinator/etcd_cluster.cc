@@ -300,6 +300,35 @@ absl::Status EtcdCluster::EnableAuth() {
   return absl::OkStatus();
 }
 
+absl::Status EtcdCluster::ChangePassword(const std::string& password) {
+  const server::EtcdClient::Options options = client_options(absl::Seconds(5));
+  auto auth = etcdserverpb::Auth::NewStub(grpc::CreateChannel(
+      client_address(0), options.credentials != nullptr
+                             ? options.credentials
+                             : grpc::InsecureChannelCredentials()));
+  grpc::ClientContext as_root;
+  as_root.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  etcdserverpb::AuthenticateRequest login;
+  login.set_name("root");
+  login.set_password(password_);
+  etcdserverpb::AuthenticateResponse token;
+  if (absl::Status status =
+          Checked(auth->Authenticate(&as_root, login, &token), "root login");
+      !status.ok()) {
+    return status;
+  }
+  grpc::ClientContext change_context;
+  change_context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  change_context.AddMetadata("token", token.token());
+  etcdserverpb::AuthUserChangePasswordRequest change;
+  change.set_name(kUser);
+  change.set_password(password);
+  etcdserverpb::AuthUserChangePasswordResponse changed;
+  return Checked(auth->UserChangePassword(&change_context, change, &changed),
+                 "user change password");
+}
+
 absl::StatusOr<TcpProxy*> EtcdCluster::Proxy(int member) {
   Member& m = members_[member];
   if (m.proxy == nullptr) {

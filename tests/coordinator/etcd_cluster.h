@@ -73,6 +73,10 @@ class EtcdCluster {
   }
   // A file holding user summon's password (auth).
   std::string password_file() const { return root_ + "/summon.password"; }
+  // Changes user summon's password in etcd as root (auth), as an operator
+  // rotating it would; password_file() is left as it is. Outdates every
+  // token etcd gave ("revision of auth store is old").
+  absl::Status ChangePassword(const std::string& password);
   // summond's flags for this etcd's TLS and authentication (empty for a
   // plaintext etcd without auth).
   std::vector<std::string> summond_flags() const;

@@ -7,6 +7,7 @@
 // certificate stops a node at start with UNAUTHENTICATED and a message that
 // names the flags to check, and no password ever reaches the log.
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -116,6 +117,66 @@ TEST_F(EtcdSecurityTest, AnExpiredTokenIsRenewed) {
   EXPECT_EQ(event->kv().value(), "before");
 }
 
+// A rotated password is taken without a restart, in either order of the
+// file and etcd's user changing: the file first (the new password refused,
+// the last accepted one still taken), then etcd (every token outdated; the
+// file's password accepted); and a file that cannot be read keeps the last
+// accepted password.
+TEST_F(EtcdSecurityTest, ARotatedPasswordIsTakenWithoutARestart) {
+  server::EtcdClient::Options options = etcd_->client_options(absl::Seconds(5));
+  const std::string file = etcd_->password_file();
+  options.read_password = [file]() -> absl::StatusOr<std::string> {
+    std::ifstream in(file);
+    std::string line;
+    if (!std::getline(in, line) || line.empty()) {
+      return absl::InvalidArgumentError(file + ": no password");
+    }
+    return line;
+  };
+  server::EtcdClient client(options);
+  const auto put = [&](const std::string& value) {
+    etcdserverpb::TxnRequest txn;
+    etcdserverpb::PutRequest* request =
+        txn.add_success()->mutable_request_put();
+    request->set_key("/summon/rotated");
+    request->set_value(value);
+    return client.Txn(txn).status();
+  };
+  const auto read = [&]() -> absl::StatusOr<std::string> {
+    etcdserverpb::RangeRequest range;
+    range.set_key("/summon/rotated");
+    absl::StatusOr<etcdserverpb::RangeResponse> found = client.Range(range);
+    if (!found.ok()) return found.status();
+    if (found->kvs_size() != 1) return absl::NotFoundError("no key");
+    return found->kvs(0).value();
+  };
+  ASSERT_TRUE(put("first").ok());
+
+  // The file holds the next password before etcd does; the token expires
+  // (1 s unused) and the next authentication falls back to the old one.
+  std::ofstream(file, std::ios::trunc) << "rotated-pw-1\n";
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_EQ(read().value_or("refused"), "first");
+
+  // etcd's user changes: the token is outdated, the file's password taken.
+  ASSERT_TRUE(etcd_->ChangePassword("rotated-pw-1").ok());
+  const absl::Status second = put("second");
+  EXPECT_TRUE(second.ok()) << second;
+  EXPECT_EQ(read().value_or("refused"), "second");
+
+  // The file unreadable (being rewritten) while etcd changes again first:
+  // the last accepted password is kept until the file holds the new one.
+  std::filesystem::remove(file);
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_EQ(read().value_or("refused"), "second");
+  ASSERT_TRUE(etcd_->ChangePassword("rotated-pw-2").ok());
+  EXPECT_TRUE(absl::IsUnauthenticated(put("third")));
+  std::ofstream(file, std::ios::trunc) << "rotated-pw-2\n";
+  const absl::Status third = put("third");
+  EXPECT_TRUE(third.ok()) << third;
+  EXPECT_EQ(read().value_or("refused"), "third");
+}
+
 TEST_F(EtcdSecurityTest, AClusterOnTlsAndAuthFormsAndServes) {
   LocalCluster::Options options;
   options.nodes = 3;
@@ -138,8 +199,32 @@ TEST_F(EtcdSecurityTest, AClusterOnTlsAndAuthFormsAndServes) {
             SeededModel(model).at(kParam));
   CloseOk(cluster.client(2), session.id());
 
+  // The password rotated as an operator would (the Secret's file, then
+  // etcd's user): every node takes it at its next token, without a
+  // restart; the leader keeps its lease (same epoch) and a writeback's
+  // commit decision goes through etcd.
+  std::ofstream(etcd_->password_file(), std::ios::trunc) << "rotated-pw\n";
+  ASSERT_TRUE(etcd_->ChangePassword("rotated-pw").ok());
+  absl::SleepFor(absl::Seconds(4));
+  absl::StatusOr<v1::ClusterStatus> after =
+      AwaitAgreedLeadership(cluster, absl::Seconds(10));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->leader(), leadership->leader());
+  EXPECT_EQ(after->epoch(), leadership->epoch());
+  const std::string edited = SeededModel(model, 31).at(kParam);
+  const v1::Session writer =
+      OpenOk(cluster.client(0), "m", ParamScope({kParam}));
+  WriteOk(cluster.client(0), writer.id(), kParam, edited);
+  CloseOk(cluster.client(0), writer.id());
+  const v1::Session reader =
+      OpenOk(cluster.client(2), "m", ReadOnly(ParamScope({kParam})));
+  EXPECT_EQ(ReadOk(cluster.client(2), reader.id(), kParam), edited);
+  CloseOk(cluster.client(2), reader.id());
+
   // Every node registered itself through TLS under user summon.
-  server::EtcdClient client(etcd_->client_options());
+  server::EtcdClient::Options client_options = etcd_->client_options();
+  client_options.password = "rotated-pw";
+  server::EtcdClient client(client_options);
   etcdserverpb::RangeRequest members;
   members.set_key("/summon/secure/members/");
   members.set_range_end(server::PrefixEnd("/summon/secure/members/"));
@@ -190,7 +275,8 @@ TEST_F(EtcdSecurityTest, AMissingClientCertificateStopsTheNodeAtStart) {
                 "node (the TLS handshake failed: check --coordinator-ca, "
                 "--coordinator-cert and --coordinator-key): authenticate as "
                 "user 'summon' at ",
-                etcd_->client_address(0), ": failed to connect to all "
+                etcd_->client_address(0),
+                ": failed to connect to all "
                 "addresses; last error: UNAVAILABLE: ipv4:",
                 etcd_->client_address(0), ": ")),
             std::string::npos)
