@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/lib/wire_dtype.h"
+#include "memory/fd_passing.h"
 
 namespace summon::client {
 
@@ -28,15 +29,13 @@ absl::StatusOr<int> ConnectToBroker(absl::string_view socket) {
   const bool abstract = socket[0] == '@';
   std::memcpy(address.sun_path, socket.data(), socket.size());
   if (abstract) address.sun_path[0] = '\0';
-  const socklen_t length =
-      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + socket.size() +
-                             (abstract ? 0 : 1));
+  const socklen_t length = static_cast<socklen_t>(
+      offsetof(sockaddr_un, sun_path) + socket.size() + (abstract ? 0 : 1));
   const int connection = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (connection < 0) {
     return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
   }
-  if (connect(connection, reinterpret_cast<sockaddr*>(&address), length) !=
-      0) {
+  if (connect(connection, reinterpret_cast<sockaddr*>(&address), length) != 0) {
     absl::Status error = absl::UnavailableError(
         absl::StrCat("cannot reach the daemon's socket ", socket, " (",
                      std::strerror(errno), ")"));
@@ -76,22 +75,10 @@ absl::StatusOr<int> RedeemMapToken(absl::string_view socket,
     return error;
   }
   char reply[512];
-  iovec iov{reply, sizeof(reply)};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  const ssize_t n = recvmsg(connection, &msg, MSG_CMSG_CLOEXEC);
-  close(connection);
   int fd = -1;
-  for (cmsghdr* header = CMSG_FIRSTHDR(&msg); header != nullptr;
-       header = CMSG_NXTHDR(&msg, header)) {
-    if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS) {
-      std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
-    }
-  }
+  const ssize_t n =
+      memory::ReceiveWithDescriptor(connection, reply, sizeof(reply), &fd);
+  close(connection);
   if (n >= 1 && reply[0] == 'K' && fd >= 0) return fd;
   if (fd >= 0) close(fd);
   absl::Status answer = BrokerAnswer(n, reply, "the map token", "map socket");
@@ -101,8 +88,7 @@ absl::StatusOr<int> RedeemMapToken(absl::string_view socket,
                    absl::string_view(reply + 1, static_cast<size_t>(n - 1))));
 }
 
-absl::StatusOr<MappedSession> MappedSession::Map(
-    v1::MapSessionResponse grant) {
+absl::StatusOr<MappedSession> MappedSession::Map(v1::MapSessionResponse grant) {
   absl::StatusOr<int> fd = RedeemMapToken(grant.socket(), grant.token());
   if (!fd.ok()) return fd.status();
   MappedSession mapped;

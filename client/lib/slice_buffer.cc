@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/lib/local_map.h"
+#include "memory/fd_passing.h"
 
 namespace summon::client {
 namespace {
@@ -102,19 +103,7 @@ absl::Status SliceBuffer::HandOver(absl::string_view socket,
   absl::StatusOr<int> connected = ConnectToBroker(socket);
   if (!connected.ok()) return connected.status();
   const int connection = *connected;
-  iovec iov{const_cast<char*>(token.data()), token.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* header = CMSG_FIRSTHDR(&msg);
-  header->cmsg_level = SOL_SOCKET;
-  header->cmsg_type = SCM_RIGHTS;
-  header->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(header), &fd_, sizeof(int));
-  if (sendmsg(connection, &msg, MSG_NOSIGNAL) !=
+  if (memory::SendWithDescriptor(connection, token, fd_) !=
       static_cast<ssize_t>(token.size())) {
     absl::Status error = absl::UnavailableError(
         absl::StrCat("handing the slice buffer over: ", std::strerror(errno)));
@@ -127,8 +116,7 @@ absl::Status SliceBuffer::HandOver(absl::string_view socket,
   return BrokerAnswer(n, reply, "the slice buffer");
 }
 
-void SliceBuffer::Begin(int64_t version, int64_t total_bytes,
-                        int64_t entries) {
+void SliceBuffer::Begin(int64_t version, int64_t total_bytes, int64_t entries) {
   // State first, as the daemon does: a header left complete stops vouching
   // before anything else changes.
   reinterpret_cast<std::atomic<uint64_t>*>(base_ + kStateAt)

@@ -15,6 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "memory/fd_passing.h"
 
 namespace summon::server {
 namespace {
@@ -27,22 +28,8 @@ absl::Status Errno(absl::string_view what) {
 void Reply(int connection, char code, absl::string_view message, int fd) {
   std::string body(1, code);
   body.append(message.data(), message.size());
-  iovec iov{body.data(), body.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* header = CMSG_FIRSTHDR(&msg);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-  }
   // A client that went away loses its grant: nothing to do about it.
-  (void)sendmsg(connection, &msg, MSG_NOSIGNAL);
+  (void)memory::SendWithDescriptor(connection, body, fd);
 }
 
 // Receives the token; a descriptor sent with it lands in `fd` (the first
@@ -50,33 +37,9 @@ void Reply(int connection, char code, absl::string_view message, int fd) {
 bool ReceiveToken(int connection, std::string& token, int& fd) {
   size_t got = 0;
   while (got < token.size()) {
-    iovec iov{token.data() + got, token.size() - got};
-    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    const ssize_t n = recvmsg(connection, &msg, MSG_CMSG_CLOEXEC);
+    const ssize_t n = memory::ReceiveWithDescriptor(
+        connection, token.data() + got, token.size() - got, &fd);
     if (n < 0 && errno == EINTR) continue;
-    for (cmsghdr* header = CMSG_FIRSTHDR(&msg); header != nullptr;
-         header = CMSG_NXTHDR(&msg, header)) {
-      if (header->cmsg_level != SOL_SOCKET ||
-          header->cmsg_type != SCM_RIGHTS) {
-        continue;
-      }
-      const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int received = -1;
-        std::memcpy(&received, CMSG_DATA(header) + i * sizeof(int),
-                    sizeof(int));
-        if (fd < 0) {
-          fd = received;
-        } else {
-          close(received);
-        }
-      }
-    }
     if (n <= 0) return false;
     got += static_cast<size_t>(n);
   }
@@ -187,8 +150,9 @@ absl::StatusOr<int> LocalFdBroker::Await(
         auto it = expected_.find(token);
         return it == expected_.end() || it->second >= 0;
       };
-      mu_.AwaitWithDeadline(absl::Condition(&arrived),
-                            std::min(deadline, absl::Now() + absl::Milliseconds(50)));
+      mu_.AwaitWithDeadline(
+          absl::Condition(&arrived),
+          std::min(deadline, absl::Now() + absl::Milliseconds(50)));
       auto it = expected_.find(token);
       if (it == expected_.end()) {
         return absl::FailedPreconditionError("the buffer token was dropped");
@@ -306,8 +270,7 @@ void LocalFdBroker::Accept(int connection, const std::string& token, int fd) {
   }
   if (!taken) {
     close(fd);
-    return Reply(connection, 'E', "unknown, used or expired buffer token",
-                 -1);
+    return Reply(connection, 'E', "unknown, used or expired buffer token", -1);
   }
   Reply(connection, 'K', "", -1);
 }
