@@ -57,8 +57,7 @@ int Membership::leader() const {
 }
 
 bool Membership::HeldWithoutQuorum() const {
-  return spec_.coordinator != nullptr &&
-         spec_.coordinator->HeldWithoutQuorum();
+  return spec_.coordinator != nullptr && spec_.coordinator->HeldWithoutQuorum();
 }
 
 absl::Status Membership::CheckLeading() const {
@@ -110,13 +109,13 @@ absl::Status Membership::CheckReady() const {
   }
   // On a coordinator a cluster forms after each election, so a call that
   // meets the formation is told so in the words clients retry on.
-  return absl::UnavailableError(absl::StrCat(
-      "the cluster is not ready: ",
-      missing.empty() || !LeadingLocked()
-          ? std::string("nodes are still connecting")
-          : absl::StrCat("waiting for node(s) ", absl::StrJoin(missing, ", "),
-                         " to join"),
-      spec_.coordinator == nullptr ? "" : "; electing a leader"));
+  return absl::UnavailableError(
+      absl::StrCat("the cluster is not ready: ",
+                   missing.empty() || !LeadingLocked()
+                       ? std::string("nodes are still connecting")
+                       : absl::StrCat("waiting for node(s) ",
+                                      absl::StrJoin(missing, ", "), " to join"),
+                   spec_.coordinator == nullptr ? "" : "; electing a leader"));
 }
 
 Communicator* Membership::communicator() const {
@@ -445,8 +444,14 @@ void Membership::HeartbeatLoop(uint64_t epoch) {
               ? std::string("the cluster lost a node")
               : absl::StrCat("node ", absl::StrJoin(failed, ", "), " failed"),
           "; sessions were aborted and the cluster re-forms")));
-    } else if (absl::Now() - last_answer > spec_.failure_timeout ||
-               status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+    } else if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      // The leader answers but no longer counts this node a member: it
+      // re-formed (a node came back, or was lost), not failed.
+      Fail(absl::UnavailableError(absl::StrCat(
+          "node ", leader_node, " (the leader) re-forms the cluster (",
+          status.error_message(),
+          "); sessions were aborted and this node joins again")));
+    } else if (absl::Now() - last_answer > spec_.failure_timeout) {
       Fail(absl::UnavailableError(
           absl::StrCat("node ", leader_node,
                        " (the leader) failed: ", status.error_message(),
