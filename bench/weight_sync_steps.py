@@ -3,8 +3,12 @@
 run after the other (issue 32; goal: >= 0.95x). The FSDP2 job of the
 torn-read check (tests/python/weight_sync_job.py: 2 gloo ranks, an MLP of
 --width, AdamW) serves through one summond; each step's time covers
-forward, backward, the optimizer step and, with publishing, the barrier and
-rank 0's Publish (every node copying its shards).
+forward, backward, the optimizer step and, with publishing, what the
+publish costs the trainer: since the cut (bench/RESULTS.md, "Step time
+with publish, cut") the end-of-step reports ask for it and the last one
+waits for the version to be taken (nothing copied), and the next move into
+OPTIMIZER finds the version copied ahead in the background; before, a
+barrier, rank 0's Publish call and the copy on write in that move.
 
     scripts/python bench/weight_sync_steps.py --width 1024 --steps 30
 """

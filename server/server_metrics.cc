@@ -91,15 +91,19 @@ void SummonServer::RegisterMetrics() {
   // Per version and node a unit is copied once however many read it, so
   // unit_copies / (versions x units) is 1: the weight-sync "gather" is
   // shared by every reader.
-  add_counter("summon_weight_sync_events_total",
+  add_counter(
+      "summon_weight_sync_events_total",
       "Weight sync on this node since start: versions published, unit "
-      "copies taken (one per unit per version), ReadSlices answered, and "
+      "copies taken (one per unit per version), rank units of those copied "
+      "ahead in the background, ReadSlices answered, and "
       "bytes received from / sent to other nodes for slices.",
       {"event"}, [this] {
         const VersionCounters& counters = versions_->counters();
         return Samples{
             {{"versions"}, static_cast<double>(counters.versions.load())},
             {{"unit_copies"}, static_cast<double>(counters.unit_copies.load())},
+            {{"units_copied_ahead"},
+             static_cast<double>(counters.copied_ahead.load())},
             {{"reads"}, static_cast<double>(counters.reads.load())},
             {{"peer_bytes_received"},
              static_cast<double>(counters.peer_bytes_received.load())},

@@ -262,6 +262,7 @@ void SummonServer::BuildServices(
   trainer_service_ = std::make_unique<TrainerServiceImpl>(
       registry_.get(), sessions_.get(), trainers_.get(), authorizer,
       membership_.get());
+  trainer_service_->SetWeightSync(weight_sync_.get());
 }
 
 }  // namespace summon::server

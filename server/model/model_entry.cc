@@ -15,6 +15,7 @@ void InitRuntime(ModelEntry& model, int world_size) {
   model.runtime.phase_per_rank.assign(world_size, core::TrainingPhase::kIdle);
   model.steps.assign(world_size, std::nullopt);
   model.optimizer_entries.assign(world_size, 0);
+  model.publish_asked.assign(world_size, std::nullopt);
   for (size_t u = 0; u < model.spec.units.size(); ++u) {
     core::UnitRuntimeState unit;
     unit.fqn = model.spec.units[u].fqn;

@@ -61,6 +61,11 @@ struct ModelEntry {
   // step key of trainers that report no step numbers).
   std::optional<int64_t> last_optimizer_step ABSL_GUARDED_BY(runtime_mu);
   std::vector<int64_t> optimizer_entries ABSL_GUARDED_BY(runtime_mu);
+  // Per rank, the version its end-of-step report asked to publish
+  // (ReportPhase's publish_step) in the step not yet ended on every rank;
+  // cleared when it ends. Not persisted: a step whose end a restart cut
+  // is not published.
+  std::vector<std::optional<int64_t>> publish_asked ABSL_GUARDED_BY(runtime_mu);
 
   // Readers copy shards out (gathers, checksums, saves); writers change them
   // (writeback commits, checkpoint loads, init).

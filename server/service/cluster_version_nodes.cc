@@ -17,10 +17,11 @@
 namespace summon::server {
 
 absl::StatusOr<int64_t> ClusterVersionNodes::PublishEverywhere(
-    const std::string& model, int64_t version) {
+    const std::string& model, int64_t version, bool copy_ahead) {
   v1::NodePublishVersionRequest request;
   request.set_model(model);
   request.set_version(version);
+  request.set_copy_ahead(copy_ahead);
   request.set_epoch(membership_->epoch());
   auto ask = [this](int node, const v1::NodePublishVersionRequest& request)
       -> absl::StatusOr<int64_t> {
@@ -42,7 +43,8 @@ absl::StatusOr<int64_t> ClusterVersionNodes::PublishEverywhere(
     remote[node] = std::async(std::launch::async, ask, node, request);
   }
   std::map<int, absl::StatusOr<int64_t>> taken;
-  taken.emplace(membership_->node_rank(), local_->Take(model, version));
+  taken.emplace(membership_->node_rank(),
+                local_->Take(model, version, copy_ahead));
   for (auto& [node, future] : remote) taken.emplace(node, future.get());
   int64_t total = 0;
   const absl::Status* failed = nullptr;

@@ -22,7 +22,8 @@ class ClusterVersionNodes : public VersionNodes {
                       absl::Duration timeout)
       : membership_(membership), local_(local), timeout_(timeout) {}
   absl::StatusOr<int64_t> PublishEverywhere(const std::string& model,
-                                            int64_t version) override;
+                                            int64_t version,
+                                            bool copy_ahead) override;
   absl::Status ReadRemote(int node, const std::string& model, int64_t version,
                           core::DType dtype,
                           const std::vector<VersionPiece>& pieces,

@@ -49,8 +49,8 @@ grpc::Status PeerServiceImpl::NodePublishVersion(
     return grpc::Status::OK;
   }
   FaultPoint("publish.node_take");
-  absl::StatusOr<int64_t> bytes =
-      versions_->Take(request->model(), request->version());
+  absl::StatusOr<int64_t> bytes = versions_->Take(
+      request->model(), request->version(), request->copy_ahead());
   if (!bytes.ok()) return ToGrpcStatus(bytes.status());
   response->set_bytes(*bytes);
   return grpc::Status::OK;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/rpc/status_conversion.h"
 #include "server/service/proto_conversion.h"
+#include "spdlog/spdlog.h"
 
 namespace summon::server {
 namespace {
@@ -190,6 +191,19 @@ grpc::Status TrainerServiceImpl::ReportPhase(
       !leased.ok()) {
     return ToGrpcStatus(leased);
   }
+  std::optional<int64_t> publish_step;
+  if (request->has_publish_step()) {
+    if (request->reestablishing()) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          "publish_step goes with a trainer's own end of a step, not with a "
+          "re-establishing report"));
+    }
+    if (weight_sync_ == nullptr) {
+      return ToGrpcStatus(absl::FailedPreconditionError(
+          "this summond serves no weight sync (publish_step)"));
+    }
+    publish_step = request->publish_step();
+  }
   std::optional<int64_t> step;
   if (request->has_step()) step = request->step();
   std::optional<absl::Time> deadline;
@@ -209,9 +223,20 @@ grpc::Status TrainerServiceImpl::ReportPhase(
       BeforeTrainerWrites(request->model(), request->rank());
     }
   }
-  absl::StatusOr<PhaseReport> report =
-      sessions_->ReportPhase(request->model(), request->rank(), *phase, step,
-                             deadline, request->reestablishing());
+  // Held from the move that ended a step every rank asked to publish until
+  // the version is taken on every node. It is taken in the same hold of the
+  // manager's lock as that move, so the version is exactly the shards the
+  // step left: meanwhile a trainer's move into the next step waits (R3),
+  // no writable session opens, no load runs. The other ranks' IDLE reports
+  // were answered before (each waits for its answer, summon.phases'
+  // PhaseKeeper.report; only BETWEEN is ever deferred, and it follows a
+  // FORWARD, which waits for the hold), and the last rank's report is
+  // answered after the publish: with FSDP no rank could reach the next
+  // OPTIMIZER before it anyway (its collectives need the last rank).
+  std::optional<SessionManager::ShardWriteGuard> publish_hold;
+  absl::StatusOr<PhaseReport> report = sessions_->ReportPhaseAndPublish(
+      request->model(), request->rank(), *phase, step, deadline,
+      request->reestablishing(), publish_step, &publish_hold);
   if (!report.ok()) {
     if (first.has_value()) {  // the rank stays in `through`
       if (!request->reestablishing()) {
@@ -233,6 +258,27 @@ grpc::Status TrainerServiceImpl::ReportPhase(
   if (first.has_value()) {
     report->previous = first->previous;
     report->waited += first->waited;
+  }
+  if (report->publish.has_value()) {
+    // The trainers ended the step on every rank and asked for it: the
+    // version is taken now, under the hold; their next optimizer step would
+    // copy every unit, so each node copies them ahead in the background.
+    absl::StatusOr<PublishResult> published = weight_sync_->PublishHeld(
+        request->model(), *report->publish, /*copy_ahead=*/true);
+    publish_hold.reset();
+    if (published.ok()) {
+      response->set_published(published->version);
+    } else {
+      report->publish_refused = published.status();
+    }
+  }
+  if (publish_step.has_value() && !report->publish_refused.ok()) {
+    spdlog::warn("model {}: version {} asked by the trainers not published: {}",
+                 request->model(), *publish_step,
+                 report->publish_refused.ToString());
+    response->set_publish_error(std::string(report->publish_refused.message()));
+    response->set_publish_error_code(
+        absl::StatusCodeToString(report->publish_refused.code()));
   }
   response->set_previous_phase(PhaseToProto(report->previous));
   response->set_phase(PhaseToProto(report->phase));

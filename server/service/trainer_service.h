@@ -10,6 +10,7 @@
 #include "server/service/forwarding.h"
 #include "server/session/session_manager.h"
 #include "server/trainer/trainer_leases.h"
+#include "server/weight_sync/weight_sync.h"
 #include "summon/v1/trainer.grpc.pb.h"
 
 namespace summon::server {
@@ -47,6 +48,10 @@ class TrainerServiceImpl final : public v1::Trainer::Service {
       grpc::ServerContext* context, const v1::WatchUnitsRequest* request,
       grpc::ServerWriter<v1::WatchUnitsResponse>* writer) override;
 
+  // Where the trainers' end-of-step publishes go (ReportPhaseRequest's
+  // publish_step); null: such a report is FAILED_PRECONDITION.
+  void SetWeightSync(WeightSync* weight_sync) { weight_sync_ = weight_sync; }
+
   // Ends every WatchUnits stream (CANCELLED) so that a shutdown does not
   // wait for its grace period.
   void StopWatches() { stopping_.store(true); }
@@ -72,6 +77,7 @@ class TrainerServiceImpl final : public v1::Trainer::Service {
   const auth::Authorizer* const authorizer_;
   LeaderForwarder forwarder_;
   std::atomic<bool> stopping_{false};
+  WeightSync* weight_sync_ = nullptr;
 };
 
 }  // namespace summon::server

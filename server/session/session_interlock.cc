@@ -4,6 +4,7 @@
 // by a lapsed lease), each set on every node, and shard writes outside
 // sessions taking the model like a writable session (R15).
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -44,6 +45,15 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
     const std::string& model_name, int rank, core::TrainingPhase phase,
     std::optional<int64_t> step, std::optional<absl::Time> deadline,
     bool reassert) {
+  return ReportPhaseAndPublish(model_name, rank, phase, step, deadline,
+                               reassert, std::nullopt, nullptr);
+}
+
+absl::StatusOr<PhaseReport> SessionManager::ReportPhaseAndPublish(
+    const std::string& model_name, int rank, core::TrainingPhase phase,
+    std::optional<int64_t> step, std::optional<absl::Time> deadline,
+    bool reassert, std::optional<int64_t> publish_step,
+    std::optional<ShardWriteGuard>* publish_hold) {
   absl::StatusOr<std::shared_ptr<ModelEntry>> found =
       registry_->Get(model_name);
   if (!found.ok()) return found.status();
@@ -82,6 +92,17 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
             return legal;
           }
         }
+        if (decision.ok() && publish_step.has_value() &&
+            (phase != core::TrainingPhase::kIdle ||
+             model.runtime.phase_per_rank[rank] !=
+                 core::TrainingPhase::kOptimizer)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "rank ", rank, " of model '", model_name,
+              "': publish_step goes with the move out of OPTIMIZER into "
+              "IDLE that ends a step, not with ",
+              core::TrainingPhaseName(model.runtime.phase_per_rank[rank]),
+              " -> ", core::TrainingPhaseName(phase)));
+        }
         if (decision.ok() && *decision == core::PhaseChangeDecision::kAllow) {
           report.previous = model.runtime.phase_per_rank[rank];
           report.phase = phase;
@@ -105,6 +126,12 @@ absl::StatusOr<PhaseReport> SessionManager::ReportPhase(
             step_generations = NextGenerations(model);
           }
           step_done = StepDoneBy(model, report.previous, phase);
+          if (publish_step.has_value()) {
+            model.publish_asked[rank] = publish_step;
+          }
+          if (step_done.has_value()) {
+            DecidePublishLocked(*found, report, publish_hold);
+          }
           break;
         }
       }
@@ -222,44 +249,89 @@ SessionManager::LockForShardWrite(std::shared_ptr<ModelEntry> model,
   return ShardWriteGuard(this, std::move(model));
 }
 
-absl::StatusOr<SessionManager::ShardWriteGuard>
-SessionManager::LockForSnapshot(std::shared_ptr<ModelEntry> model,
-                                const std::string& what) {
-  absl::MutexLock lock(&mu_);
-  absl::MutexLock runtime_lock(&model->runtime_mu);
-  if (model->awaiting_init) {
+absl::Status SessionManager::SnapshotRefusalLocked(const ModelEntry& model,
+                                                   const std::string& what) {
+  if (model.awaiting_init) {
     // The trainer writes its first values without a phase move.
     return absl::FailedPreconditionError(
-        absl::StrCat("refusing the ", what, " of model '", model->name,
+        absl::StrCat("refusing the ", what, " of model '", model.name,
                      "': it is awaiting init (Trainer.MarkInitialized)"));
   }
-  const std::vector<core::TrainingPhase>& phases =
-      model->runtime.phase_per_rank;
+  const std::vector<core::TrainingPhase>& phases = model.runtime.phase_per_rank;
   for (size_t rank = 0; rank < phases.size(); ++rank) {
     if (phases[rank] == core::TrainingPhase::kOptimizer) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "refusing the ", what, " of model '", model->name, "': rank ", rank,
+          "refusing the ", what, " of model '", model.name, "': rank ", rank,
           " is in OPTIMIZER (its shards are changing)"));
     }
-    if (model->optimizer_entries[rank] != model->optimizer_entries[0]) {
+    if (model.optimizer_entries[rank] != model.optimizer_entries[0]) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "refusing the ", what, " of model '", model->name, "': rank ", rank,
-          " has been through OPTIMIZER ", model->optimizer_entries[rank],
-          " times and rank 0 ", model->optimizer_entries[0],
+          "refusing the ", what, " of model '", model.name, "': rank ", rank,
+          " has been through OPTIMIZER ", model.optimizer_entries[rank],
+          " times and rank 0 ", model.optimizer_entries[0],
           " times, so the ranks' shards are of different steps"));
     }
   }
-  for (const core::UnitRuntimeState& unit : model->runtime.units) {
+  for (const core::UnitRuntimeState& unit : model.runtime.units) {
     if (unit.writable_session.has_value()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "refusing the ", what, " of model '", model->name, "': unit '",
+          "refusing the ", what, " of model '", model.name, "': unit '",
           unit.fqn, "' is held by ", *unit.writable_session));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionManager::ShardWriteGuard> SessionManager::LockForSnapshot(
+    std::shared_ptr<ModelEntry> model, const std::string& what) {
+  absl::MutexLock lock(&mu_);
+  absl::MutexLock runtime_lock(&model->runtime_mu);
+  if (absl::Status refused = SnapshotRefusalLocked(*model, what);
+      !refused.ok()) {
+    return refused;
   }
   for (core::UnitRuntimeState& unit : model->runtime.units) {
     unit.writable_session = absl::StrCat("(", what, ")");
   }
   return ShardWriteGuard(this, std::move(model));
+}
+
+void SessionManager::DecidePublishLocked(std::shared_ptr<ModelEntry> model,
+                                         PhaseReport& report,
+                                         std::optional<ShardWriteGuard>* hold) {
+  std::vector<std::optional<int64_t>>& asked = model->publish_asked;
+  const bool any = std::any_of(asked.begin(), asked.end(),
+                               [](const auto& a) { return a.has_value(); });
+  if (!any) return;
+  // Asks belong to the step that just ended on every rank.
+  std::vector<std::optional<int64_t>> asks(asked.size());
+  asks.swap(asked);
+  for (size_t rank = 0; rank < asks.size(); ++rank) {
+    if (asks[rank] != asks[0]) {
+      report.publish_refused = absl::FailedPreconditionError(absl::StrCat(
+          "not publishing at the end of this step of model '", model->name,
+          "': rank 0 asked for ",
+          asks[0].has_value() ? absl::StrCat("version ", *asks[0]) : "none",
+          " and rank ", rank, " for ",
+          asks[rank].has_value() ? absl::StrCat("version ", *asks[rank])
+                                 : "none"));
+      spdlog::warn("{}", std::string(report.publish_refused.message()));
+      return;
+    }
+  }
+  const std::string what = absl::StrCat("publish of version ", *asks[0]);
+  if (absl::Status refused = SnapshotRefusalLocked(*model, what);
+      !refused.ok() || hold == nullptr) {
+    report.publish_refused =
+        refused.ok() ? absl::InternalError("no publish hold asked for")
+                     : refused;
+    return;
+  }
+  for (core::UnitRuntimeState& unit : model->runtime.units) {
+    unit.writable_session = absl::StrCat("(", what, ")");
+  }
+  hold->emplace(this, std::move(model));
+  report.publish = *asks[0];
 }
 
 SessionManager::ShardWriteGuard::~ShardWriteGuard() {

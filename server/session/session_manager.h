@@ -225,6 +225,22 @@ class SessionManager {
   // sessions are not affected.
   absl::StatusOr<ShardWriteGuard> LockForSnapshot(
       std::shared_ptr<ModelEntry> model, const std::string& what);
+  // ReportPhase with `publish_step` (weight sync: the trainers publish at
+  // the end of a step without a call of their own), which goes with a move
+  // from OPTIMIZER into IDLE only (INVALID_ARGUMENT otherwise, before
+  // anything moves). It is noted for the rank; the move that ends the step
+  // on every rank (the last rank leaving OPTIMIZER), every rank having
+  // asked for the same step, takes the snapshot hold (LockForSnapshot's
+  // checks and effect) in the same hold of the manager's lock, into
+  // `*publish_hold`, and sets the report's `publish`: nothing changes the
+  // shards between the step's end and the caller's publish (trainers'
+  // moves into a step wait, writable sessions do not open) until the hold
+  // goes. When the hold cannot be taken, `publish_refused` says why.
+  absl::StatusOr<PhaseReport> ReportPhaseAndPublish(
+      const std::string& model, int rank, core::TrainingPhase phase,
+      std::optional<int64_t> step, std::optional<absl::Time> deadline,
+      bool reassert, std::optional<int64_t> publish_step,
+      std::optional<ShardWriteGuard>* publish_hold);
 
   // R13: a node failed. Every session is aborted without writeback (every
   // session of a cluster touches every node); returns how many. Later calls
@@ -301,6 +317,19 @@ class SessionManager {
   // every node (SendGenerations) after releasing mu_.
   GenerationsOp NextGenerations(ModelEntry& model)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, model.runtime_mu);
+  // Why a snapshot of `model` (a publish) cannot be taken now, or OK:
+  // LockForSnapshot's checks.
+  static absl::Status SnapshotRefusalLocked(const ModelEntry& model,
+                                            const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(model.runtime_mu);
+  // The move that ended a step on every rank: when ranks asked to publish
+  // (publish_asked, cleared here), every one for the same version, takes
+  // the snapshot hold into `*hold` and sets report.publish; else says why
+  // not in report.publish_refused (ReportPhaseAndPublish).
+  void DecidePublishLocked(std::shared_ptr<ModelEntry> model,
+                           PhaseReport& report,
+                           std::optional<ShardWriteGuard>* hold)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, model->runtime_mu);
   // Every node sets `op`'s generations; `why` names the move in the log of
   // a node that missed it (that node refuses writebacks of the model, the
   // safe side of R7, until the next move reaches it). `wait`: how long the

@@ -69,6 +69,13 @@ struct PhaseReport {
   core::TrainingPhase phase = core::TrainingPhase::kIdle;
   std::optional<int64_t> step;
   absl::Duration waited;
+  // Set on the move that ended a step every rank asked to publish
+  // (ReportPhase's publish_step): the version to publish now, under the
+  // hold the move took. Or, when some rank asked but it cannot be
+  // published (the ranks asked for different steps, a writable session
+  // holds a unit), why not.
+  std::optional<int64_t> publish;
+  absl::Status publish_refused;
 };
 
 // For metrics (SessionManager::CurrentUsage): sessions held (any principal)

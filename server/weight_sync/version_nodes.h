@@ -22,9 +22,10 @@ class VersionNodes {
  public:
   virtual ~VersionNodes() = default;
   // Every node takes its snapshot; the bytes of all of them together. The
-  // first failure, naming its node.
+  // first failure, naming its node. `copy_ahead`: VersionStore::Take's.
   virtual absl::StatusOr<int64_t> PublishEverywhere(const std::string& model,
-                                                    int64_t version) = 0;
+                                                    int64_t version,
+                                                    bool copy_ahead) = 0;
   // `pieces` (all of ranks on `node`) converted to `dtype` there, each
   // received straight into its place: out + dest_element * element size
   // (no staging copy).
@@ -39,8 +40,9 @@ class LocalVersionNodes : public VersionNodes {
  public:
   explicit LocalVersionNodes(VersionStore* store) : store_(store) {}
   absl::StatusOr<int64_t> PublishEverywhere(const std::string& model,
-                                            int64_t version) override {
-    return store_->Take(model, version);
+                                            int64_t version,
+                                            bool copy_ahead) override {
+    return store_->Take(model, version, copy_ahead);
   }
   absl::Status ReadRemote(int node, const std::string&, int64_t, core::DType,
                           const std::vector<VersionPiece>&,

@@ -95,28 +95,54 @@ absl::Status VersionSnapshot::Preserve(
           copies_.count({rank, unit}) > 0) {
         continue;
       }
-      const int64_t bytes = spec_.units[unit].layout.shard_bytes();
-      absl::StatusOr<memory::FreshMemory> copy = counters_->Buffer(bytes);
-      absl::Status read =
-          copy.ok() ? entry->store->ReadShard(rank, unit, /*grads=*/false, 0,
-                                              copy->data(), bytes)
-                    : copy.status();
-      if (!read.ok()) {
-        cut_off_ = absl::StrCat("unit #", unit, " of rank ", rank,
-                                " could not be kept before a write: ",
-                                read.message());
-        return read;
-      }
-      copies_.emplace(std::make_pair(rank, unit), *std::move(copy));
-      bytes_ += bytes;
-      counters_->bytes += bytes;
-      if (!unit_counted_[unit]) {
-        unit_counted_[unit] = true;
-        ++counters_->unit_copies;
+      if (absl::Status copied = CopyUnitLocked(*entry, rank, unit);
+          !copied.ok()) {
+        cut_off_ = absl::StrCat(
+            "unit #", unit, " of rank ", rank,
+            " could not be kept before a write: ", copied.message());
+        return copied;
       }
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status VersionSnapshot::CopyUnitLocked(ModelEntry& entry, int rank,
+                                             int unit) {
+  const int64_t bytes = spec_.units[unit].layout.shard_bytes();
+  absl::StatusOr<memory::FreshMemory> copy = counters_->Buffer(bytes);
+  absl::Status read = copy.ok() ? entry.store->ReadShard(rank, unit,
+                                                         /*grads=*/false, 0,
+                                                         copy->data(), bytes)
+                                : copy.status();
+  if (!read.ok()) return read;
+  copies_.emplace(std::make_pair(rank, unit), *std::move(copy));
+  bytes_ += bytes;
+  counters_->bytes += bytes;
+  if (!unit_counted_[unit]) {
+    unit_counted_[unit] = true;
+    ++counters_->unit_copies;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> VersionSnapshot::CopyAhead(ModelEntry& entry, int rank,
+                                                int unit) {
+  absl::MutexLock lock(&mu_);
+  if (!cut_off_.empty() || entry.store == nullptr ||
+      copies_.count({rank, unit}) > 0) {
+    return false;
+  }
+  // A moved generation: a writer announced itself (Preserve copied it
+  // first, so it is in copies_) or did not (its reads are refused); the
+  // shard no longer holds this version's bytes either way.
+  if (entry.store->Generation(unit) != generations_[unit]) return false;
+  // A failure here (no memory) cuts nothing off: the copy before the write
+  // tries again, and only its failure does.
+  if (absl::Status copied = CopyUnitLocked(entry, rank, unit); !copied.ok()) {
+    return copied;
+  }
+  return true;
 }
 
 absl::Status VersionSnapshot::ReadPieces(
@@ -217,7 +243,67 @@ VersionStore::VersionStore(ModelRegistry* registry, int max_versions)
       });
 }
 
-VersionStore::~VersionStore() { registry_->SetBeforeShardsWrite(nullptr); }
+VersionStore::~VersionStore() {
+  {
+    absl::MutexLock lock(&copy_mu_);
+    stopping_ = true;
+    copy_cond_.SignalAll();
+  }
+  if (copier_.joinable()) copier_.join();
+  registry_->SetBeforeShardsWrite(nullptr);
+}
+
+void VersionStore::CopyLoop() {
+  while (true) {
+    std::shared_ptr<VersionSnapshot> version;
+    {
+      absl::MutexLock lock(&copy_mu_);
+      copying_ = false;
+      copy_cond_.SignalAll();
+      while (!stopping_ && to_copy_.empty()) copy_cond_.Wait(&copy_mu_);
+      if (stopping_) return;
+      version = to_copy_.front().lock();
+      to_copy_.pop_front();
+      copying_ = true;
+    }
+    if (version != nullptr) CopyVersionAhead(version);
+  }
+}
+
+void VersionStore::CopyVersionAhead(
+    const std::shared_ptr<VersionSnapshot>& version) {
+  std::shared_ptr<ModelEntry> entry = version->entry_.lock();
+  if (entry == nullptr) return;
+  for (int rank : version->ranks_) {
+    for (size_t unit = 0; unit < version->spec_.units.size(); ++unit) {
+      {
+        absl::MutexLock lock(&copy_mu_);
+        if (stopping_) return;
+      }
+      // One unit per hold of the shards lock (shared, like a reader's and
+      // a writer's announcement): a writer's copy before its write waits
+      // for one unit's copy at most, then copies what is still live.
+      absl::ReaderMutexLock shards(&entry->shards_mu);
+      absl::StatusOr<bool> copied =
+          version->CopyAhead(*entry, rank, static_cast<int>(unit));
+      if (!copied.ok()) {
+        spdlog::warn(
+            "version {} of model {}: background copy stopped ({}); its units "
+            "are copied before the next write instead",
+            version->version(), version->model(), copied.status().ToString());
+        return;
+      }
+      if (*copied) ++counters_->copied_ahead;
+    }
+  }
+}
+
+void VersionStore::WaitCopiedAhead() {
+  absl::MutexLock lock(&copy_mu_);
+  while (!stopping_ && (copying_ || !to_copy_.empty())) {
+    copy_cond_.Wait(&copy_mu_);
+  }
+}
 
 void VersionStore::BeforeShardsWrite(ModelEntry& model,
                                      const ModelRegistry::ShardsWrite& write) {
@@ -255,7 +341,7 @@ std::string VersionStore::KeptText(const ModelVersions& versions) {
 }
 
 absl::StatusOr<int64_t> VersionStore::Take(const std::string& model,
-                                           int64_t version) {
+                                           int64_t version, bool copy_ahead) {
   absl::StatusOr<std::shared_ptr<ModelEntry>> found = registry_->Get(model);
   if (!found.ok()) return found.status();
   ModelEntry& entry = **found;
@@ -300,6 +386,7 @@ absl::StatusOr<int64_t> VersionStore::Take(const std::string& model,
   // this publish's releases add theirs (the next step's copies take them).
   counters_->DropSpares();
   versions.alive.push_back(snapshot);
+  std::weak_ptr<VersionSnapshot> queued = snapshot;
   versions.kept.emplace(version, std::move(snapshot));
   while (static_cast<int>(versions.kept.size()) > max_versions_) {
     // Readers holding it keep its memory until they finish.
@@ -307,6 +394,14 @@ absl::StatusOr<int64_t> VersionStore::Take(const std::string& model,
     versions.kept.erase(versions.kept.begin());
   }
   cond_.SignalAll();
+  if (copy_ahead) {
+    // After the release above, so that the copies of the released version
+    // (spares, when no reader holds it) are the ones this version fills.
+    absl::MutexLock copy_lock(&copy_mu_);
+    to_copy_.push_back(std::move(queued));
+    if (!copier_.joinable()) copier_ = std::thread([this] { CopyLoop(); });
+    copy_cond_.SignalAll();
+  }
   return bytes;
 }
 

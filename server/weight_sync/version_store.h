@@ -13,14 +13,19 @@
 // so the writer (who waits for the copy) cannot start while it reads. At
 // most --max-versions per model are kept; the oldest is dropped from the
 // list when a newer one arrives, and its copies freed when its last reader
-// lets go.
+// lets go. A version taken with `copy_ahead` (the trainers' own end-of-step
+// publish) is copied unit by unit by a background thread right away, so
+// that the next optimizer step, which would copy every unit anyway, finds
+// them copied and the trainer's move into OPTIMIZER does not wait for it.
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -39,8 +44,12 @@ namespace summon::server {
 // their place in the store while read).
 struct VersionCounters {
   std::atomic<int64_t> bytes{0};         // Copies held now, read or kept.
-  // Units copied before a write: at most one per unit per version.
+  // Units copied before a write or ahead of it: at most one per unit per
+  // version.
   std::atomic<int64_t> unit_copies{0};
+  // Rank units copied by the background thread (copy_ahead), not on a
+  // writer's path.
+  std::atomic<int64_t> copied_ahead{0};
   std::atomic<int64_t> versions{0};      // Published here.
   std::atomic<int64_t> peer_bytes_sent{0};      // To readers on other nodes.
   std::atomic<int64_t> peer_bytes_received{0};  // By readers here.
@@ -93,6 +102,16 @@ class VersionSnapshot {
   // Copies `write`'s live units; `shards_mu` held by the caller.
   absl::Status Preserve(const ModelRegistry::ShardsWrite& write)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The background copy of one live unit of `rank` (copy_ahead); the
+  // caller holds `entry.shards_mu`. Nothing when it is copied already, the
+  // version is cut off, or its generation moved (then Preserve copied it
+  // before the write, or an unannounced writer changed it and reads of it
+  // are refused anyway). True when it copied.
+  absl::StatusOr<bool> CopyAhead(ModelEntry& entry, int rank, int unit)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Copies (rank, unit) into copies_; `shards_mu` and mu_ held.
+  absl::Status CopyUnitLocked(ModelEntry& entry, int rank, int unit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReadPiecesLocked(const std::vector<VersionPiece>& pieces,
                                 core::DType dtype, bool scatter,
                                 uint8_t* out) const
@@ -130,8 +149,13 @@ class VersionStore {
   // the caller has held the trainers out of a step (the leader's
   // interlock). FAILED_PRECONDITION when `version` is not above every
   // version published here; NOT_FOUND for an unknown model. Returns the
-  // bytes it covers (its ranks' shards).
-  absl::StatusOr<int64_t> Take(const std::string& model, int64_t version);
+  // bytes it covers (its ranks' shards). `copy_ahead`: the background
+  // thread then copies its units (see the top of this file), in the spare
+  // buffers of the version this one released when there are.
+  absl::StatusOr<int64_t> Take(const std::string& model, int64_t version,
+                               bool copy_ahead = false);
+  // Until every version queued for copy_ahead so far is copied (tests).
+  void WaitCopiedAhead() ABSL_LOCKS_EXCLUDED(copy_mu_);
   // Undoes Take(model, version) when the publish failed on another node:
   // the version is kept no longer (readers holding it finish), readers
   // asking for it are told `why`, and a later publish may use its number.
@@ -173,6 +197,10 @@ class VersionStore {
   };
   // "kept: 3, 4" or "none kept".
   static std::string KeptText(const ModelVersions& versions);
+  // The background thread: copies each queued version's live units, one
+  // unit at a time, oldest version first.
+  void CopyLoop() ABSL_LOCKS_EXCLUDED(copy_mu_);
+  void CopyVersionAhead(const std::shared_ptr<VersionSnapshot>& version);
 
   ModelRegistry* const registry_;
   const int max_versions_;
@@ -180,6 +208,13 @@ class VersionStore {
   mutable absl::Mutex mu_;
   mutable absl::CondVar cond_;  // A version was taken.
   std::map<std::string, ModelVersions> models_ ABSL_GUARDED_BY(mu_);
+  // copy_ahead's queue and thread (started by the first such Take).
+  absl::Mutex copy_mu_;
+  absl::CondVar copy_cond_;  // Queued, copied, or stopping.
+  std::deque<std::weak_ptr<VersionSnapshot>> to_copy_ ABSL_GUARDED_BY(copy_mu_);
+  bool copying_ ABSL_GUARDED_BY(copy_mu_) = false;  // One is being copied.
+  bool stopping_ ABSL_GUARDED_BY(copy_mu_) = false;
+  std::thread copier_;  // Started under copy_mu_, joined by the destructor.
 };
 
 }  // namespace summon::server

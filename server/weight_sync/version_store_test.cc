@@ -1,8 +1,14 @@
 // Copy-on-write versions (version_store.h): a published version refers to
 // the live shards; a unit is copied only when a writer announces a change
 // (a writeback's COMMIT, an optimizer step's moved generations), and then
-// read from its copy with the published bytes exactly.
+// read from its copy with the published bytes exactly. A version the
+// trainers published at a step's end (ReportPhaseAndPublish) is copied
+// ahead in the background, so the next step's move into OPTIMIZER copies
+// nothing, and its reads are still the step's bytes exactly.
 
+#include "server/weight_sync/version_store.h"
+
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -16,7 +22,6 @@
 #include "gtest/gtest.h"
 #include "server/testing/session_manager_fixture.h"
 #include "server/weight_sync/version_nodes.h"
-#include "server/weight_sync/version_store.h"
 #include "server/weight_sync/weight_sync.h"
 
 namespace summon::server {
@@ -131,6 +136,128 @@ TEST_F(VersionStoreTest, AChangeNobodyAnnouncedIsRefusedNotMixed) {
   // Units whose generation did not move still read.
   EXPECT_EQ(ReadVersion(1, "layers.0.w", {{0, 5}, {0, 5}}).value_or(std::vector<float>{}),
             Seeded("layers.0.w", 25));
+}
+
+// Every rank of one step, up to OPTIMIZER (the fixture's 2 ranks).
+void StepToOptimizer(SessionManager& sessions, int64_t step) {
+  for (int rank = 0; rank < 2; ++rank) {
+    for (auto phase :
+         {core::TrainingPhase::kForward, core::TrainingPhase::kBetween,
+          core::TrainingPhase::kBackward, core::TrainingPhase::kOptimizer}) {
+      ASSERT_TRUE(
+          sessions.ReportPhase("m", rank, phase, step, std::nullopt).ok());
+    }
+  }
+}
+
+TEST_F(VersionStoreTest, TheLastRankEndingTheStepPublishesItsStepExactly) {
+  StartSync();
+  StepToOptimizer(*sessions_, 1);
+  std::optional<SessionManager::ShardWriteGuard> hold;
+  // Rank 0 ends step 1 asking for version 1: rank 1 is still in OPTIMIZER.
+  absl::StatusOr<PhaseReport> first = sessions_->ReportPhaseAndPublish(
+      "m", 0, core::TrainingPhase::kIdle, 1, std::nullopt, false, 1, &hold);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->publish, std::nullopt);
+  EXPECT_FALSE(hold.has_value());
+  // The last rank's end of the step: version 1 is due, under the hold.
+  absl::StatusOr<PhaseReport> last = sessions_->ReportPhaseAndPublish(
+      "m", 1, core::TrainingPhase::kIdle, 1, std::nullopt, false, 1, &hold);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->publish, std::optional<int64_t>(1));
+  EXPECT_TRUE(last->publish_refused.ok());
+  ASSERT_TRUE(hold.has_value());
+  // Held: a trainer's move into the next step is refused (no wait asked).
+  EXPECT_EQ(
+      sessions_
+          ->ReportPhase("m", 0, core::TrainingPhase::kForward, 2, std::nullopt)
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->Kept("m"), std::vector<int64_t>{});
+  ASSERT_TRUE(sync_->PublishHeld("m", 1, /*copy_ahead=*/false).ok());
+  hold.reset();
+  EXPECT_EQ(store_->Kept("m"), std::vector<int64_t>{1});
+  EXPECT_TRUE(
+      sessions_
+          ->ReportPhase("m", 0, core::TrainingPhase::kForward, 2, std::nullopt)
+          .ok());
+}
+
+TEST_F(VersionStoreTest, RanksAskingForDifferentStepsPublishNothing) {
+  StartSync();
+  StepToOptimizer(*sessions_, 1);
+  std::optional<SessionManager::ShardWriteGuard> hold;
+  ASSERT_TRUE(sessions_
+                  ->ReportPhaseAndPublish("m", 0, core::TrainingPhase::kIdle, 1,
+                                          std::nullopt, false, 1, &hold)
+                  .ok());
+  absl::StatusOr<PhaseReport> last = sessions_->ReportPhaseAndPublish(
+      "m", 1, core::TrainingPhase::kIdle, 1, std::nullopt, false, std::nullopt,
+      &hold);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->publish, std::nullopt);
+  EXPECT_FALSE(hold.has_value());
+  EXPECT_EQ(last->publish_refused.message(),
+            "not publishing at the end of this step of model 'm': rank 0 "
+            "asked for version 1 and rank 1 for none");
+  // Only with the move that ends a step.
+  absl::StatusOr<PhaseReport> wrong = sessions_->ReportPhaseAndPublish(
+      "m", 0, core::TrainingPhase::kForward, 2, std::nullopt, false, 2, &hold);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(wrong.status().message(),
+            "rank 0 of model 'm': publish_step goes with the move out of "
+            "OPTIMIZER into IDLE that ends a step, not with IDLE -> FORWARD");
+}
+
+TEST_F(VersionStoreTest,
+       ACopyAheadLeavesTheNextStepNothingToCopyAndReadsExact) {
+  StartSync();
+  ASSERT_TRUE(sync_->PublishHeld("m", 1, /*copy_ahead=*/true).ok());
+  store_->WaitCopiedAhead();
+  const VersionCounters& counters = store_->counters();
+  // Every unit of both ranks, in the background.
+  EXPECT_EQ(counters.copied_ahead.load(), 6);
+  EXPECT_EQ(counters.unit_copies.load(), 3);
+  EXPECT_EQ(counters.bytes.load(),
+            2 * (UnitBytes(0) + UnitBytes(1) + UnitBytes(2)));
+  // The next step's move into OPTIMIZER finds them copied.
+  StepToOptimizer(*sessions_, 2);
+  EXPECT_EQ(counters.unit_copies.load(), 3);
+  EXPECT_EQ(counters.bytes.load(),
+            2 * (UnitBytes(0) + UnitBytes(1) + UnitBytes(2)));
+  // The trainer writes step 2's values into both ranks' shards of
+  // layers.1; version 1 reads step 1's bytes exactly, from its copies.
+  const std::vector<float> stepped(UnitBytes(2) / 4, 42.0f);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(model_->store
+                    ->WriteShard(rank, 2, /*grads=*/false, 0, stepped.data(),
+                                 UnitBytes(2))
+                    .ok());
+  }
+  EXPECT_EQ(ReadVersion(1, "layers.1.w", {{0, 7}, {0, 5}})
+                .value_or(std::vector<float>{}),
+            Seeded("layers.1.w", 35));
+  EXPECT_EQ(ReadVersion(1, "layers.0.w", {{0, 5}, {0, 5}})
+                .value_or(std::vector<float>{}),
+            Seeded("layers.0.w", 25));
+}
+
+TEST_F(VersionStoreTest, CopiesAheadStayWithinTheKeptVersionsInTheirSpares) {
+  StartSync();  // At most 2 versions kept.
+  const int64_t version_bytes =
+      2 * (UnitBytes(0) + UnitBytes(1) + UnitBytes(2));
+  const VersionCounters& counters = store_->counters();
+  for (int64_t step = 1; step <= 4; ++step) {
+    ASSERT_TRUE(sync_->PublishHeld("m", step, /*copy_ahead=*/true).ok());
+    store_->WaitCopiedAhead();
+    // The released version's copies were the spares the new one filled.
+    EXPECT_EQ(counters.bytes.load(), std::min<int64_t>(step, 2) * version_bytes)
+        << "after version " << step;
+    EXPECT_EQ(counters.spare_bytes.load(), 0) << "after version " << step;
+  }
+  EXPECT_EQ(counters.copied_ahead.load(), 4 * 6);
+  EXPECT_EQ(store_->Kept("m"), (std::vector<int64_t>{3, 4}));
 }
 
 }  // namespace

@@ -27,7 +27,18 @@ absl::StatusOr<PublishResult> WeightSync::Publish(const std::string& model,
       sessions_->LockForSnapshot(*found,
                                  absl::StrCat("publish of version ", step));
   if (!held.ok()) return held.status();
-  absl::StatusOr<int64_t> bytes = nodes_->PublishEverywhere(model, step);
+  return PublishHeld(model, step, /*copy_ahead=*/false);
+}
+
+absl::StatusOr<PublishResult> WeightSync::PublishHeld(const std::string& model,
+                                                      int64_t step,
+                                                      bool copy_ahead) {
+  if (step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", step, " is negative"));
+  }
+  absl::StatusOr<int64_t> bytes =
+      nodes_->PublishEverywhere(model, step, copy_ahead);
   if (!bytes.ok()) return bytes.status();
   return PublishResult{step, store_->Kept(model), *bytes};
 }

@@ -68,6 +68,11 @@ class WeightSync {
   // refusals (SessionManager::LockForSnapshot); the nodes' failures.
   absl::StatusOr<PublishResult> Publish(const std::string& model,
                                         int64_t step);
+  // Publish with the interlock already held by the caller (the trainers'
+  // end-of-step report that ended the step: SessionManager::ReportPhase's
+  // publish hold); `copy_ahead` for every node's VersionStore::Take.
+  absl::StatusOr<PublishResult> PublishHeld(const std::string& model,
+                                            int64_t step, bool copy_ahead);
   absl::StatusOr<int64_t> Wait(const std::string& model, int64_t min_step,
                                absl::Time deadline) const {
     return store_->Wait(model, min_step, deadline);

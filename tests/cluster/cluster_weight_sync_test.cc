@@ -381,5 +381,84 @@ TYPED_TEST(ClusterWeightSyncTest, AVersionStaysExactWhileTheTrainersStep) {
   ASSERT_TRUE(this->node(0).DeleteModel(name).ok());
 }
 
+// The end of step `step` for every rank of `trainer`, each report asking
+// to publish it (ReportPhaseRequest.publish_step): the versions the
+// reports say they published.
+std::vector<int64_t> EndStepPublishing(const NodeTrainer& trainer,
+                                       const std::string& model, int64_t step) {
+  std::vector<int64_t> published;
+  for (int rank : trainer.ranks) {
+    v1::ReportPhaseRequest request;
+    request.set_model(model);
+    request.set_rank(rank);
+    request.set_phase(v1::TRAINING_PHASE_IDLE);
+    request.set_step(step);
+    request.set_lease_id(trainer.lease);
+    request.set_publish_step(step);
+    v1::ReportPhaseResponse response;
+    const grpc::Status status = trainer.stub->ReportPhase(
+        NodeTrainer::Context().get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.publish_error(), "") << "rank " << rank;
+    if (response.has_published()) published.push_back(response.published());
+  }
+  return published;
+}
+
+// The trainers publish at the ends of their steps, through every node (a
+// follower forwards its trainer's reports to the leader): only the last
+// rank's report publishes, each step's version reads exactly that step's
+// values through every node while the next step rewrites the shards (the
+// versions are copied ahead on every node, or before the write).
+TYPED_TEST(ClusterWeightSyncTest, TheTrainersEndOfStepPublishesExactly) {
+  const std::string name = "sync-end-of-step";
+  const v1::Model model = CreateSeeded(this->node(0), name, kLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  const TensorBytes seeded = SeededModel(model);
+  std::vector<NodeTrainer> trainers = this->AttachTrainers(name);
+  const std::vector<v1::TrainingPhase> to_optimizer = {
+      v1::TRAINING_PHASE_FORWARD, v1::TRAINING_PHASE_BETWEEN,
+      v1::TRAINING_PHASE_BACKWARD, v1::TRAINING_PHASE_OPTIMIZER};
+  for (const NodeTrainer& trainer : trainers)
+    trainer.Walk(name, to_optimizer, 1);
+  std::vector<int64_t> published;
+  for (const NodeTrainer& trainer : trainers) {
+    for (int64_t version : EndStepPublishing(trainer, name, 1)) {
+      published.push_back(version);
+    }
+  }
+  EXPECT_EQ(published, std::vector<int64_t>{1});
+  // Step 2 negates every value in place once OPTIMIZER is answered.
+  published.clear();
+  for (const NodeTrainer& trainer : trainers) {
+    trainer.Walk(name, to_optimizer, 2);
+    for (int rank : trainer.ranks) {
+      const v1::MapShardsResponse shard = trainer.Map(name, rank);
+      MappedShard mapped(shard);
+      ASSERT_TRUE(mapped.ok());
+      for (const v1::UnitShard& unit : shard.units()) {
+        for (const v1::ParamShard& param : unit.params()) {
+          float* held = mapped.Param(unit, param);
+          for (int64_t i = 0; i < param.numel(); ++i) held[i] = -held[i];
+        }
+      }
+    }
+    for (int64_t version : EndStepPublishing(trainer, name, 2)) {
+      published.push_back(version);
+    }
+  }
+  EXPECT_EQ(published, std::vector<int64_t>{2});
+  this->ExpectVersion(name, 1, seeded);
+  TensorBytes negated;
+  for (const auto& [fqn, bytes] : seeded) {
+    std::vector<float> values = BytesToFloats(bytes);
+    for (float& value : values) value = -value;
+    negated[fqn] = FloatBytes(values);
+  }
+  this->ExpectVersion(name, 2, negated);
+  this->Detach(trainers);
+  ASSERT_TRUE(this->node(0).DeleteModel(name).ok());
+}
+
 }  // namespace
 }  // namespace summon::tests

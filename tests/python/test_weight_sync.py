@@ -151,3 +151,47 @@ def test_a_deleted_models_versions_go_with_it(sync: summon.Client) -> None:
     assert sync.publish("m", 1) == 1
     np.testing.assert_array_equal(
         sync.read_slices("m", 1, [SliceRequest("l0.norm", box((0, 16)))])[0], seeded("l0.norm"))
+
+
+def _to_optimizer(client: summon.Client, step: int) -> None:
+    for rank in (0, 1):
+        for phase in ("FORWARD", "BETWEEN", "BACKWARD", "OPTIMIZER"):
+            client.report_phase("m", rank, phase, step)
+
+
+def test_the_last_rank_ending_a_step_publishes_it(sync: summon.Client) -> None:
+    """serve(publish_every=N)'s path: each rank's end-of-step report asks
+    (publish_step); the version appears when the last one arrives."""
+    _to_optimizer(sync, 1)
+    first = sync.report_phase("m", 0, "IDLE", publish_step=1)
+    assert (first.phase, first.published, first.publish_error) == ("IDLE", None, "")
+    with pytest.raises(summon.SummonError) as none:
+        sync.wait_version("m", 1, timeout=0.3)
+    assert none.value.code == "DEADLINE_EXCEEDED"
+    last = sync.report_phase("m", 1, "IDLE", publish_step=1)
+    assert (last.phase, last.published, last.publish_error) == ("IDLE", 1, "")
+    assert sync.wait_version("m", 1, timeout=1) == 1
+    np.testing.assert_array_equal(
+        sync.read_slices("m", 1, [SliceRequest("l0.o", box((0, 16), (0, 24)))])[0],
+        seeded("l0.o"))
+
+    # Ranks asking for different steps: nothing published, the last says why.
+    _to_optimizer(sync, 2)
+    assert sync.report_phase("m", 0, "IDLE", publish_step=2).published is None
+    last = sync.report_phase("m", 1, "IDLE", publish_step=3)
+    assert (last.phase, last.published, last.publish_error_code) == (
+        "IDLE", None, "FAILED_PRECONDITION")
+    assert last.publish_error == ("not publishing at the end of this step of model 'm': "
+                                  "rank 0 asked for version 2 and rank 1 for version 3")
+    # A step not above the newest version: the publish's own refusal.
+    _to_optimizer(sync, 3)
+    sync.report_phase("m", 0, "IDLE", publish_step=1)
+    last = sync.report_phase("m", 1, "IDLE", publish_step=1)
+    assert (last.published, last.publish_error) == (
+        None, "version 1 of model 'm' is not above the newest published, 1")
+    assert sync.wait_version("m", 1, timeout=1) == 1
+    # Only with the move that ends a step, refused before anything moves.
+    with pytest.raises(summon.SummonError) as wrong:
+        sync.report_phase("m", 0, "FORWARD", 4, publish_step=4)
+    assert wrong.value.code == "INVALID_ARGUMENT"
+    assert sync.describe_model("m").ranks[0].phase == "IDLE"

@@ -495,12 +495,19 @@ class PhaseReport:
     step: Optional[int]
     waited_ms: int
     generations: tuple[UnitGeneration, ...]
+    # Only on the report that ended a step every rank asked to publish
+    # (publish_step): the version published, or why not ("" / its code).
+    published: Optional[int] = None
+    publish_error: str = ""
+    publish_error_code: str = ""
 
     @classmethod
     def from_proto(cls, m: trainer_pb2.ReportPhaseResponse) -> "PhaseReport":
         return cls(phase_name(m.previous_phase), phase_name(m.phase),
                    m.step if m.HasField("step") else None, m.waited_ms,
-                   tuple(UnitGeneration.from_proto(g) for g in m.generations))
+                   tuple(UnitGeneration.from_proto(g) for g in m.generations),
+                   m.published if m.HasField("published") else None,
+                   m.publish_error, m.publish_error_code)
 
 
 @dataclass(frozen=True)

@@ -224,21 +224,26 @@ class PhaseKeeper:
             self._flusher.join()
 
     def report(self, phase: str, step: Optional[int], deadline_ms: Optional[int],
-               through: Optional[str] = None) -> list[PhaseReport]:
+               through: Optional[str] = None,
+               publish_step: Optional[int] = None) -> list[PhaseReport]:
         """Moves every rank to `phase`: all or none for a refused move into a
         step (SummonError); unheard, [] returned, when summond does not answer.
-        through: a move made first in the same call (BETWEEN or IDLE)."""
+        through: a move made first in the same call (BETWEEN or IDLE).
+        publish_step: with the end of a step (OPTIMIZER -> IDLE), each rank's
+        report asks summond to publish that version (Client.report_phase).
+        A move made unheard asks nothing: that step is not published."""
         start = time.monotonic()
         try:
             return self._report(phase.upper(), step, deadline_ms,
-                                through.upper() if through else None)
+                                through.upper() if through else None, publish_step)
         finally:
             held = time.monotonic() - start
             with self._state:
                 self.held_seconds += held
 
     def _report(self, phase: str, step: Optional[int], deadline_ms: Optional[int],
-                through: Optional[str]) -> list[PhaseReport]:
+                through: Optional[str],
+                publish_step: Optional[int] = None) -> list[PhaseReport]:
         with self._state:
             if step is not None:
                 self.step = step
@@ -258,20 +263,25 @@ class PhaseKeeper:
                 if self.interlock_unknown:  # the heartbeat thread tells summond later
                     return self._move_unheard(phase)
                 through, self.deferred = through or self.deferred, None
-            return self._report_heard(phase, step, deadline_ms, through)
+            return self._report_heard(phase, step, deadline_ms, through, publish_step)
         finally:
             self._calls.release()
 
     def _report_heard(self, phase: str, step: Optional[int], deadline_ms: Optional[int],
-                      through: Optional[str] = None) -> list[PhaseReport]:
+                      through: Optional[str] = None,
+                      publish_step: Optional[int] = None) -> list[PhaseReport]:
         """through: a deferred move summond has not heard, made first in the same call."""
         reports: list[PhaseReport] = []
+        extra: dict[str, Any] = {}
+        if through is not None:
+            extra["through"] = through
+        if publish_step is not None:
+            extra["publish_step"] = publish_step
         for rank in self.ranks:
             try:
                 reports.append(self.client.report_phase(
                     self.model, rank, phase, step, deadline_ms, self.lease_id,
-                    timeout=self.report_timeout,
-                    **({"through": through} if through is not None else {})))
+                    timeout=self.report_timeout, **extra))
             except SummonError as error:
                 if unreachable(error):  # never hold the step
                     with self._state:

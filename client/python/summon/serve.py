@@ -15,14 +15,17 @@ phases: the root's forward pre-hook FORWARD, its forward post-hook BETWEEN,
 the first gradient BACKWARD, the optimizer's step pre-hook OPTIMIZER and
 its post-hook IDLE (or the next forward, without an optimizer).
 
-publish_every=N (weight sync, docs/api.md#weight-sync): right after every
-N-th optimizer step the ranks meet (a barrier, so every rank's step is
-done) and rank 0 publishes version = the step count; inference engines
-then read their slices of it (summon.sync) while training goes on.
+publish_every=N (weight sync, docs/api.md#weight-sync): every N-th step
+is published as version = the step count, with no call and no meeting of
+the ranks of its own: each rank's end-of-step report (OPTIMIZER -> IDLE)
+asks for it, and summond publishes when the last rank's report arrives,
+before answering it; inference engines then read their slices of it
+(summon.sync) while training goes on.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Optional
 
@@ -39,6 +42,8 @@ from summon.messages import Model, UnitGeneration
 ExternalWriteCallback = Callable[["Served", list[UnitGeneration]], None]
 
 DEFAULT_WAIT = 60.0
+
+_log = logging.getLogger("summon.torch")
 
 
 def _same_layout(model: Model, layout: dict) -> Optional[str]:
@@ -73,7 +78,10 @@ class Served:
         self._owns_client = False
         self.steps = 0          # optimizer steps (forwards without an optimizer)
         self.publish_every = publish_every
-        self.published: Optional[int] = None  # the last version published (rank 0)
+        # The last version this rank's end-of-step report asked for with no
+        # refusal heard (publish_every); a refusal reaches the rank whose
+        # report ended the step, which raises it.
+        self.published: Optional[int] = None
         self._wait = wait
         self._on_external_write = on_external_write
         self._step: Optional[st.Step] = None
@@ -288,17 +296,27 @@ class Served:
         counted = self._counts_optimizer and self.trainer.phase == "OPTIMIZER"
         if counted:
             self.steps += 1
+        step = self._step
+        publish = counted and self.publish_every > 0 and self.steps % self.publish_every == 0
+        if publish:
+            # summond publishes once every rank's report of this step's end
+            # asked for it (ReportPhaseRequest.publish_step): the reports are
+            # answered one by one, so no rank waits for another here.
+            step.publish = self.steps
         self._finish_step()
-        if counted and self.publish_every > 0 and self.steps % self.publish_every == 0:
-            self._publish()
+        if publish:
+            self._published(step)
 
-    def _publish(self) -> None:
-        # Every rank has left OPTIMIZER once all reach the barrier; no rank
-        # can enter the next one before rank 0 publishes (its forward needs
-        # rank 0's all-gathers), and summond holds step moves meanwhile.
-        dist.barrier()
-        if self.rank == 0:
-            self.published = self.client.publish(self.name, self.steps)
+    def _published(self, step: st.Step) -> None:
+        """What summond said of the publish this rank's report asked for."""
+        if not step.reports:
+            _log.warning("model %s: the end of step %d was not heard by summond; "
+                         "version %d is not published", self.name, self.steps, self.steps)
+            return
+        for report in step.reports:
+            if report.publish_error:
+                raise SummonError(report.publish_error_code or "UNKNOWN", report.publish_error)
+        self.published = self.steps
 
     # Lifetime -----------------------------------------------------------------------
 

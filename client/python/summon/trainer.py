@@ -476,13 +476,16 @@ class Trainer:
     # Phases ---------------------------------------------------------------------
 
     def report(self, phase: str, step: Optional[int] = None,
-               wait: Any = _TRAINER_DEFAULT, through: Optional[str] = None) -> list[PhaseReport]:
+               wait: Any = _TRAINER_DEFAULT, through: Optional[str] = None,
+               publish_step: Optional[int] = None) -> list[PhaseReport]:
         """Moves every attached rank to `phase` (see the class for `wait`);
-        through: to that phase first, in the same call (BETWEEN or IDLE)."""
+        through: to that phase first, in the same call (BETWEEN or IDLE);
+        publish_step: with OPTIMIZER -> IDLE, publish that version once every
+        rank ended the step asking for it (PhaseKeeper.report)."""
         if wait is _TRAINER_DEFAULT:
             wait = self.wait
         deadline_ms = None if wait is None else int(float(wait) * 1000)
-        return self._phases.report(phase, step, deadline_ms, through)
+        return self._phases.report(phase, step, deadline_ms, through, publish_step)
 
     def step(self, n: Optional[int] = None,
              wait: Any = _TRAINER_DEFAULT) -> "Step":
@@ -536,6 +539,9 @@ class Step:
         self.n = n
         self.wait = wait
         self.reports: list[PhaseReport] = []
+        # Set before exit: the end of the step (OPTIMIZER -> IDLE) asks
+        # summond to publish this version (Trainer.report's publish_step).
+        self.publish: Optional[int] = None
 
     def _move(self, phase: str, step: Optional[int] = None,
               through: Optional[str] = None) -> None:
@@ -578,7 +584,9 @@ class Step:
             if self.trainer.phase == "BETWEEN":
                 self.trainer.report("BACKWARD", wait=None if exc_type else self.wait)
             if self.trainer.phase != "IDLE":
-                self.trainer.report("IDLE")
+                publish = (self.publish if exc_type is None
+                           and self.trainer.phase == "OPTIMIZER" else None)
+                self.reports = self.trainer.report("IDLE", publish_step=publish)
         except SummonError:
             if exc_type is None:
                 raise

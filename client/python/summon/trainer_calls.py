@@ -87,7 +87,8 @@ class TrainerCalls:
                      deadline_ms: Optional[int] = None, lease_id: str = "",
                      timeout: Optional[float] = None,
                      reestablishing: bool = False,
-                     through: Optional[str] = None) -> PhaseReport:
+                     through: Optional[str] = None,
+                     publish_step: Optional[int] = None) -> PhaseReport:
         """Moves a rank along IDLE -> FORWARD -> BETWEEN -> BACKWARD -> OPTIMIZER -> IDLE.
 
         A move refused by a writable session (R3) fails with
@@ -105,6 +106,11 @@ class TrainerCalls:
         in `through`. `through` must be a move R3 never blocks (into
         BETWEEN or IDLE): a slice of the R3 wait that runs out has made it,
         and the next slice asks for `phase` alone.
+        publish_step: with the move OPTIMIZER -> IDLE that ends step N, asks
+        summond to publish version N once every rank of the model ended that
+        step asking for it (ReportPhaseRequest.publish_step); the report of
+        the rank that ended it last carries `published` (or
+        `publish_error`, the move made all the same).
         """
         if through is not None and through.upper() not in ("BETWEEN", "IDLE"):
             raise ValueError(f"through={through!r}: only BETWEEN or IDLE (moves R3 never "
@@ -116,6 +122,8 @@ class TrainerCalls:
             request.step = step
         if through is not None:
             request.through = phase_value(through)
+        if publish_step is not None:
+            request.publish_step = publish_step
         if timeout is None:
             timeout = self.timeout
         if deadline_ms is None:
