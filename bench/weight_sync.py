@@ -4,24 +4,31 @@
     bazel build //server:summond
     scripts/python bench/weight_sync.py            # 2 nodes x 2 ranks, a 117 M-param bf16 Llama shape
     scripts/python bench/weight_sync.py --preset 1b --iters 2 --skip-cow   # 1.0 B params, 2 GB
+    scripts/python bench/weight_sync.py --preset 1b --iters 2 --skip-cow --nodes 1  # all local
 
-A seeded bf16 Llama-shaped model (FULL_SHARD, W = 4 over 2 summond nodes) is
-published; readers on node 1 pull exactly their tensor-parallel slices
-(vLLM's rules: q/k/v, gate/up and the embedding split by rows, o and down by
-columns, norms whole) for TP = 1, 2, 4. Printed per TP:
+A seeded bf16 Llama-shaped model (FULL_SHARD, W = 4 over 2 summond nodes, or
+with --nodes 1 over one summond of 4 ranks) is published; readers on the
+last node pull exactly their tensor-parallel slices (vLLM's rules: q/k/v,
+gate/up and the embedding split by rows, o and down by columns, norms whole)
+for TP = 1, 2, 4. Printed per TP:
   - bytes received from the other node per rank vs its slice bytes (goal
     <= 1.05x) and vs what the full-tensor approach (checkpoint-engine,
     veRL: every rank gets every full tensor) moves per rank;
   - the pull time of all TP ranks (one after the other; and TP readers at
-    once) vs memcpy and loopback TCP of the same bytes (goal >= 0.5x), and
-    vs the full-tensor path through summon itself (every TP rank reads every
-    full tensor of the version, a unit per ReadSlices, and cuts its slice), for
-    both deliveries: "shm" (the daemon writes into each rank's reused
-    summon.SliceBuffer, as summon.sync.pull does) and "grpc" (the stream);
+    once) vs anchors timed in the same run (goal >= 0.5x): memcpy of the
+    slice bytes, loopback TCP of the slice bytes, and "anchor": memcpy of
+    the bytes the readers' node holds plus loopback TCP of those the other
+    node sends (peer-recv), the best this host does with the same split (on
+    1 node, memcpy alone); and vs the full-tensor path through summon itself
+    (every TP rank reads every full tensor of the version, a unit per
+    ReadSlices, and cuts its slice), for both deliveries: "shm" (the daemon
+    writes into each rank's reused summon.SliceBuffer, as summon.sync.pull
+    does) and "grpc" (the stream);
   - 8 concurrent readers of one version: unit copies per unit per version
     per node (goal 1, from /metrics) and their time vs one reader;
   - Publish's own cost (the trainer's stall), and the copy on write when a
-    trainer's step comes while a version still refers to the live shards.
+    trainer's step comes while a version still refers to the live shards
+    (2 nodes only: on one node the trainer's attach already copies them).
 The trainer-step cost of publish_every=1 vs none is measured by
 bench/weight_sync_steps.py.
 """
@@ -218,11 +225,15 @@ def main() -> None:
                         help="a model shape: 1b = hidden 2048, 20 layers, 32/4 heads, "
                              "intermediate 5632, vocab 32000 (1.0 B params)")
     parser.add_argument("--skip-cow", action="store_true",
-                        help="skip the copy-on-write step (it copies two versions)")
+                        help="skip the copy-on-write step (it copies two versions; "
+                             "always skipped with --nodes 1)")
     parser.add_argument("--skip-full", action="store_true",
                         help="skip the full-tensor path (gather + cut)")
     parser.add_argument("--via", choices=("shm", "grpc"), action="append",
                         help="the deliveries to time (default both; repeatable)")
+    parser.add_argument("--nodes", type=int, choices=(1, 2), default=2,
+                        help="2: 2 summond x 2 ranks, half the bytes from the other node "
+                             "(default); 1: 1 summond x 4 ranks, every byte local")
     args = parser.parse_args()
     for key, value in PRESETS.get(args.preset, {}).items():
         setattr(args, key, value)
@@ -230,29 +241,38 @@ def main() -> None:
                           args.heads)
     params = sum(int(np.prod(p["shape"])) for u in layout["units"] for p in u["params"])
     run = Path(tempfile.mkdtemp(prefix="weight-sync-bench-"))
-    ports = []
-    for _ in range(2):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        ports.append(s.getsockname()[1])
-        s.close()
-    nodes = ",".join(f"127.0.0.1:{p}" for p in ports)
     daemons = []
-    for node in range(2):
-        (run / f"d{node}").mkdir()
-        daemons.append(LocalDaemon(local_ranks=2, data_dir=str(run / f"d{node}"), extra_args=[
-            "--nodes", nodes, "--coordinator", "static", "--node-rank", str(node),
-            "--max-versions", "2",
-            "--metrics-listen", "127.0.0.1:0",
-            "--metrics-port-file", str(run / f"metrics{node}")]).start())
+    if args.nodes == 1:
+        (run / "d0").mkdir()
+        daemons.append(LocalDaemon(local_ranks=4, data_dir=str(run / "d0"), extra_args=[
+            "--max-versions", "2", "--metrics-listen", "127.0.0.1:0",
+            "--metrics-port-file", str(run / "metrics0")]).start())
+    else:
+        ports = []
+        for _ in range(2):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+            s.close()
+        nodes = ",".join(f"127.0.0.1:{p}" for p in ports)
+        for node in range(2):
+            (run / f"d{node}").mkdir()
+            daemons.append(LocalDaemon(local_ranks=2, data_dir=str(run / f"d{node}"), extra_args=[
+                "--nodes", nodes, "--coordinator", "static", "--node-rank", str(node),
+                "--max-versions", "2",
+                "--metrics-listen", "127.0.0.1:0",
+                "--metrics-port-file", str(run / f"metrics{node}")]).start())
     try:
         leader = summon.Client(daemons[0].address, timeout=300)
-        reader = summon.Client(daemons[1].address, timeout=300)
+        here = args.nodes - 1  # The readers' node: the last.
+        reader = summon.Client(daemons[here].address, timeout=300)
         create_when_joined(leader, layout)
-        metrics_url = f"http://127.0.0.1:{(run / 'metrics1').read_text().strip()}/metrics"
-        print(f"# weight_sync: 2 nodes x 2 ranks (W = 4, FULL_SHARD), bf16 Llama shape "
+        metrics_url = f"http://127.0.0.1:{(run / f'metrics{here}').read_text().strip()}/metrics"
+        shape = ("2 nodes x 2 ranks" if args.nodes == 2
+                 else "1 node x 4 ranks (every byte local)")
+        print(f"# weight_sync: {shape} (W = 4, FULL_SHARD), bf16 Llama shape "
               f"hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}: "
-              f"{params / 1e6:.1f} M params, {2 * params / 2**20:.0f} MiB; readers on node 1")
+              f"{params / 1e6:.1f} M params, {2 * params / 2**20:.0f} MiB; readers on node {here}")
         print(f"# load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         start = time.perf_counter()
         leader.publish("llama", 1)
@@ -262,8 +282,8 @@ def main() -> None:
               f"({2 * params / publish_s / 1e9:.2f} GB/s)")
         full_bytes = 2 * params
         print("#  TP  via   rank-slice(B)  peer-recv(B)  recv/slice  full-tensor recv(B)  "
-              "pull-all(ms)  GB/s  memcpy(ms)  tcp(ms)  vs-memcpy  vs-tcp  "
-              "parallel(ms)  full-path(ms)")
+              "pull-all(ms)  GB/s  memcpy(ms)  tcp(ms)  anchor(ms)  vs-memcpy  vs-tcp  "
+              "vs-anchor  parallel(ms)  full-path(ms)")
         for tp in (1, 2, 4):
             requests = [tp_requests(layout, tp, r) for r in range(tp)]
             # One reused buffer per TP rank, as summon.sync.pull keeps one.
@@ -273,10 +293,17 @@ def main() -> None:
             assert all(s.local_buffer for s in stats), "not delivered into shared memory"
             slice_bytes = sum(s.slice_bytes for s in stats)
             peer = sum(s.peer_bytes for s in stats)
-            # Full tensors to every rank: the other node's half of every tensor, per rank.
-            full_recv = full_bytes // 2
+            # Full tensors to every rank: the other nodes' share of every tensor, per rank.
+            full_recv = full_bytes * (args.nodes - 1) // args.nodes
             t_mem = anchor_memcpy(slice_bytes, args.iters)
             t_tcp = anchor_tcp(slice_bytes, args.iters)
+            # The mixed anchor: what this host does at best with the same
+            # split, memcpy of the bytes the readers' node holds and loopback
+            # TCP of those the other node sends.
+            # With every byte on one side it is that column's own time.
+            local = slice_bytes - peer
+            t_anchor = ((t_mem if peer == 0 else anchor_memcpy(local, args.iters) if local else 0.0)
+                        + (t_tcp if local == 0 else anchor_tcp(peer, args.iters) if peer else 0.0))
 
             def full_path() -> None:
                 # Every TP rank receives every full tensor (a unit per
@@ -315,7 +342,8 @@ def main() -> None:
                 print(f"{tp:5d} {via:>4} {slice_bytes // tp:13d} {peer // tp:13d} "
                       f"{peer / max(slice_bytes, 1):10.3f}  {full_recv:19d} {t_pull * 1e3:13.1f} "
                       f"{slice_bytes / t_pull / 1e9:5.2f} {t_mem * 1e3:11.1f} {t_tcp * 1e3:8.1f} "
-                      f"{t_mem / t_pull:10.2f} {t_tcp / t_pull:7.2f} {t_par * 1e3:13.1f} "
+                      f"{t_anchor * 1e3:11.1f} {t_mem / t_pull:10.2f} {t_tcp / t_pull:7.2f} "
+                      f"{t_anchor / t_pull:10.2f} {t_par * 1e3:13.1f} "
                       f"{t_full * 1e3:14.1f}", flush=True)
             for buffer in buffers:
                 buffer.close()
@@ -333,19 +361,22 @@ def main() -> None:
         t8 = median_time(eight, args.iters)
         copies = metric(metrics_url, "unit_copies") - copies_before
         units = len(layout["units"])
-        print(f"# 8 readers (TP = 8) of version 2 on node 1: {t8 * 1e3:.1f} ms vs one reader's "
-              f"{one * 1e3:.1f} ms ({t8 / one:.2f}x for 8x the readers); unit copies on node 1 "
-              f"while they read: {copies:.0f} (copy on write: none until a writer comes, "
-              f"{units} units, none per reader)")
+        print(f"# 8 readers (TP = 8) of version 2 on node {here}: {t8 * 1e3:.1f} ms vs one "
+              f"reader's {one * 1e3:.1f} ms ({t8 / one:.2f}x for 8x the readers); unit copies on "
+              f"node {here} while they read: {copies:.0f} (copy on write: none until a writer "
+              f"comes, {units} units, none per reader)")
         cow_bytes = metric(metrics_url, "versions", "version_bytes", "kind")
-        moved, done, plain = ((float("nan"),) * 3 if args.skip_cow
+        # On one node the trainer's attach already copies the live units into
+        # both versions (seen at 22:30 UTC on 2026-11-28), so the move this
+        # step times copies nothing there: skipped.
+        moved, done, plain = ((float("nan"),) * 3 if args.skip_cow or args.nodes == 1
                               else copy_on_write(leader, metrics_url, units))
         cow_bytes = metric(metrics_url, "versions", "version_bytes", "kind") - cow_bytes
         print(f"# copy on write: rank 0's move into OPTIMIZER with versions 1 and 2 live: "
-              f"{moved * 1e3:.1f} ms, node 1's {cow_bytes / 2**20:.0f} MiB copied after "
+              f"{moved * 1e3:.1f} ms, node {here}'s {cow_bytes / 2**20:.0f} MiB copied after "
               f"{done * 1e3:.1f} ms ({cow_bytes / done / 1e9:.2f} GB/s); the same move with "
               f"nothing live {plain * 1e3:.1f} ms")
-        print(f"# node 1 totals: versions {metric(metrics_url, 'versions'):.0f}, unit copies "
+        print(f"# node {here} totals: versions {metric(metrics_url, 'versions'):.0f}, unit copies "
               f"{metric(metrics_url, 'unit_copies'):.0f}, reads {metric(metrics_url, 'reads'):.0f},"
               f" peer bytes received {metric(metrics_url, 'peer_bytes_received'):.0f}")
         print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -93,6 +93,12 @@ grpc::Status PeerServiceImpl::NodeReadVersion(
                        std::min(chunk_numel, piece.numel() - at), 0});
     }
   }
+  // One message for every chunk: Write serializes it before returning, and
+  // its data keeps its memory between chunks, so a chunk's bytes are not
+  // zero-filled (resize) into freshly faulted pages before they are read
+  // into it.
+  v1::NodeReadVersionResponse chunk;
+  std::string* data = chunk.mutable_data();
   size_t first = 0;
   while (first < pieces.size()) {
     size_t last = first;
@@ -104,8 +110,6 @@ grpc::Status PeerServiceImpl::NodeReadVersion(
              (numel + pieces[last].numel) * element <= kPieceChunkBytes);
     std::vector<VersionPiece> batch(pieces.begin() + first,
                                     pieces.begin() + last);
-    v1::NodeReadVersionResponse chunk;
-    std::string* data = chunk.mutable_data();
     data->resize(numel * element);
     if (absl::Status read =
             (*snapshot)->ReadPieces(batch, *dtype, /*scatter=*/false,

@@ -136,6 +136,8 @@ absl::Status IntoBuffer(LocalFdBroker& broker, WeightSync& sync,
     return filled;
   }
   buffer->Complete();
+  // The caller may read it now: the reply need not wait for the unmap.
+  SliceBuffer::UnmapLater(*std::move(buffer));
   return absl::OkStatus();
 }
 

@@ -1,7 +1,8 @@
 // The caller's slice buffer is checked whole before a byte is written: too
 // small (naming the first entry that does not fit), not shared memory, not
 // sealed against shrinking, sealed against writes; and its header says
-// "complete" only after Complete().
+// "complete" only after Complete(), also for a large answer unmapped
+// after the call (UnmapLater).
 
 #include "server/weight_sync/slice_buffer.h"
 
@@ -102,6 +103,31 @@ TEST(SliceBufferTest, TheHeaderSaysCompleteOnlyAfterComplete) {
   std::memcpy(fields, header.data() + 8, sizeof(fields));
   EXPECT_EQ(fields[0], 1);
   EXPECT_EQ(Contents(kept, 64 + 72).substr(64), std::string(72, '\1'));
+  close(kept);
+}
+
+TEST(SliceBufferTest, ALargeAnswerIsWrittenWholeThenUnmappedOnAThreadOfItsOwn) {
+  // Populated by several threads (24 MiB and a bit: not a multiple of
+  // their parts, nor of a page).
+  const int64_t total = (int64_t{24} << 20) + 40;
+  const int fd = Buffer(64 + total);
+  const int kept = dup(fd);
+  absl::StatusOr<SliceBuffer> buffer =
+      SliceBuffer::Map(fd, total, {"entry 0 ('big')"}, {0}, {total});
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  buffer->Begin(3, 1, "bigcall!");
+  std::string expected(total, '\0');
+  for (int64_t at = 0; at < total; ++at) {
+    expected[at] = static_cast<char>(at % 251);
+  }
+  std::memcpy(buffer->data(), expected.data(), total);
+  buffer->Complete();
+  SliceBuffer::UnmapLater(*std::move(buffer));
+  const std::string contents = Contents(kept, 64 + total);
+  int64_t state = 0;
+  std::memcpy(&state, contents.data() + 8, 8);
+  EXPECT_EQ(state, 1);
+  EXPECT_TRUE(contents.substr(64) == expected);
   close(kept);
 }
 

@@ -202,4 +202,44 @@ std::vector<std::vector<VersionPiece>> CutIntoBatches(
   return batches;
 }
 
+std::vector<std::vector<EntryPieces>> ShareAmongCopiers(
+    const std::vector<std::vector<VersionPiece>>& pieces,
+    const std::vector<int64_t>& element_bytes, int copiers) {
+  int64_t total = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    for (const VersionPiece& piece : pieces[i]) {
+      total += piece.numel * element_bytes[i];
+    }
+  }
+  const int64_t share = (total + copiers - 1) / copiers;
+  std::vector<std::vector<EntryPieces>> shares;
+  int64_t room = 0;  // Bytes the last share may still take.
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int entry = static_cast<int>(i);
+    const int64_t element = element_bytes[i];
+    for (VersionPiece piece : pieces[i]) {
+      while (piece.numel > 0) {
+        if (room <= 0) {
+          shares.emplace_back();
+          room = share;
+        }
+        std::vector<EntryPieces>& runs = shares.back();
+        if (runs.empty() || runs.back().entry != entry) {
+          runs.push_back(EntryPieces{entry, {}});
+        }
+        // Whole elements: a share may end up to one element over.
+        const int64_t n = std::min(piece.numel, (room + element - 1) / element);
+        runs.back().pieces.push_back(VersionPiece{piece.rank, piece.unit,
+                                                  piece.shard_element, n,
+                                                  piece.dest_element});
+        piece.shard_element += n;
+        piece.dest_element += n;
+        piece.numel -= n;
+        room -= n * element;
+      }
+    }
+  }
+  return shares;
+}
+
 }  // namespace summon::server

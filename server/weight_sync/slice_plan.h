@@ -65,6 +65,21 @@ absl::StatusOr<SlicePlan> PlanSlice(const core::ModelSpec& spec,
 std::vector<std::vector<VersionPiece>> CutIntoBatches(
     const std::vector<VersionPiece>& pieces, int64_t max_numel);
 
+// Consecutive pieces of one entry (an index into the caller's entries).
+struct EntryPieces {
+  int entry = 0;
+  std::vector<VersionPiece> pieces;
+};
+
+// `pieces[i]` (entry i's, `element_bytes[i]` bytes an element) cut, in
+// order, into `copiers` shares of about equal bytes (the last may be
+// smaller; fewer when there are fewer bytes than elements to split), a
+// piece split where a share ends: one thread copies each share. Entries
+// without pieces appear in none. `copiers` > 0.
+std::vector<std::vector<EntryPieces>> ShareAmongCopiers(
+    const std::vector<std::vector<VersionPiece>>& pieces,
+    const std::vector<int64_t>& element_bytes, int copiers);
+
 }  // namespace summon::server
 
 #endif  // SUMMON_SERVER_WEIGHT_SYNC_SLICE_PLAN_H_

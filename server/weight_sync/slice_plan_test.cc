@@ -187,5 +187,45 @@ TEST(SlicePlanTest, BatchesCutPiecesInOrderAndCoverEveryElementOnce) {
   EXPECT_TRUE(CutIntoBatches({}, 4).empty());
 }
 
+TEST(SlicePlanTest, CopiersShareThePiecesInOrderByBytes) {
+  // Entry 0: 3 + 10 float32 elements (52 bytes); entry 1: none; entry 2:
+  // 6 bfloat16 (12 bytes). 64 bytes for 2 copiers: 32 each.
+  const std::vector<std::vector<VersionPiece>> pieces = {
+      {{0, 1, 100, 3, 0}, {1, 1, 0, 10, 3}}, {}, {{0, 2, 7, 6, 0}}};
+  const std::vector<std::vector<EntryPieces>> shares =
+      ShareAmongCopiers(pieces, {4, 4, 2}, 2);
+  using T = std::tuple<int, int, int, int64_t, int64_t, int64_t>;
+  auto flat = [](const std::vector<EntryPieces>& runs) {
+    std::vector<T> got;
+    for (const EntryPieces& run : runs) {
+      for (const VersionPiece& p : run.pieces) {
+        got.push_back(T{run.entry, p.rank, p.unit, p.shard_element, p.numel,
+                        p.dest_element});
+      }
+    }
+    return got;
+  };
+  ASSERT_EQ(shares.size(), 2u);
+  // 12 + 20 bytes; the second piece split after its 5th element.
+  EXPECT_EQ(flat(shares[0]),
+            (std::vector<T>{T{0, 0, 1, 100, 3, 0}, T{0, 1, 1, 0, 5, 3}}));
+  EXPECT_EQ(flat(shares[1]),
+            (std::vector<T>{T{0, 1, 1, 5, 5, 8}, T{2, 0, 2, 7, 6, 0}}));
+  EXPECT_EQ(shares[1].size(), 2u);  // One run per entry.
+  // A share that ends inside an element takes it whole: 3 copiers of 64
+  // bytes (22 each) take 6, 6 and 1 float32 of the 13, then the bfloat16.
+  const std::vector<std::vector<EntryPieces>> thirds =
+      ShareAmongCopiers(pieces, {4, 4, 2}, 3);
+  ASSERT_EQ(thirds.size(), 3u);
+  EXPECT_EQ(flat(thirds[0]),
+            (std::vector<T>{T{0, 0, 1, 100, 3, 0}, T{0, 1, 1, 0, 3, 3}}));
+  EXPECT_EQ(flat(thirds[1]), (std::vector<T>{T{0, 1, 1, 3, 6, 6}}));
+  EXPECT_EQ(flat(thirds[2]),
+            (std::vector<T>{T{0, 1, 1, 9, 1, 12}, T{2, 0, 2, 7, 6, 0}}));
+  // One copier takes everything; nothing to copy, no shares.
+  EXPECT_EQ(ShareAmongCopiers(pieces, {4, 4, 2}, 1).size(), 1u);
+  EXPECT_TRUE(ShareAmongCopiers({{}, {}}, {4, 4}, 2).empty());
+}
+
 }  // namespace
 }  // namespace summon::server

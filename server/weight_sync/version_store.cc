@@ -167,6 +167,12 @@ absl::Status VersionSnapshot::ReadPiecesLocked(
   const int64_t out_size = static_cast<int64_t>(core::ElementSize(dtype));
   std::shared_ptr<ModelEntry> entry = entry_.lock();
   std::vector<uint8_t> live;  // One live piece's bytes.
+  // Pieces of one rank's unit come in runs (a strided box: one a row, tens
+  // of thousands a read); its lookups (two store locks among them) are done
+  // once a run: bench/RESULTS.md, "Weight sync's local pull".
+  int run_rank = -1;
+  int run_unit = -1;
+  const uint8_t* run_base = nullptr;  // The unit's host bytes.
   int64_t at = 0;
   for (const VersionPiece& piece : pieces) {
     if (std::find(ranks_.begin(), ranks_.end(), piece.rank) == ranks_.end() ||
@@ -187,9 +193,14 @@ absl::Status VersionSnapshot::ReadPiecesLocked(
     }
     const size_t in_size = core::ElementSize(layout.dtype());
     const uint8_t* from = nullptr;
-    if (auto copy = copies_.find({piece.rank, piece.unit});
-        copy != copies_.end()) {
-      from = copy->second.data() + piece.shard_element * in_size;
+    if (piece.rank == run_rank && piece.unit == run_unit) {
+      from = run_base + piece.shard_element * in_size;
+    } else if (auto copy = copies_.find({piece.rank, piece.unit});
+               copy != copies_.end()) {
+      run_rank = piece.rank;
+      run_unit = piece.unit;
+      run_base = copy->second.data();
+      from = run_base + piece.shard_element * in_size;
     } else {
       if (!cut_off_.empty() || entry == nullptr || entry->store == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -207,8 +218,12 @@ absl::Status VersionSnapshot::ReadPiecesLocked(
       if (const uint8_t* shard = entry->store->ParamShard(piece.rank,
                                                           piece.unit);
           shard != nullptr) {
+        run_rank = piece.rank;
+        run_unit = piece.unit;
+        run_base = shard;
         from = shard + piece.shard_element * in_size;
       } else {
+        run_rank = -1;  // Read each piece through the bounce buffer.
         live.resize(piece.numel * in_size);
         if (absl::Status read = entry->store->ReadShard(
                 piece.rank, piece.unit, /*grads=*/false,

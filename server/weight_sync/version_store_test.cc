@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,13 +32,12 @@ using Box = std::vector<std::pair<int64_t, int64_t>>;
 
 class VersionStoreTest : public SessionManagerTest {
  protected:
-  void StartSync() {
+  void StartSync(WeightSync::Options options = {}) {
     Start(2, core::Strategy::kFullShard);
     store_ = std::make_unique<VersionStore>(registry_.get(), 2);
     nodes_ = std::make_unique<LocalVersionNodes>(store_.get());
     sync_ = std::make_unique<WeightSync>(registry_.get(), sessions_.get(),
-                                         store_.get(), nodes_.get(),
-                                         WeightSync::Options{});
+                                         store_.get(), nodes_.get(), options);
   }
 
   void TearDown() override {
@@ -258,6 +258,48 @@ TEST_F(VersionStoreTest, CopiesAheadStayWithinTheKeptVersionsInTheirSpares) {
   }
   EXPECT_EQ(counters.copied_ahead.load(), 4 * 6);
   EXPECT_EQ(store_->Kept("m"), (std::vector<int64_t>{3, 4}));
+}
+
+TEST_F(VersionStoreTest, CopiersSharingARunFillEveryEntryExactly) {
+  // A few bytes a copier: each of 3 copiers takes part of the read, pieces
+  // split between them.
+  WeightSync::Options options;
+  options.local_copiers = 3;
+  options.copier_min_bytes = 8;
+  StartSync(options);
+  ASSERT_TRUE(sync_->Publish("m", 1).ok());
+  absl::StatusOr<PlannedRead> read = sync_->Plan(
+      "m", 1,
+      {SliceRequest{"embed.w", {{0, 10}, {0, 4}}, core::DType::kFloat32},
+       SliceRequest{"layers.0.b", {{1, 3}}, core::DType::kFloat32},
+       SliceRequest{"layers.1.w", {{2, 5}, {1, 3}}, core::DType::kFloat64}});
+  ASSERT_TRUE(read.ok()) << read.status();
+  // Garbage where the gaps are: they must come back zero.
+  std::vector<uint8_t> packed(read->total_bytes, 0xAB);
+  int64_t peer_bytes = 0;
+  ASSERT_TRUE(sync_->FillAll(*read, packed.data(), &peer_bytes).ok());
+  EXPECT_EQ(peer_bytes, 0);
+  ASSERT_EQ(read->offsets, (std::vector<int64_t>{0, 160, 176}));
+  std::vector<float> embed(40);
+  std::memcpy(embed.data(), packed.data(), 160);
+  EXPECT_EQ(embed, Seeded("embed.w", 40));
+  std::vector<float> bias(3);
+  std::memcpy(bias.data(), packed.data() + 160, 12);
+  const std::vector<float> seeded_bias = Seeded("layers.0.b", 5);
+  EXPECT_EQ(bias, std::vector<float>(seeded_bias.begin() + 1,
+                                     seeded_bias.begin() + 4));
+  EXPECT_EQ(std::vector<uint8_t>(packed.begin() + 172, packed.begin() + 176),
+            std::vector<uint8_t>(4, 0));  // The gap.
+  std::vector<double> w(15);
+  std::memcpy(w.data(), packed.data() + 176, 120);
+  const std::vector<float> seeded_w = Seeded("layers.1.w", 35);
+  std::vector<double> expected_w;
+  for (int row = 2; row < 7; ++row) {
+    for (int col = 1; col < 4; ++col) {
+      expected_w.push_back(seeded_w[row * 5 + col]);
+    }
+  }
+  EXPECT_EQ(w, expected_w);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <thread>
 #include <utility>
@@ -148,21 +149,50 @@ absl::Status WeightSync::FillRange(const PlannedRead& read, int first,
   const size_t workers = std::min<size_t>(
       std::max(options_.fetches_in_flight, 1), fetches.size());
   for (size_t w = 0; w < workers; ++w) fetchers.emplace_back(fetch_some);
-  // This node's pieces meanwhile, entry by entry.
+  // This node's pieces meanwhile: the gaps first.
   for (int i = first; i < last; ++i) {
-    uint8_t* entry_out = out + read.offsets[i] - base;
     const SlicePlan& plan = read.entries[i];
-    std::memset(entry_out + plan.bytes, 0,
-                End(read, i) - read.offsets[i] - plan.bytes);  // The gap.
-    if (local[i - first].empty()) continue;
-    if (absl::Status copied = snapshot.ReadPieces(
-            local[i - first], plan.dtype, /*scatter=*/true, entry_out);
-        !copied.ok()) {
-      fail(i, std::move(copied));
-      stop = true;
-      break;
+    std::memset(out + read.offsets[i] - base + plan.bytes, 0,
+                End(read, i) - read.offsets[i] - plan.bytes);
+  }
+  // Shared among copiers: one thread's copy between shared-memory
+  // mappings (the shards, the caller's buffer: 4 KiB pages) ran at about
+  // half the rate of two on this project's machine (bench/RESULTS.md,
+  // "Weight sync's local pull").
+  std::vector<int64_t> element_bytes;
+  int64_t local_bytes = 0;
+  for (int i = first; i < last; ++i) {
+    element_bytes.push_back(
+        static_cast<int64_t>(core::ElementSize(read.entries[i].dtype)));
+    for (const VersionPiece& piece : local[i - first]) {
+      local_bytes += piece.numel * element_bytes.back();
     }
   }
+  const int copiers = static_cast<int>(std::clamp<int64_t>(
+      local_bytes / std::max<int64_t>(options_.copier_min_bytes, 1), 1,
+      std::max(options_.local_copiers, 1)));
+  const std::vector<std::vector<EntryPieces>> shares =
+      ShareAmongCopiers(local, element_bytes, copiers);
+  auto copy_share = [&](const std::vector<EntryPieces>& runs) {
+    for (const EntryPieces& run : runs) {
+      const int entry = first + run.entry;
+      if (stop.load()) return;
+      if (absl::Status copied = snapshot.ReadPieces(
+              run.pieces, read.entries[entry].dtype, /*scatter=*/true,
+              out + read.offsets[entry] - base);
+          !copied.ok()) {
+        fail(entry, std::move(copied));
+        stop = true;
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> copier_threads;
+  for (size_t c = 1; c < shares.size(); ++c) {
+    copier_threads.emplace_back(copy_share, std::cref(shares[c]));
+  }
+  if (!shares.empty()) copy_share(shares[0]);
+  for (std::thread& copier : copier_threads) copier.join();
   for (std::thread& fetcher : fetchers) fetcher.join();
   *peer_bytes += received.load();
   store_->counters().peer_bytes_received += received.load();

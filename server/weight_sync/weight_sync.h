@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "memory/parallel_copy.h"
 #include "server/model/model_registry.h"
 #include "server/session/session_manager.h"
 #include "server/weight_sync/slice_destination.h"
@@ -55,6 +56,11 @@ class WeightSync {
     // come over several streams instead of one after the other.
     int64_t fetch_batch_bytes = int64_t{8} << 20;
     int fetches_in_flight = 4;
+    // This node's pieces of a read are copied by up to `local_copiers`
+    // threads at once, each taking at least `copier_min_bytes` (a thread
+    // start costs tens of microseconds).
+    int local_copiers = memory::ParallelCopyThreads();
+    int64_t copier_min_bytes = memory::kParallelCopyMinBytes / 2;
   };
   WeightSync(ModelRegistry* registry, SessionManager* sessions,
              VersionStore* store, VersionNodes* nodes, Options options)
