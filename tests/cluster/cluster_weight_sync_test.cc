@@ -40,6 +40,22 @@ struct OneNodeTwoRanks {
 using Topologies =
     testing::Types<OneNodeTwoRanks, TwoNodesTwoRanks, ThreeNodesOneRank>;
 
+// What an optimizer step does in place: every value of every shard of
+// `model` that `trainer`'s ranks hold, negated.
+void NegateEveryShard(const NodeTrainer& trainer, const std::string& model) {
+  for (int rank : trainer.ranks) {
+    const v1::MapShardsResponse shard = trainer.Map(model, rank);
+    MappedShard mapped(shard);
+    ASSERT_TRUE(mapped.ok());
+    for (const v1::UnitShard& unit : shard.units()) {
+      for (const v1::ParamShard& param : unit.params()) {
+        float* held = mapped.Param(unit, param);
+        for (int64_t i = 0; i < param.numel(); ++i) held[i] = -held[i];
+      }
+    }
+  }
+}
+
 struct Box {
   std::string fqn;
   std::vector<int64_t> shape;
@@ -77,8 +93,8 @@ std::vector<float> Cut(const Box& box, const std::vector<float>& values,
   const int64_t cols = box.shape.size() > 1 ? box.shape[1] : 1;
   const int64_t chunk = (box.shape[box.shard_dim] + world - 1) / world;
   const auto [r0, rn] = box.box[0];
-  const auto [c0, cn] = box.box.size() > 1 ? box.box[1]
-                                           : std::pair<int64_t, int64_t>{0, 1};
+  const auto [c0, cn] =
+      box.box.size() > 1 ? box.box[1] : std::pair<int64_t, int64_t>{0, 1};
   for (int64_t r = r0; r < r0 + rn && r < rows; ++r) {
     for (int64_t c = c0; c < c0 + cn; ++c) {
       out.push_back(values[r * cols + c]);
@@ -120,8 +136,8 @@ class ClusterWeightSyncTest : public SharedClusterTest<Topology> {
       for (size_t i = 0; i < boxes.size(); ++i) {
         EXPECT_EQ(read->entries[i].offset() % 16, 0);
         const std::vector<float> expected =
-            Cut(boxes[i], BytesToFloats(values.at(boxes[i].fqn)),
-                this->world(), Topology::kLocalRanks, reader, &remote);
+            Cut(boxes[i], BytesToFloats(values.at(boxes[i].fqn)), this->world(),
+                Topology::kLocalRanks, reader, &remote);
         EXPECT_EQ(Floats(*read, static_cast<int>(i)), expected)
             << boxes[i].fqn << " entry " << i;
         slice_bytes += static_cast<int64_t>(expected.size()) * 4;
@@ -185,7 +201,8 @@ TYPED_TEST(ClusterWeightSyncTest, VersionsReadExactlyAndNeverChange) {
   // A writeback after the publish changes the shards, not version 3.
   TensorBytes edited = seeded;
   edited["l0.w"] = SeededBytes("l0.w", 128, v1::DTYPE_FLOAT32, /*seed=*/99);
-  const v1::Session session = OpenOk(this->node(last), name, ParamScope({"l0.w"}));
+  const v1::Session session =
+      OpenOk(this->node(last), name, ParamScope({"l0.w"}));
   WriteOk(this->node(last), session.id(), "l0.w", edited["l0.w"]);
   CloseOk(this->node(last), session.id());
   ASSERT_TRUE(this->node(0).Publish(name, 4).ok());
@@ -196,9 +213,10 @@ TYPED_TEST(ClusterWeightSyncTest, VersionsReadExactlyAndNeverChange) {
   absl::StatusOr<client::SlicesData> bf16 = this->node(last).ReadSlices(
       Request(name, 4, {{"b", {16}, 0, {{2, 5}}}}, v1::DTYPE_BFLOAT16));
   ASSERT_TRUE(bf16.ok()) << bf16.status();
-  EXPECT_EQ(bf16->packed, SeededBytes("b", 16, v1::DTYPE_BFLOAT16).substr(4, 10));
-  EXPECT_EQ(this->node(last).WaitVersion(name, 4, absl::Seconds(5)).value_or(-1),
-            4);
+  EXPECT_EQ(bf16->packed,
+            SeededBytes("b", 16, v1::DTYPE_BFLOAT16).substr(4, 10));
+  EXPECT_EQ(
+      this->node(last).WaitVersion(name, 4, absl::Seconds(5)).value_or(-1), 4);
   ASSERT_TRUE(this->node(0).DeleteModel(name).ok());
 }
 
@@ -227,8 +245,8 @@ TYPED_TEST(ClusterWeightSyncTest, ReadsIntoASliceBufferThroughEveryNode) {
       for (size_t i = 0; i < boxes.size(); ++i) {
         const v1::SliceLayout& layout = read->entries[i];
         const std::vector<float> expected =
-            Cut(boxes[i], BytesToFloats(seeded.at(boxes[i].fqn)),
-                this->world(), TypeParam::kLocalRanks, reader, &remote);
+            Cut(boxes[i], BytesToFloats(seeded.at(boxes[i].fqn)), this->world(),
+                TypeParam::kLocalRanks, reader, &remote);
         EXPECT_EQ(BytesToFloats(std::string(
                       reinterpret_cast<const char*>(buffer->packed()) +
                           layout.offset(),
@@ -321,8 +339,8 @@ TYPED_TEST(ClusterWeightSyncTest, PublishNeverMixesSteps) {
   ASSERT_TRUE(trainers[0].Report(name, 0, v1::TRAINING_PHASE_IDLE, 1).ok());
   refused = this->node(0).Publish(name, 1).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(refused.message(),
-                                "shards are of different steps"))
+  EXPECT_TRUE(
+      absl::StrContains(refused.message(), "shards are of different steps"))
       << refused;
   for (const NodeTrainer& trainer : trainers) {
     for (int rank : trainer.ranks) {
@@ -355,17 +373,7 @@ TYPED_TEST(ClusterWeightSyncTest, AVersionStaysExactWhileTheTrainersStep) {
                  {v1::TRAINING_PHASE_FORWARD, v1::TRAINING_PHASE_BETWEEN,
                   v1::TRAINING_PHASE_BACKWARD, v1::TRAINING_PHASE_OPTIMIZER},
                  1);
-    for (int rank : trainer.ranks) {
-      const v1::MapShardsResponse shard = trainer.Map(name, rank);
-      MappedShard mapped(shard);
-      ASSERT_TRUE(mapped.ok());
-      for (const v1::UnitShard& unit : shard.units()) {
-        for (const v1::ParamShard& param : unit.params()) {
-          float* held = mapped.Param(unit, param);
-          for (int64_t i = 0; i < param.numel(); ++i) held[i] = -held[i];
-        }
-      }
-    }
+    NegateEveryShard(trainer, name);
     trainer.Walk(name, {v1::TRAINING_PHASE_IDLE}, 1);
   }
   this->ExpectVersion(name, 1, seeded);
@@ -432,17 +440,7 @@ TYPED_TEST(ClusterWeightSyncTest, TheTrainersEndOfStepPublishesExactly) {
   published.clear();
   for (const NodeTrainer& trainer : trainers) {
     trainer.Walk(name, to_optimizer, 2);
-    for (int rank : trainer.ranks) {
-      const v1::MapShardsResponse shard = trainer.Map(name, rank);
-      MappedShard mapped(shard);
-      ASSERT_TRUE(mapped.ok());
-      for (const v1::UnitShard& unit : shard.units()) {
-        for (const v1::ParamShard& param : unit.params()) {
-          float* held = mapped.Param(unit, param);
-          for (int64_t i = 0; i < param.numel(); ++i) held[i] = -held[i];
-        }
-      }
-    }
+    NegateEveryShard(trainer, name);
     for (int64_t version : EndStepPublishing(trainer, name, 2)) {
       published.push_back(version);
     }

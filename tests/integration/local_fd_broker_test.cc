@@ -6,13 +6,13 @@
 #include <unistd.h>
 
 #include <cstring>
-
 #include <memory>
 #include <string>
 
 #include "absl/time/clock.h"
 #include "client/lib/local_map.h"
 #include "gtest/gtest.h"
+#include "memory/fd_passing.h"
 
 namespace summon::server {
 namespace {
@@ -118,22 +118,9 @@ char HandOver(const std::string& address, const std::string& token, int fd) {
     close(sock);
     return '?';
   }
-  iovec iov{const_cast<char*>(token.data()), token.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* header = CMSG_FIRSTHDR(&msg);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-  }
   char reply = '?';
-  if (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 || recv(sock, &reply, 1, 0) != 1) {
+  if (memory::SendWithDescriptor(sock, token, fd) < 0 ||
+      recv(sock, &reply, 1, 0) != 1) {
     reply = '?';
   }
   close(sock);
