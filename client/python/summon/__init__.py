@@ -39,7 +39,8 @@ from summon.messages import (Attachment, CloseResult, ClusterNode,  # noqa: E402
                              WatchRecord)
 from summon.session import FullParams  # noqa: E402
 from summon.slice_buffer import SliceBuffer  # noqa: E402
-from summon.weight_sync_calls import ReadSlicesStats, SliceRequest  # noqa: E402
+from summon.messages import ReadSlicesStats  # noqa: E402
+from summon.weight_sync_calls import SliceRequest  # noqa: E402
 
 __all__ = [
     "Attachment", "Client", "CloseResult", "ClusterNode", "ClusterStatus", "DeviceCopy",

@@ -31,6 +31,7 @@ import torch
 
 from summon import dtypes
 from summon.errors import SummonError
+from summon.messages import ReadSlicesStats
 from summon.v1 import weight_sync_pb2
 
 IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
@@ -96,7 +97,6 @@ def read_into(calls: Any, model: str, version: int, entries: Sequence[Any],
     daemon writes them there through `target` (None, or this client's
     daemon refused before: the usual read, copied in). Returns the views and
     ReadSlicesStats."""
-    from summon.weight_sync_calls import ReadSlicesStats
     if into.dtype != torch.uint8 or into.dim() != 1 or not into.is_contiguous():
         raise ValueError("`into` must be a flat contiguous uint8 tensor")
     if target is not None and getattr(calls, "_cuda_slices", True):
@@ -130,7 +130,6 @@ def _call_into_cuda(calls: Any, request: Any) -> tuple[Any, Any]:
     """One ReadSlices into a CUDA buffer: the layout, then only the stats."""
     import grpc
 
-    from summon.weight_sync_calls import ReadSlicesStats
     call = calls._summon.ReadSlices(request, timeout=calls.timeout, metadata=calls._metadata)
     header, stats = None, None
     try:

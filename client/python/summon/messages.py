@@ -592,3 +592,18 @@ class ShardMap:
                    m.incarnation,
                    m.device_ordinal if m.HasField("device_ordinal") else None,
                    m.params_ipc_handle, m.grads_ipc_handle, m.device_bytes)
+
+
+@dataclass(frozen=True)
+class ReadSlicesStats:
+    """What a read moved: the slices' own bytes, and how many of them the
+    answering daemon received from other nodes (only the elements needed)."""
+
+    slice_bytes: int
+    peer_bytes: int
+    # True when the daemon wrote the answer into this process's shared
+    # memory; False when it streamed it.
+    local_buffer: bool = False
+    # True when the daemon copied it into this process's GPU memory
+    # (read_slices(device="cuda:N"), summon.cuda_slices).
+    cuda_buffer: bool = False

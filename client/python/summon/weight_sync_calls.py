@@ -29,6 +29,7 @@ import numpy as np
 from summon import dtypes
 from summon.errors import SummonError
 from summon.fresh import fresh_array
+from summon.messages import ReadSlicesStats
 from summon.slice_buffer import HEADER_BYTES, MAGIC, SliceBuffer
 from summon.v1 import summon_pb2, weight_sync_pb2
 
@@ -42,21 +43,6 @@ class SliceRequest:
     fqn: str
     box: Sequence[tuple[int, int]]
     dtype: Optional[str] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class ReadSlicesStats:
-    """What a read moved: the slices' own bytes, and how many of them the
-    answering daemon received from other nodes (only the elements needed)."""
-
-    slice_bytes: int
-    peer_bytes: int
-    # True when the daemon wrote the answer into this process's shared
-    # memory; False when it streamed it.
-    local_buffer: bool = False
-    # True when the daemon copied it into this process's GPU memory
-    # (read_slices(device="cuda:N"), summon.cuda_slices).
-    cuda_buffer: bool = False
 
 
 def _fit_error(header: Any, request: Any, capacity: int) -> SummonError:
