@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "grpc/support/log.h"
+#include "memory/malloc_tuning.h"
 #include "server/cluster/peer_protocol.h"
 #include "server/comm/nccl_communicator.h"
 #include "server/coordinator/coordinator_url.h"
@@ -297,6 +298,10 @@ SummonServer::Spec SpecFromFlags() {
 }
 
 int Run(int argc, char** argv) {
+  // Before any thread allocates: malloc's arenas keep what streams free.
+  if (!memory::KeepFreedMemoryForReuse()) {
+    spdlog::warn("malloc's thresholds were refused; streams refault memory");
+  }
   // --help lists the flags of "main" files, which Abseil recognises by the
   // program's name; ours are defined in this file.
   absl::FlagsUsageConfig usage_config;

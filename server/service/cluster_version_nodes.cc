@@ -4,12 +4,13 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
-#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/version_chunk_wire.h"
 #include "server/rpc/status_conversion.h"
 #include "server/service/proto_conversion.h"
 #include "summon/v1/peer.grpc.pb.h"
@@ -32,8 +33,8 @@ absl::StatusOr<int64_t> ClusterVersionNodes::PublishEverywhere(
         FromGrpcStatus(v1::Peer::NewStub(membership_->ChannelTo(node))
                            ->NodePublishVersion(&context, request, &response));
     if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("node ", node, ": ",
-                                                      status.message()));
+      return absl::Status(status.code(),
+                          absl::StrCat("node ", node, ": ", status.message()));
     }
     return response.bytes();
   };
@@ -58,8 +59,8 @@ absl::StatusOr<int64_t> ClusterVersionNodes::PublishEverywhere(
   if (failed == nullptr) return total;
   // All or nothing: the nodes that took the version drop it again, so no
   // reader ever finds a version some node lacks.
-  const std::string why = absl::StrCat("its publish failed (", failed->message(),
-                                       ")");
+  const std::string why =
+      absl::StrCat("its publish failed (", failed->message(), ")");
   v1::NodePublishVersionRequest undo = request;
   undo.set_roll_back(true);
   undo.set_reason(why);
@@ -107,46 +108,53 @@ absl::Status ClusterVersionNodes::ReadRemote(
   expected *= static_cast<int64_t>(core::ElementSize(dtype));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-  std::unique_ptr<grpc::ClientReader<v1::NodeReadVersionResponse>> reader =
-      v1::Peer::NewStub(membership_->ChannelTo(node))
-          ->NodeReadVersion(&context, request);
+  const std::shared_ptr<grpc::Channel> channel = membership_->ChannelTo(node);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader =
+      wire::StartRawNodeReadVersion(channel.get(), &context, request);
   // The answer is the pieces' bytes concatenated: each chunk is cut along
-  // the pieces and copied to their places in `out` as it arrives.
+  // the pieces and copied from gRPC's slices to their places in `out` as it
+  // arrives.
   const int64_t element = static_cast<int64_t>(core::ElementSize(dtype));
-  v1::NodeReadVersionResponse chunk;
+  grpc::ByteBuffer message;
+  wire::VersionChunkView chunk;
   int64_t at = 0;
   size_t piece = 0;
   int64_t in_piece = 0;  // Bytes of pieces[piece] already placed.
-  while (reader->Read(&chunk)) {
-    const std::string& data = chunk.data();
-    if (static_cast<int64_t>(data.size()) > expected - at) {
-      context.TryCancel();
-      reader->Finish().ok();
-      return absl::InternalError(absl::StrCat(
+  while (reader->Read(&message)) {
+    absl::Status bad = wire::DecodeVersionChunk(message, &chunk);
+    if (bad.ok() && chunk.data_bytes > expected - at) {
+      bad = absl::InternalError(absl::StrCat(
           "node ", node, " sent more than the ", expected, " bytes asked"));
     }
-    int64_t used = 0;
-    while (used < static_cast<int64_t>(data.size())) {
-      const int64_t piece_bytes = pieces[piece].numel * element;
-      const int64_t n = std::min<int64_t>(
-          piece_bytes - in_piece, static_cast<int64_t>(data.size()) - used);
-      std::memcpy(out + pieces[piece].dest_element * element + in_piece,
-                  data.data() + used, n);
-      used += n;
-      in_piece += n;
-      if (in_piece == piece_bytes) {
-        ++piece;
-        in_piece = 0;
+    if (!bad.ok()) {
+      context.TryCancel();
+      reader->Finish().ok();
+      return bad;
+    }
+    for (absl::string_view data : chunk.data) {
+      int64_t used = 0;
+      while (used < static_cast<int64_t>(data.size())) {
+        const int64_t piece_bytes = pieces[piece].numel * element;
+        const int64_t n = std::min<int64_t>(
+            piece_bytes - in_piece, static_cast<int64_t>(data.size()) - used);
+        std::memcpy(out + pieces[piece].dest_element * element + in_piece,
+                    data.data() + used, n);
+        used += n;
+        in_piece += n;
+        if (in_piece == piece_bytes) {
+          ++piece;
+          in_piece = 0;
+        }
       }
     }
-    at += used;
+    at += chunk.data_bytes;
   }
   if (absl::Status status = FromGrpcStatus(reader->Finish()); !status.ok()) {
     return status;
   }
   if (at != expected) {
-    return absl::InternalError(absl::StrCat("node ", node, " sent ", at,
-                                            " bytes of ", expected));
+    return absl::InternalError(
+        absl::StrCat("node ", node, " sent ", at, " bytes of ", expected));
   }
   return absl::OkStatus();
 }

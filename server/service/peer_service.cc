@@ -74,7 +74,21 @@ PeerServiceImpl::PeerServiceImpl(LocalKvStore& store, Membership* membership,
       authorizer_(authorizer),
       membership_(membership),
       registry_(registry),
-      runtime_(runtime) {}
+      runtime_(runtime) {
+  const int node_read_version = v1::NodeReadVersionRequest::descriptor()
+                                    ->file()
+                                    ->pool()
+                                    ->FindServiceByName("summon.v1.Peer")
+                                    ->FindMethodByName("NodeReadVersion")
+                                    ->index();
+  MarkMethodStreamed(
+      node_read_version,
+      new grpc::internal::SplitServerStreamingHandler<
+          v1::NodeReadVersionRequest, grpc::ByteBuffer>(
+          [this](grpc::ServerContext* context, NodeReadVersionStream* stream) {
+            return StreamNodeReadVersion(context, stream);
+          }));
+}
 
 grpc::Status PeerServiceImpl::StoreSet(grpc::ServerContext* context,
                                        const v1::StoreSetRequest* request,

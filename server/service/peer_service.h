@@ -1,6 +1,8 @@
 #ifndef SUMMON_SERVER_SERVICE_PEER_SERVICE_H_
 #define SUMMON_SERVER_SERVICE_PEER_SERVICE_H_
 
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
 #include "server/auth/authorizer.h"
 #include "server/checkpoint/checkpoint_roots.h"
 #include "server/cluster/kv_store.h"
@@ -75,9 +77,12 @@ class PeerServiceImpl final : public KvStoreService {
       grpc::ServerContext* context,
       const v1::NodePublishVersionRequest* request,
       v1::NodePublishVersionResponse* response) override;
-  grpc::Status NodeReadVersion(
-      grpc::ServerContext* context, const v1::NodeReadVersionRequest* request,
-      grpc::ServerWriter<v1::NodeReadVersionResponse>* writer) override;
+  // Peer.NodeReadVersion, whose replies are raw byte buffers
+  // (proto/version_chunk_wire): the constructor routes the method here.
+  using NodeReadVersionStream =
+      grpc::ServerSplitStreamer<v1::NodeReadVersionRequest, grpc::ByteBuffer>;
+  grpc::Status StreamNodeReadVersion(grpc::ServerContext* context,
+                                     NodeReadVersionStream* stream);
   // This node's checkpoint roots (R20): the path of a cluster's load or
   // save, the leader's, must lie beneath them here too.
   void SetCheckpointRoots(const std::vector<std::string>& roots) {

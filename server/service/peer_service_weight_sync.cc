@@ -2,9 +2,12 @@
 // leader's Publish) and pieces of it for a reader on another node.
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "proto/raw_wire.h"
+#include "proto/version_chunk_wire.h"
 #include "server/rpc/status_conversion.h"
 #include "server/runtime/fault_points.h"
 #include "server/service/peer_service.h"
@@ -56,33 +59,37 @@ grpc::Status PeerServiceImpl::NodePublishVersion(
   return grpc::Status::OK;
 }
 
-grpc::Status PeerServiceImpl::NodeReadVersion(
-    grpc::ServerContext* context, const v1::NodeReadVersionRequest* request,
-    grpc::ServerWriter<v1::NodeReadVersionResponse>* writer) {
+grpc::Status PeerServiceImpl::StreamNodeReadVersion(
+    grpc::ServerContext* context, NodeReadVersionStream* stream) {
+  v1::NodeReadVersionRequest request;
+  if (!stream->Read(&request)) {
+    return ToGrpcStatus(
+        absl::InvalidArgumentError("NodeReadVersion without a request"));
+  }
   if (grpc::Status admitted =
-          AdmitVersionCall(*context, "/summon.v1.Peer/NodeReadVersion",
-                           *request, request->epoch());
+          AdmitVersionCall(*context, "/summon.v1.Peer/NodeReadVersion", request,
+                           request.epoch());
       !admitted.ok()) {
     return admitted;
   }
-  absl::StatusOr<core::DType> dtype = DTypeFromProto(request->dtype(), "dtype");
+  absl::StatusOr<core::DType> dtype = DTypeFromProto(request.dtype(), "dtype");
   if (!dtype.ok()) return ToGrpcStatus(dtype.status());
   // Only a version newer than every one here may still be arriving.
   absl::StatusOr<std::shared_ptr<const VersionSnapshot>> snapshot =
-      versions_->Acquire(request->model(), request->version());
+      versions_->Acquire(request.model(), request.version());
   if (absl::IsNotFound(snapshot.status()) &&
       versions_
-          ->Wait(request->model(), request->version(),
+          ->Wait(request.model(), request.version(),
                  absl::Now() + kVersionArrival)
           .ok()) {
-    snapshot = versions_->Acquire(request->model(), request->version());
+    snapshot = versions_->Acquire(request.model(), request.version());
   }
   if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
   // Sent in chunks of whole pieces, a large piece cut to fit one.
   const int64_t element = static_cast<int64_t>(core::ElementSize(*dtype));
   const int64_t chunk_numel = kPieceChunkBytes / element;
   std::vector<VersionPiece> pieces;
-  for (const v1::VersionPiece& piece : request->pieces()) {
+  for (const v1::VersionPiece& piece : request.pieces()) {
     if (piece.numel() < 0) {
       return ToGrpcStatus(absl::InvalidArgumentError(
           absl::StrCat("a piece of ", piece.numel(), " elements")));
@@ -93,12 +100,8 @@ grpc::Status PeerServiceImpl::NodeReadVersion(
                        std::min(chunk_numel, piece.numel() - at), 0});
     }
   }
-  // One message for every chunk: Write serializes it before returning, and
-  // its data keeps its memory between chunks, so a chunk's bytes are not
-  // zero-filled (resize) into freshly faulted pages before they are read
-  // into it.
-  v1::NodeReadVersionResponse chunk;
-  std::string* data = chunk.mutable_data();
+  // Each chunk's pieces are read (and converted) straight into the slice
+  // gRPC sends: the only copy this side makes.
   size_t first = 0;
   while (first < pieces.size()) {
     size_t last = first;
@@ -110,15 +113,16 @@ grpc::Status PeerServiceImpl::NodeReadVersion(
              (numel + pieces[last].numel) * element <= kPieceChunkBytes);
     std::vector<VersionPiece> batch(pieces.begin() + first,
                                     pieces.begin() + last);
-    data->resize(numel * element);
+    wire::WritableSlice data = wire::AllocateSlice(numel * element);
     if (absl::Status read =
-            (*snapshot)->ReadPieces(batch, *dtype, /*scatter=*/false,
-                                    reinterpret_cast<uint8_t*>(data->data()));
+            (*snapshot)->ReadPieces(batch, *dtype,
+                                    /*scatter=*/false, data.data);
         !read.ok()) {
       return ToGrpcStatus(read);
     }
     versions_->counters().peer_bytes_sent += numel * element;
-    if (context->IsCancelled() || !writer->Write(chunk)) {
+    if (context->IsCancelled() ||
+        !stream->Write(wire::EncodeVersionChunk(std::move(data.slice)))) {
       return grpc::Status::CANCELLED;
     }
     first = last;
