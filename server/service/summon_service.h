@@ -17,6 +17,7 @@
 #include "server/trainer/trainer_leases.h"
 #include "server/watch/watch_replication.h"
 #include "server/watch/watch_store.h"
+#include "server/weight_sync/slice_buffer_cache.h"
 #include "server/weight_sync/weight_sync.h"
 #include "summon/v1/summon.grpc.pb.h"
 
@@ -213,6 +214,8 @@ class SummonServiceImpl final : public v1::Summon::Service {
   LeaderForwarder forwarder_;
   const int max_open_streams_;
   LocalFdBroker* const fd_broker_;  // Null: no same-node mappings.
+  // Callers' slice buffers, kept mapped between their reads.
+  SliceBufferCache slice_buffers_{SliceBufferCache::Options{}};
   WatchStore* watches_ = nullptr;
   WatchReplication* watch_replication_ = nullptr;
   WeightSync* weight_sync_ = nullptr;

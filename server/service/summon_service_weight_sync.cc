@@ -114,8 +114,8 @@ class StreamDestination final : public SliceDestination {
 // A granted local_buffer read: waits for the caller's buffer at the broker,
 // checks it whole (size, shared memory, seals) before writing anything,
 // then writes the header "being written", every entry, and "complete".
-absl::Status IntoBuffer(LocalFdBroker& broker, WeightSync& sync,
-                        grpc::ServerContext& context,
+absl::Status IntoBuffer(LocalFdBroker& broker, SliceBufferCache& mappings,
+                        WeightSync& sync, grpc::ServerContext& context,
                         const v1::ReadSlicesRequest& request,
                         const PlannedRead& read, const std::string& token,
                         int64_t* peer_bytes) {
@@ -126,8 +126,8 @@ absl::Status IntoBuffer(LocalFdBroker& broker, WeightSync& sync,
                    [&context] { return context.IsCancelled(); });
   if (!fd.ok()) return fd.status();
   absl::StatusOr<SliceBuffer> buffer =
-      SliceBuffer::Map(*fd, read.total_bytes, EntryNames(request), read.offsets,
-                       EntryBytes(read));
+      mappings.Map(*fd, read.total_bytes, EntryNames(request), read.offsets,
+                   EntryBytes(read));
   if (!buffer.ok()) return buffer.status();
   buffer->Begin(request.version(), static_cast<int64_t>(read.entries.size()),
                 token);
@@ -136,7 +136,8 @@ absl::Status IntoBuffer(LocalFdBroker& broker, WeightSync& sync,
     return filled;
   }
   buffer->Complete();
-  // The caller may read it now: the reply need not wait for the unmap.
+  // The caller may read it now: the reply need not wait for an unmap (of
+  // a mapping the cache dropped meanwhile).
   SliceBuffer::UnmapLater(*std::move(buffer));
   return absl::OkStatus();
 }
@@ -249,8 +250,8 @@ grpc::Status SummonServiceImpl::ReadSlices(
   int64_t peer_bytes = 0;
   absl::Status delivered;
   if (!token.empty()) {
-    delivered = IntoBuffer(*fd_broker_, *weight_sync_, *context, *request,
-                           *read, token, &peer_bytes);
+    delivered = IntoBuffer(*fd_broker_, slice_buffers_, *weight_sync_,
+                           *context, *request, *read, token, &peer_bytes);
   } else if (device != nullptr) {
     delivered = weight_sync_->Deliver(*read, *device, &peer_bytes);
   } else {

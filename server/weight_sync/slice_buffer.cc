@@ -63,7 +63,7 @@ void Populate(uint8_t* base, int64_t bytes) {
 
 }  // namespace
 
-absl::StatusOr<SliceBuffer> SliceBuffer::Map(
+absl::StatusOr<SliceBufferIdentity> SliceBuffer::Check(
     int fd, int64_t total_bytes, const std::vector<std::string>& names,
     const std::vector<int64_t>& offsets, const std::vector<int64_t>& bytes) {
   // Seals exist only on shared memory (EINVAL for any other file): the
@@ -87,35 +87,54 @@ absl::StatusOr<SliceBuffer> SliceBuffer::Map(
     return Refuse(fd, absl::StrCat("fstat of the slice buffer: ",
                                    std::strerror(errno)));
   }
-  const int64_t size = info.st_size;
-  const int64_t needed = kSliceBufferHeaderBytes + total_bytes;
   if (absl::Status fits =
-          CheckSlicesFit("the slice buffer", kSliceBufferHeaderBytes, size,
-                         total_bytes, names, offsets, bytes);
+          CheckSlicesFit("the slice buffer", kSliceBufferHeaderBytes,
+                         info.st_size, total_bytes, names, offsets, bytes);
       !fits.ok()) {
     close(fd);
     return fits;
   }
-  void* base = mmap(nullptr, static_cast<size_t>(needed),
-                    PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return SliceBufferIdentity{info.st_dev, info.st_ino, info.st_size};
+}
+
+absl::StatusOr<std::shared_ptr<SliceMapping>> SliceBuffer::MapChecked(
+    int fd, int64_t size) {
+  void* base = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE,
+                    MAP_SHARED, fd, 0);
   close(fd);  // The mapping keeps the memory.
   if (base == MAP_FAILED) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mapping the slice buffer read-write: ", std::strerror(errno)));
   }
-  Populate(static_cast<uint8_t*>(base), needed);
-  return SliceBuffer(static_cast<uint8_t*>(base), needed);
+  Populate(static_cast<uint8_t*>(base), size);
+  return std::make_shared<SliceMapping>(static_cast<uint8_t*>(base), size);
 }
 
+absl::StatusOr<SliceBuffer> SliceBuffer::Map(
+    int fd, int64_t total_bytes, const std::vector<std::string>& names,
+    const std::vector<int64_t>& offsets, const std::vector<int64_t>& bytes) {
+  if (absl::StatusOr<SliceBufferIdentity> checked =
+          Check(fd, total_bytes, names, offsets, bytes);
+      !checked.ok()) {
+    return checked.status();
+  }
+  absl::StatusOr<std::shared_ptr<SliceMapping>> mapping =
+      MapChecked(fd, kSliceBufferHeaderBytes + total_bytes);
+  if (!mapping.ok()) return mapping.status();
+  return SliceBuffer(*std::move(mapping), total_bytes);
+}
+
+SliceMapping::~SliceMapping() { munmap(base_, static_cast<size_t>(size_)); }
+
 SliceBuffer::SliceBuffer(SliceBuffer&& other) noexcept
-    : base_(other.base_), size_(other.size_) {
+    : mapping_(std::move(other.mapping_)),
+      base_(other.base_),
+      size_(other.size_) {
   other.base_ = nullptr;
   other.size_ = 0;
 }
 
-SliceBuffer::~SliceBuffer() {
-  if (base_ != nullptr) munmap(base_, static_cast<size_t>(size_));
-}
+SliceBuffer::~SliceBuffer() = default;
 
 void SliceBuffer::Begin(int64_t version, int64_t entries,
                         const std::string& call) {
