@@ -212,6 +212,23 @@ def copy_on_write(leader: Any, metrics_url: str, units: int) -> tuple[float, flo
     return moved, done, plain
 
 
+def copy_units(daemons: list, run: Path, nodes: int, units: int) -> None:
+    """Makes every node copy each of its ranks' units into version 1: a
+    trainer attaching announces it may write its ranks' shards (as the
+    trainers' publish at a step's end copies the version ahead)."""
+    ranks = 4 // nodes
+    for node, daemon in enumerate(daemons):
+        client = summon.Client(daemon.address, timeout=300)
+        url = f"http://127.0.0.1:{(run / f'metrics{node}').read_text().strip()}/metrics"
+        before = metric(url, "unit_copies")
+        lease = client.attach("llama", list(range(node * ranks, (node + 1) * ranks)),
+                              f"bench-copies-{node}").lease_id
+        while metric(url, "unit_copies") < before + units:
+            time.sleep(0.01)
+        client.detach(lease)
+    print(f"# version 1 read from copies: trainers attached to every rank after the publish")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=1024)
@@ -231,6 +248,10 @@ def main() -> None:
                         help="skip the full-tensor path (gather + cut)")
     parser.add_argument("--via", choices=("shm", "grpc"), action="append",
                         help="the deliveries to time (default both; repeatable)")
+    parser.add_argument("--copied", action="store_true",
+                        help="read version 1 from the nodes' own copies, as after a trainer's "
+                             "publish at a step's end (copy ahead): trainers attach to every "
+                             "rank right after the publish, which copies each unit into it")
     parser.add_argument("--nodes", type=int, choices=(1, 2), default=2,
                         help="2: 2 summond x 2 ranks, half the bytes from the other node "
                              "(default); 1: 1 summond x 4 ranks, every byte local")
@@ -280,6 +301,8 @@ def main() -> None:
         print(f"# publish (every node records its live shards, copy on write): "
               f"{publish_s * 1e3:.1f} ms for {2 * params / 2**20:.0f} MiB "
               f"({2 * params / publish_s / 1e9:.2f} GB/s)")
+        if args.copied:
+            copy_units(daemons, run, args.nodes, len(layout["units"]))
         full_bytes = 2 * params
         print("#  TP  via   rank-slice(B)  peer-recv(B)  recv/slice  full-tensor recv(B)  "
               "pull-all(ms)  GB/s  memcpy(ms)  tcp(ms)  anchor(ms)  vs-memcpy  vs-tcp  "

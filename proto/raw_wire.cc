@@ -97,22 +97,32 @@ WritableSlice AllocateSlice(size_t size) {
 
 grpc::ByteBuffer WithBytesField(std::string head, int field_number,
                                 grpc::Slice data) {
-  // The field's key and length; its bytes follow in their own slice.
+  std::vector<grpc::Slice> pieces;
+  pieces.push_back(std::move(data));
+  return WithBytesField(std::move(head), field_number, std::move(pieces));
+}
+
+grpc::ByteBuffer WithBytesField(std::string head, int field_number,
+                                std::vector<grpc::Slice> data) {
+  size_t length = 0;
+  for (const grpc::Slice& piece : data) length += piece.size();
+  // The field's key and length; its bytes follow in their own slices.
   uint8_t key_and_length[16];
   uint8_t* end = google::protobuf::io::CodedOutputStream::WriteTagToArray(
       WireFormatLite::MakeTag(field_number,
                               WireFormatLite::WIRETYPE_LENGTH_DELIMITED),
       key_and_length);
-  end = google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(
-      data.size(), end);
+  end = google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(length,
+                                                                      end);
   head.append(reinterpret_cast<const char*>(key_and_length),
               static_cast<size_t>(end - key_and_length));
-  if (data.size() == 0) {
-    grpc::Slice only(head);
-    return grpc::ByteBuffer(&only, 1);
+  std::vector<grpc::Slice> slices;
+  slices.reserve(data.size() + 1);
+  slices.emplace_back(head);
+  for (grpc::Slice& piece : data) {
+    if (piece.size() > 0) slices.push_back(std::move(piece));
   }
-  grpc::Slice slices[2] = {grpc::Slice(head), std::move(data)};
-  return grpc::ByteBuffer(slices, 2);
+  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 absl::Status ScanFields(const std::vector<grpc::Slice>& slices,

@@ -46,6 +46,10 @@ WritableSlice AllocateSlice(size_t size);
 // field `field_number` holding `data`.
 grpc::ByteBuffer WithBytesField(std::string head, int field_number,
                                 grpc::Slice data);
+// The same with the field's bytes in several slices, in order (each one
+// copied or referenced as SliceOf made it).
+grpc::ByteBuffer WithBytesField(std::string head, int field_number,
+                                std::vector<grpc::Slice> data);
 
 // One field of a received message. A length-delimited field's bytes are
 // listed as views into the message's slices (a view may end anywhere).

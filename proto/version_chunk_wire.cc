@@ -13,6 +13,12 @@ grpc::ByteBuffer EncodeVersionChunk(grpc::Slice data) {
                         std::move(data));
 }
 
+grpc::ByteBuffer EncodeVersionChunk(std::vector<grpc::Slice> pieces) {
+  return WithBytesField(std::string(),
+                        v1::NodeReadVersionResponse::kDataFieldNumber,
+                        std::move(pieces));
+}
+
 absl::Status DecodeVersionChunk(const grpc::ByteBuffer& message,
                                 VersionChunkView* chunk) {
   chunk->data_bytes = 0;

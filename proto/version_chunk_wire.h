@@ -21,8 +21,11 @@
 
 namespace summon::wire {
 
-// One NodeReadVersionResponse holding `data` (see raw_wire's AllocateSlice).
+// One NodeReadVersionResponse holding `data` (see raw_wire's AllocateSlice),
+// or the concatenation of `pieces` (raw_wire's SliceOf: pinned ones are
+// sent from the caller's memory).
 grpc::ByteBuffer EncodeVersionChunk(grpc::Slice data);
+grpc::ByteBuffer EncodeVersionChunk(std::vector<grpc::Slice> pieces);
 
 // A received NodeReadVersionResponse: `data` lists its bytes in order as
 // views into `slices`, valid while this object lives.

@@ -62,6 +62,36 @@ TEST(VersionChunkWire, TheSenderFillsTheSliceGrpcSendsAndTheReceiverReadsIt) {
   EXPECT_EQ(chunk.data[0], bytes);
 }
 
+TEST(VersionChunkWire, PinnedAndFilledPiecesTravelAsOneDataField) {
+  auto kept = std::make_shared<std::string>(Pattern(40000));
+  const std::string middle = Pattern(300).substr(5);
+  WritableSlice filled = AllocateSlice(middle.size());
+  std::memcpy(filled.data, middle.data(), middle.size());
+  std::vector<grpc::Slice> pieces;
+  pieces.push_back(SliceOf(absl::string_view(*kept).substr(0, 20000), kept));
+  pieces.push_back(std::move(filled.slice));
+  pieces.push_back(grpc::Slice());  // Empty pieces are left out.
+  pieces.push_back(SliceOf(absl::string_view(*kept).substr(30000), kept));
+  VersionChunkView chunk;
+  {
+    grpc::ByteBuffer message = EncodeVersionChunk(std::move(pieces));
+    EXPECT_EQ(kept.use_count(), 3);  // Held by the message's two slices.
+    ASSERT_TRUE(DecodeVersionChunk(message, &chunk).ok());
+    v1::NodeReadVersionResponse parsed;
+    ASSERT_TRUE(parsed.ParseFromString(Flat(message)));
+    EXPECT_EQ(parsed.data(),
+              kept->substr(0, 20000) + middle + kept->substr(30000));
+  }
+  EXPECT_EQ(chunk.data_bytes, static_cast<int64_t>(30000 + middle.size()));
+  EXPECT_EQ(Joined(chunk),
+            kept->substr(0, 20000) + middle + kept->substr(30000));
+  // Sent from the kept memory itself, and held until the view goes.
+  EXPECT_EQ(chunk.data.front().data(), kept->data());
+  EXPECT_EQ(kept.use_count(), 3);
+  chunk = VersionChunkView();
+  EXPECT_EQ(kept.use_count(), 1);
+}
+
 TEST(VersionChunkWire, ATinyChunkIsFilledWhereItIsSent) {
   // Fewer bytes than a slice keeps inline (a bf16 piece of a few elements):
   // the filled memory must be the one that travels.

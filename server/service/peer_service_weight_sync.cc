@@ -2,6 +2,8 @@
 // leader's Publish) and pieces of it for a reader on another node.
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -20,6 +22,9 @@ namespace {
 // Publish may still be reaching this one.
 constexpr absl::Duration kVersionArrival = absl::Seconds(10);
 constexpr int64_t kPieceChunkBytes = int64_t{1} << 20;
+// Smaller pieces of a copied unit (a row of a column cut) are copied into
+// the chunk: a slice of their own costs more than copying them.
+constexpr int64_t kPinnedPieceMinBytes = int64_t{16} << 10;
 
 }  // namespace
 
@@ -100,8 +105,12 @@ grpc::Status PeerServiceImpl::StreamNodeReadVersion(
                        std::min(chunk_numel, piece.numel() - at), 0});
     }
   }
-  // Each chunk's pieces are read (and converted) straight into the slice
-  // gRPC sends: the only copy this side makes.
+  // A chunk's pieces go out from the version's own copies where it has
+  // them in the asked dtype (the snapshot, pinned by the message, keeps
+  // them unchanged until gRPC has sent it); the others are read (and
+  // converted) straight into a slice gRPC sends. Either way the bytes are
+  // copied at most once on this side.
+  const std::shared_ptr<const void> pin = *snapshot;
   size_t first = 0;
   while (first < pieces.size()) {
     size_t last = first;
@@ -111,18 +120,39 @@ grpc::Status PeerServiceImpl::StreamNodeReadVersion(
       ++last;
     } while (last < pieces.size() &&
              (numel + pieces[last].numel) * element <= kPieceChunkBytes);
-    std::vector<VersionPiece> batch(pieces.begin() + first,
-                                    pieces.begin() + last);
-    wire::WritableSlice data = wire::AllocateSlice(numel * element);
-    if (absl::Status read =
-            (*snapshot)->ReadPieces(batch, *dtype,
-                                    /*scatter=*/false, data.data);
-        !read.ok()) {
-      return ToGrpcStatus(read);
+    std::vector<grpc::Slice> data;
+    std::vector<VersionPiece> to_read;  // A run of pieces without a view.
+    auto read_run = [&]() -> absl::Status {
+      if (to_read.empty()) return absl::OkStatus();
+      int64_t run_numel = 0;
+      for (const VersionPiece& piece : to_read) run_numel += piece.numel;
+      wire::WritableSlice slice = wire::AllocateSlice(run_numel * element);
+      absl::Status read =
+          (*snapshot)->ReadPieces(to_read, *dtype,
+                                  /*scatter=*/false, slice.data);
+      data.push_back(std::move(slice.slice));
+      to_read.clear();
+      return read;
+    };
+    for (size_t i = first; i < last; ++i) {
+      absl::StatusOr<std::optional<absl::string_view>> view =
+          pieces[i].numel * element >= kPinnedPieceMinBytes
+              ? (*snapshot)->CopiedBytes(pieces[i], *dtype)
+              : std::optional<absl::string_view>();
+      if (!view.ok()) return ToGrpcStatus(view.status());
+      if (!view->has_value()) {
+        to_read.push_back(pieces[i]);
+        continue;
+      }
+      if (absl::Status read = read_run(); !read.ok()) {
+        return ToGrpcStatus(read);
+      }
+      data.push_back(wire::SliceOf(**view, pin));
     }
+    if (absl::Status read = read_run(); !read.ok()) return ToGrpcStatus(read);
     versions_->counters().peer_bytes_sent += numel * element;
     if (context->IsCancelled() ||
-        !stream->Write(wire::EncodeVersionChunk(std::move(data.slice)))) {
+        !stream->Write(wire::EncodeVersionChunk(std::move(data)))) {
       return grpc::Status::CANCELLED;
     }
     first = last;

@@ -51,7 +51,8 @@ VersionSnapshot::VersionSnapshot(std::string model, int64_t version,
       generations_([&] {
         std::vector<uint64_t> generations;
         for (size_t unit = 0; unit < entry->spec.units.size(); ++unit) {
-          generations.push_back(entry->store->Generation(static_cast<int>(unit)));
+          generations.push_back(
+              entry->store->Generation(static_cast<int>(unit)));
         }
         return generations;
       }()),
@@ -161,6 +162,38 @@ absl::Status VersionSnapshot::ReadPieces(
   return ReadPiecesLocked(pieces, dtype, scatter, out);
 }
 
+absl::Status VersionSnapshot::CheckHeld(const VersionPiece& piece) const {
+  if (std::find(ranks_.begin(), ranks_.end(), piece.rank) == ranks_.end() ||
+      piece.unit < 0 || piece.unit >= static_cast<int>(spec_.units.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "version ", version_, " of model '", model_, "' has no unit #",
+        piece.unit, " of rank ", piece.rank, " on this node"));
+  }
+  const core::FlatParamLayout& layout = spec_.units[piece.unit].layout;
+  if (piece.shard_element < 0 || piece.numel < 0 ||
+      piece.shard_element > layout.chunk_numel() - piece.numel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("elements [", piece.shard_element, ", +", piece.numel,
+                     ") lie outside unit #", piece.unit, "'s shard (",
+                     layout.chunk_numel(), " elements)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<absl::string_view>> VersionSnapshot::CopiedBytes(
+    const VersionPiece& piece, core::DType dtype) const {
+  if (absl::Status held = CheckHeld(piece); !held.ok()) return held;
+  const core::FlatParamLayout& layout = spec_.units[piece.unit].layout;
+  if (layout.dtype() != dtype) return std::nullopt;
+  absl::ReaderMutexLock lock(&mu_);
+  auto copy = copies_.find({piece.rank, piece.unit});
+  if (copy == copies_.end()) return std::nullopt;
+  const size_t size = core::ElementSize(dtype);
+  return absl::string_view(reinterpret_cast<const char*>(copy->second.data()) +
+                               piece.shard_element * size,
+                           piece.numel * size);
+}
+
 absl::Status VersionSnapshot::ReadPiecesLocked(
     const std::vector<VersionPiece>& pieces, core::DType dtype, bool scatter,
     uint8_t* out) const {
@@ -175,22 +208,8 @@ absl::Status VersionSnapshot::ReadPiecesLocked(
   const uint8_t* run_base = nullptr;  // The unit's host bytes.
   int64_t at = 0;
   for (const VersionPiece& piece : pieces) {
-    if (std::find(ranks_.begin(), ranks_.end(), piece.rank) == ranks_.end() ||
-        piece.unit < 0 ||
-        piece.unit >= static_cast<int>(spec_.units.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("version ", version_, " of model '", model_,
-                       "' has no unit #", piece.unit, " of rank ", piece.rank,
-                       " on this node"));
-    }
+    if (absl::Status held = CheckHeld(piece); !held.ok()) return held;
     const core::FlatParamLayout& layout = spec_.units[piece.unit].layout;
-    if (piece.shard_element < 0 || piece.numel < 0 ||
-        piece.shard_element > layout.chunk_numel() - piece.numel) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "elements [", piece.shard_element, ", +", piece.numel,
-          ") lie outside unit #", piece.unit, "'s shard (",
-          layout.chunk_numel(), " elements)"));
-    }
     const size_t in_size = core::ElementSize(layout.dtype());
     const uint8_t* from = nullptr;
     if (piece.rank == run_rank && piece.unit == run_unit) {
@@ -207,16 +226,15 @@ absl::Status VersionSnapshot::ReadPiecesLocked(
             "version ", version_, " of model '", model_, "' cannot be read: ",
             cut_off_.empty() ? "the model was deleted" : cut_off_));
       }
-      if (entry->store->Generation(piece.unit) !=
-          generations_[piece.unit]) {
-        return absl::AbortedError(absl::StrCat(
-            "unit #", piece.unit, " of model '", model_,
-            "' changed after version ", version_,
-            " without its copy; refusing a mix"));
+      if (entry->store->Generation(piece.unit) != generations_[piece.unit]) {
+        return absl::AbortedError(
+            absl::StrCat("unit #", piece.unit, " of model '", model_,
+                         "' changed after version ", version_,
+                         " without its copy; refusing a mix"));
       }
       // Host shards in place; device ones through a bounce buffer.
-      if (const uint8_t* shard = entry->store->ParamShard(piece.rank,
-                                                          piece.unit);
+      if (const uint8_t* shard =
+              entry->store->ParamShard(piece.rank, piece.unit);
           shard != nullptr) {
         run_rank = piece.rank;
         run_unit = piece.unit;
@@ -425,31 +443,29 @@ absl::StatusOr<std::shared_ptr<const VersionSnapshot>> VersionStore::Acquire(
   absl::MutexLock lock(&mu_);
   auto it = models_.find(model);
   if (it == models_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "version ", version, " of model '", model,
-        "' was never published (no version of it is)"));
+    return absl::NotFoundError(
+        absl::StrCat("version ", version, " of model '", model,
+                     "' was never published (no version of it is)"));
   }
   const ModelVersions& versions = it->second;
   if (versions.entry.expired()) {
     return absl::NotFoundError(absl::StrCat(
-        "model '", model, "' was deleted with its versions (asked for ", version,
-        ")"));
+        "model '", model, "' was deleted with its versions (asked for ",
+        version, ")"));
   }
   if (auto kept = versions.kept.find(version); kept != versions.kept.end()) {
     return kept->second;
   }
   if (auto undone = versions.rolled_back.find(version);
       undone != versions.rolled_back.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("version ", version, " of model '", model,
-                     "' was rolled back: ", undone->second, " (",
-                     KeptText(versions), ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "version ", version, " of model '", model,
+        "' was rolled back: ", undone->second, " (", KeptText(versions), ")"));
   }
   if (versions.released.count(version) > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "version ", version, " of model '", model,
-        "' was released (at most ", max_versions_, " are kept; ",
-        KeptText(versions), ")"));
+        "version ", version, " of model '", model, "' was released (at most ",
+        max_versions_, " are kept; ", KeptText(versions), ")"));
   }
   return absl::NotFoundError(absl::StrCat("version ", version, " of model '",
                                           model, "' was never published (",

@@ -23,6 +23,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -31,6 +32,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/model_spec.h"
@@ -43,14 +45,14 @@ namespace summon::server {
 // Counters of a node's versions, shared with its snapshots (which outlive
 // their place in the store while read).
 struct VersionCounters {
-  std::atomic<int64_t> bytes{0};         // Copies held now, read or kept.
+  std::atomic<int64_t> bytes{0};  // Copies held now, read or kept.
   // Units copied before a write or ahead of it: at most one per unit per
   // version.
   std::atomic<int64_t> unit_copies{0};
   // Rank units copied by the background thread (copy_ahead), not on a
   // writer's path.
   std::atomic<int64_t> copied_ahead{0};
-  std::atomic<int64_t> versions{0};      // Published here.
+  std::atomic<int64_t> versions{0};             // Published here.
   std::atomic<int64_t> peer_bytes_sent{0};      // To readers on other nodes.
   std::atomic<int64_t> peer_bytes_received{0};  // By readers here.
   std::atomic<int64_t> reads{0};                // ReadSlices answered here.
@@ -94,8 +96,15 @@ class VersionSnapshot {
   // ABORTED for a live unit whose generation moved without its copy (a
   // writer that did not announce itself: refused, never a mix).
   absl::Status ReadPieces(const std::vector<VersionPiece>& pieces,
-                          core::DType dtype, bool scatter,
-                          uint8_t* out) const;
+                          core::DType dtype, bool scatter, uint8_t* out) const;
+  // `piece`'s bytes in this version's own copy of its unit, when there is
+  // one and it is kept in `dtype`; nullopt otherwise (a live unit, a
+  // conversion). A copy is only ever added and is freed with the snapshot,
+  // so the bytes stay as they are while the caller holds this snapshot: a
+  // sender may reference them instead of copying. ReadPieces' refusals for
+  // a piece not held here.
+  absl::StatusOr<std::optional<absl::string_view>> CopiedBytes(
+      const VersionPiece& piece, core::DType dtype) const;
 
  private:
   friend class VersionStore;
@@ -112,6 +121,8 @@ class VersionSnapshot {
   // Copies (rank, unit) into copies_; `shards_mu` and mu_ held.
   absl::Status CopyUnitLocked(ModelEntry& entry, int rank, int unit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // INVALID_ARGUMENT naming a rank, unit or range not held here.
+  absl::Status CheckHeld(const VersionPiece& piece) const;
   absl::Status ReadPiecesLocked(const std::vector<VersionPiece>& pieces,
                                 core::DType dtype, bool scatter,
                                 uint8_t* out) const
@@ -191,8 +202,8 @@ class VersionStore {
     std::map<int64_t, std::shared_ptr<const VersionSnapshot>> kept;
     // Every version not yet destroyed (kept, or released and still read).
     std::vector<std::weak_ptr<VersionSnapshot>> alive;
-    int64_t newest = -1;           // Newest published, kept or not.
-    std::set<int64_t> released;    // Published, then dropped.
+    int64_t newest = -1;         // Newest published, kept or not.
+    std::set<int64_t> released;  // Published, then dropped.
     std::map<int64_t, std::string> rolled_back;  // Why, by version.
   };
   // "kept: 3, 4" or "none kept".

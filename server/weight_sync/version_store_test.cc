@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "gtest/gtest.h"
 #include "server/testing/session_manager_fixture.h"
@@ -136,6 +137,62 @@ TEST_F(VersionStoreTest, AChangeNobodyAnnouncedIsRefusedNotMixed) {
   // Units whose generation did not move still read.
   EXPECT_EQ(ReadVersion(1, "layers.0.w", {{0, 5}, {0, 5}}).value_or(std::vector<float>{}),
             Seeded("layers.0.w", 25));
+}
+
+TEST_F(VersionStoreTest, ACopiedUnitIsViewedInPlaceAndKeepsItsBytes) {
+  StartSync();
+  ASSERT_TRUE(sync_->Publish("m", 1).ok());
+  absl::StatusOr<std::shared_ptr<const VersionSnapshot>> snapshot =
+      store_->Acquire("m", 1);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  const int64_t numel = UnitBytes(2) / 4;
+  std::vector<float> published(numel);
+  ASSERT_TRUE(model_->store
+                  ->ReadShard(0, 2, /*grads=*/false, 0, published.data(),
+                              UnitBytes(2))
+                  .ok());
+  const VersionPiece tail{0, 2, 3, numel - 3, 0};
+  // Live: no view (the trainer may still write it).
+  absl::StatusOr<std::optional<absl::string_view>> view =
+      (*snapshot)->CopiedBytes(tail, core::DType::kFloat32);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_FALSE(view->has_value());
+
+  for (auto phase :
+       {core::TrainingPhase::kForward, core::TrainingPhase::kBetween,
+        core::TrainingPhase::kBackward, core::TrainingPhase::kOptimizer}) {
+    ASSERT_TRUE(sessions_->ReportPhase("m", 0, phase, 1, std::nullopt).ok());
+  }
+  view = (*snapshot)->CopiedBytes(tail, core::DType::kFloat32);
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_TRUE(view->has_value());
+  const absl::string_view bytes = **view;
+  ASSERT_EQ(bytes.size(), static_cast<size_t>((numel - 3) * 4));
+  // The trainer's write reaches the live shard, not the viewed copy.
+  const std::vector<float> stepped(numel, 42.0f);
+  ASSERT_TRUE(model_->store
+                  ->WriteShard(0, 2, /*grads=*/false, 0, stepped.data(),
+                               UnitBytes(2))
+                  .ok());
+  std::vector<float> seen(numel - 3);
+  std::memcpy(seen.data(), bytes.data(), bytes.size());
+  EXPECT_EQ(seen, std::vector<float>(published.begin() + 3, published.end()));
+
+  // A conversion has no view; a piece not held here is refused.
+  view = (*snapshot)->CopiedBytes(tail, core::DType::kBFloat16);
+  ASSERT_TRUE(view.ok());
+  EXPECT_FALSE(view->has_value());
+  view = (*snapshot)->CopiedBytes(VersionPiece{0, 2, 4, numel - 3, 0},
+                                  core::DType::kFloat32);
+  EXPECT_EQ(view.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(view.status().message(),
+            absl::StrCat("elements [4, +", numel - 3,
+                         ") lie outside unit #2's shard (", numel,
+                         " elements)"));
+  view = (*snapshot)->CopiedBytes(VersionPiece{7, 2, 0, 1, 0},
+                                  core::DType::kFloat32);
+  EXPECT_EQ(view.status().message(),
+            "version 1 of model 'm' has no unit #2 of rank 7 on this node");
 }
 
 // Every rank of one step, up to OPTIMIZER (the fixture's 2 ranks).

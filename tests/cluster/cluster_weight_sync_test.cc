@@ -389,6 +389,60 @@ TYPED_TEST(ClusterWeightSyncTest, AVersionStaysExactWhileTheTrainersStep) {
   ASSERT_TRUE(this->node(0).DeleteModel(name).ok());
 }
 
+// A unit large enough that each rank's piece of it (32 KiB) leaves the
+// node holding it straight from the version's own copy, referenced rather
+// than copied (peer_service_weight_sync.cc: pieces of 16 KiB or more).
+constexpr char kLargeLayout[] = R"({"kind": "fsdp2", "strategy": "FULL_SHARD",
+  "units": [{"fqn": "big", "params": [
+    {"fqn": "big.w", "shape": [256, 128], "dtype": "float32"}]}]})";
+
+// The version's copies after the trainers stepped (copied before their
+// writes) read exactly through every node, whole and as a row band, in the
+// stored dtype (referenced) and in bf16 (converted).
+TYPED_TEST(ClusterWeightSyncTest, CopiedUnitsReadExactlyThroughEveryNode) {
+  const std::string name = "sync-large";
+  const v1::Model model = CreateSeeded(this->node(0), name, kLargeLayout,
+                                       v1::SHARDING_STRATEGY_FULL_SHARD);
+  const std::vector<float> seeded =
+      BytesToFloats(SeededModel(model).at("big.w"));
+  std::vector<NodeTrainer> trainers = this->AttachTrainers(name);
+  ASSERT_TRUE(this->node(0).Publish(name, 1).ok());
+  for (const NodeTrainer& trainer : trainers) {
+    trainer.Walk(name,
+                 {v1::TRAINING_PHASE_FORWARD, v1::TRAINING_PHASE_BETWEEN,
+                  v1::TRAINING_PHASE_BACKWARD, v1::TRAINING_PHASE_OPTIMIZER},
+                 1);
+    NegateEveryShard(trainer, name);
+    trainer.Walk(name, {v1::TRAINING_PHASE_IDLE}, 1);
+  }
+  const std::vector<Box> boxes = {
+      {"big.w", {256, 128}, 0, {{0, 256}, {0, 128}}},
+      {"big.w", {256, 128}, 0, {{37, 150}, {0, 128}}}};
+  for (int reader = 0; reader < this->nodes(); ++reader) {
+    SCOPED_TRACE(absl::StrCat("read via node ", reader));
+    absl::StatusOr<client::SlicesData> read =
+        this->node(reader).ReadSlices(Request(name, 1, boxes));
+    ASSERT_TRUE(read.ok()) << read.status();
+    int64_t remote = 0;
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      EXPECT_EQ(Floats(*read, static_cast<int>(i)),
+                Cut(boxes[i], seeded, this->world(), TypeParam::kLocalRanks,
+                    reader, &remote))
+          << "entry " << i;
+    }
+    EXPECT_EQ(read->stats.peer_bytes(), remote);
+    // Converted on the node that holds them: bf16 of the seeded values.
+    absl::StatusOr<client::SlicesData> bf16 = this->node(reader).ReadSlices(
+        Request(name, 1, {boxes[1]}, v1::DTYPE_BFLOAT16));
+    ASSERT_TRUE(bf16.ok()) << bf16.status();
+    EXPECT_TRUE(bf16->packed ==
+                SeededBytes("big.w", 256 * 128, v1::DTYPE_BFLOAT16)
+                    .substr(37 * 128 * 2, 150 * 128 * 2));
+  }
+  this->Detach(trainers);
+  ASSERT_TRUE(this->node(0).DeleteModel(name).ok());
+}
+
 // The end of step `step` for every rank of `trainer`, each report asking
 // to publish it (ReportPhaseRequest.publish_step): the versions the
 // reports say they published.
