@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "proto/wire_test_buffers.h"
 
 namespace summon::wire {
 namespace {
@@ -16,33 +17,6 @@ v1::TensorInfo Info() {
   info.add_shape(5);
   info.set_numel(15);
   return info;
-}
-
-std::string Joined(const ReadChunkView& chunk) {
-  std::string all;
-  for (absl::string_view piece : chunk.data) {
-    all.append(piece.data(), piece.size());
-  }
-  return all;
-}
-
-std::string Flat(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string all;
-  for (const grpc::Slice& slice : slices) {
-    all.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  return all;
-}
-
-// The same bytes cut into slices of `size` (the way frames arrive).
-grpc::ByteBuffer Sliced(const std::string& bytes, size_t size) {
-  std::vector<grpc::Slice> slices;
-  for (size_t at = 0; at < bytes.size(); at += size) {
-    slices.emplace_back(bytes.data() + at, std::min(size, bytes.size() - at));
-  }
-  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 TEST(ReadChunkWire, PinnedDataIsSentFromTheCallersMemoryAndReleasedAfter) {
@@ -79,7 +53,7 @@ TEST(ReadChunkWire, UnpinnedDataIsCopiedOnce) {
   ASSERT_TRUE(DecodeReadChunk(message, &chunk).ok());
   EXPECT_FALSE(chunk.has_info);
   EXPECT_EQ(chunk.element_offset, 7);
-  EXPECT_EQ(Joined(chunk), "abcdefgh");
+  EXPECT_EQ(Joined(chunk.data), "abcdefgh");
 }
 
 TEST(ReadChunkWire, EncodedMessageIsAnOrdinaryReadTensorResponse) {
@@ -114,7 +88,7 @@ TEST(ReadChunkWire, DecodesProtobufsOwnEncodingCutAtAnyByte) {
     EXPECT_EQ(chunk.info.fqn(), "layers.0.w");
     EXPECT_EQ(chunk.element_offset, 300) << size;
     EXPECT_EQ(chunk.data_bytes, 4096);
-    EXPECT_EQ(Joined(chunk), data) << size;
+    EXPECT_EQ(Joined(chunk.data), data) << size;
     // gRPC may merge tiny slices, but data cut smaller than itself comes
     // in several pieces.
     if (size < 4096) {
@@ -143,7 +117,7 @@ TEST(ReadChunkWire, MergesRepeatedFieldsAndSkipsUnknownOnes) {
   EXPECT_EQ(chunk.info.fqn(), "a");
   EXPECT_EQ(chunk.info.numel(), 9);
   EXPECT_EQ(chunk.element_offset, 5);
-  EXPECT_EQ(Joined(chunk), "new!");
+  EXPECT_EQ(Joined(chunk.data), "new!");
   EXPECT_EQ(chunk.data_bytes, 4);
 }
 

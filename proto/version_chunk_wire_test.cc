@@ -8,36 +8,10 @@
 
 #include "gtest/gtest.h"
 #include "proto/raw_wire.h"
+#include "proto/wire_test_buffers.h"
 
 namespace summon::wire {
 namespace {
-
-std::string Flat(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string all;
-  for (const grpc::Slice& slice : slices) {
-    all.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  return all;
-}
-
-// The same bytes cut into slices of `size` (the way frames arrive).
-grpc::ByteBuffer Sliced(const std::string& bytes, size_t size) {
-  std::vector<grpc::Slice> slices;
-  for (size_t at = 0; at < bytes.size(); at += size) {
-    slices.emplace_back(bytes.data() + at, std::min(size, bytes.size() - at));
-  }
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
-
-std::string Joined(const VersionChunkView& chunk) {
-  std::string all;
-  for (absl::string_view piece : chunk.data) {
-    all.append(piece.data(), piece.size());
-  }
-  return all;
-}
 
 // Every byte value, twice over: a chunk of a bf16 version as it would be.
 std::string Pattern(size_t size) {
@@ -83,7 +57,7 @@ TEST(VersionChunkWire, PinnedAndFilledPiecesTravelAsOneDataField) {
               kept->substr(0, 20000) + middle + kept->substr(30000));
   }
   EXPECT_EQ(chunk.data_bytes, static_cast<int64_t>(30000 + middle.size()));
-  EXPECT_EQ(Joined(chunk),
+  EXPECT_EQ(Joined(chunk.data),
             kept->substr(0, 20000) + middle + kept->substr(30000));
   // Sent from the kept memory itself, and held until the view goes.
   EXPECT_EQ(chunk.data.front().data(), kept->data());
@@ -103,7 +77,7 @@ TEST(VersionChunkWire, ATinyChunkIsFilledWhereItIsSent) {
     grpc::ByteBuffer message = EncodeVersionChunk(std::move(moved.slice));
     VersionChunkView chunk;
     ASSERT_TRUE(DecodeVersionChunk(message, &chunk).ok()) << size;
-    EXPECT_EQ(Joined(chunk), bytes) << size;
+    EXPECT_EQ(Joined(chunk.data), bytes) << size;
   }
 }
 
@@ -125,7 +99,7 @@ TEST(VersionChunkWire, DecodesProtobufsOwnEncodingCutAtAnyByte) {
     VersionChunkView chunk;
     ASSERT_TRUE(DecodeVersionChunk(Sliced(wire, size), &chunk).ok()) << size;
     EXPECT_EQ(chunk.data_bytes, 4096) << size;
-    EXPECT_EQ(Joined(chunk), message.data()) << size;
+    EXPECT_EQ(Joined(chunk.data), message.data()) << size;
   }
 }
 
@@ -145,7 +119,7 @@ TEST(VersionChunkWire, KeepsTheLastDataAndSkipsUnknownFields) {
                                         3),
                                  &chunk)
                   .ok());
-  EXPECT_EQ(Joined(chunk), "new");
+  EXPECT_EQ(Joined(chunk.data), "new");
   EXPECT_EQ(chunk.data_bytes, 3);
   // A varint under the data field's number is not data.
   ASSERT_TRUE(

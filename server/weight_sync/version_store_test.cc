@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "gtest/gtest.h"
+#include "server/testing/loopback_version_nodes.h"
 #include "server/testing/session_manager_fixture.h"
 #include "server/weight_sync/version_nodes.h"
 #include "server/weight_sync/weight_sync.h"
@@ -51,8 +52,9 @@ class VersionStoreTest : public SessionManagerTest {
   absl::StatusOr<std::vector<float>> ReadVersion(int64_t version,
                                                  const std::string& fqn,
                                                  Box box) {
-    absl::StatusOr<PlannedRead> read = sync_->Plan(
-        "m", version, {SliceRequest{fqn, std::move(box), core::DType::kFloat32}});
+    absl::StatusOr<PlannedRead> read =
+        sync_->Plan("m", version,
+                    {SliceRequest{fqn, std::move(box), core::DType::kFloat32}});
     if (!read.ok()) return read.status();
     std::vector<float> values(read->entries[0].numel);
     int64_t peer_bytes = 0;
@@ -78,9 +80,11 @@ TEST_F(VersionStoreTest, UnchangedUnitsReadLiveAChangedOneFromItsCopy) {
   // Nothing copied at publish, nor by reading while nothing changes.
   EXPECT_EQ(counters.unit_copies.load(), 0);
   EXPECT_EQ(counters.bytes.load(), 0);
-  EXPECT_EQ(ReadVersion(1, "layers.0.w", {{0, 5}, {0, 5}}).value_or(std::vector<float>{}),
+  EXPECT_EQ(ReadVersion(1, "layers.0.w", {{0, 5}, {0, 5}})
+                .value_or(std::vector<float>{}),
             Seeded("layers.0.w", 25));
-  EXPECT_EQ(ReadVersion(1, "layers.1.w", {{0, 7}, {0, 5}}).value_or(std::vector<float>{}),
+  EXPECT_EQ(ReadVersion(1, "layers.1.w", {{0, 7}, {0, 5}})
+                .value_or(std::vector<float>{}),
             Seeded("layers.1.w", 35));
   EXPECT_EQ(counters.unit_copies.load(), 0);
 
@@ -91,17 +95,21 @@ TEST_F(VersionStoreTest, UnchangedUnitsReadLiveAChangedOneFromItsCopy) {
   ASSERT_TRUE(sessions_->Close(info.id, false, false, "alice").ok());
   EXPECT_EQ(counters.unit_copies.load(), 1);
   EXPECT_EQ(counters.bytes.load(), 2 * UnitBytes(1));
-  EXPECT_EQ(ReadVersion(1, "layers.0.w", {{0, 5}, {0, 5}}).value_or(std::vector<float>{}),
+  EXPECT_EQ(ReadVersion(1, "layers.0.w", {{0, 5}, {0, 5}})
+                .value_or(std::vector<float>{}),
             Seeded("layers.0.w", 25));
   const std::vector<float> bias = Seeded("layers.0.b", 5);
-  EXPECT_EQ(ReadVersion(1, "layers.0.b", {{1, 3}}).value_or(std::vector<float>{}),
-            std::vector<float>(bias.begin() + 1, bias.begin() + 4));
-  EXPECT_EQ(ReadVersion(1, "layers.1.w", {{0, 7}, {0, 5}}).value_or(std::vector<float>{}),
+  EXPECT_EQ(
+      ReadVersion(1, "layers.0.b", {{1, 3}}).value_or(std::vector<float>{}),
+      std::vector<float>(bias.begin() + 1, bias.begin() + 4));
+  EXPECT_EQ(ReadVersion(1, "layers.1.w", {{0, 7}, {0, 5}})
+                .value_or(std::vector<float>{}),
             Seeded("layers.1.w", 35));
 
   // Version 2 sees the edit, live; version 1 still its copy.
   ASSERT_TRUE(sync_->Publish("m", 2).ok());
-  EXPECT_EQ(ReadVersion(2, "layers.0.w", {{0, 5}, {0, 5}}).value_or(std::vector<float>{}),
+  EXPECT_EQ(ReadVersion(2, "layers.0.w", {{0, 5}, {0, 5}})
+                .value_or(std::vector<float>{}),
             Doubled(Seeded("layers.0.w", 25)));
   EXPECT_EQ(counters.unit_copies.load(), 1);
 }
@@ -119,11 +127,12 @@ TEST_F(VersionStoreTest, AnOptimizerStepCopiesEveryUnitBeforeTheTrainerWrites) {
   EXPECT_EQ(store_->counters().unit_copies.load(), 3);
   // The trainer writes its new values into rank 0's shard of layers.1.
   const std::vector<float> stepped(UnitBytes(2) / 4, 42.0f);
-  ASSERT_TRUE(model_->store
-                  ->WriteShard(0, 2, /*grads=*/false, 0, stepped.data(),
-                               UnitBytes(2))
-                  .ok());
-  EXPECT_EQ(ReadVersion(1, "layers.1.w", {{0, 7}, {0, 5}}).value_or(std::vector<float>{}),
+  ASSERT_TRUE(
+      model_->store
+          ->WriteShard(0, 2, /*grads=*/false, 0, stepped.data(), UnitBytes(2))
+          .ok());
+  EXPECT_EQ(ReadVersion(1, "layers.1.w", {{0, 7}, {0, 5}})
+                .value_or(std::vector<float>{}),
             Seeded("layers.1.w", 35));
 }
 
@@ -135,7 +144,8 @@ TEST_F(VersionStoreTest, AChangeNobodyAnnouncedIsRefusedNotMixed) {
       ReadVersion(1, "layers.1.w", {{0, 7}, {0, 5}});
   EXPECT_EQ(read.status().code(), absl::StatusCode::kAborted) << read.status();
   // Units whose generation did not move still read.
-  EXPECT_EQ(ReadVersion(1, "layers.0.w", {{0, 5}, {0, 5}}).value_or(std::vector<float>{}),
+  EXPECT_EQ(ReadVersion(1, "layers.0.w", {{0, 5}, {0, 5}})
+                .value_or(std::vector<float>{}),
             Seeded("layers.0.w", 25));
 }
 
@@ -147,10 +157,10 @@ TEST_F(VersionStoreTest, ACopiedUnitIsViewedInPlaceAndKeepsItsBytes) {
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   const int64_t numel = UnitBytes(2) / 4;
   std::vector<float> published(numel);
-  ASSERT_TRUE(model_->store
-                  ->ReadShard(0, 2, /*grads=*/false, 0, published.data(),
-                              UnitBytes(2))
-                  .ok());
+  ASSERT_TRUE(
+      model_->store
+          ->ReadShard(0, 2, /*grads=*/false, 0, published.data(), UnitBytes(2))
+          .ok());
   const VersionPiece tail{0, 2, 3, numel - 3, 0};
   // Live: no view (the trainer may still write it).
   absl::StatusOr<std::optional<absl::string_view>> view =
@@ -170,10 +180,10 @@ TEST_F(VersionStoreTest, ACopiedUnitIsViewedInPlaceAndKeepsItsBytes) {
   ASSERT_EQ(bytes.size(), static_cast<size_t>((numel - 3) * 4));
   // The trainer's write reaches the live shard, not the viewed copy.
   const std::vector<float> stepped(numel, 42.0f);
-  ASSERT_TRUE(model_->store
-                  ->WriteShard(0, 2, /*grads=*/false, 0, stepped.data(),
-                               UnitBytes(2))
-                  .ok());
+  ASSERT_TRUE(
+      model_->store
+          ->WriteShard(0, 2, /*grads=*/false, 0, stepped.data(), UnitBytes(2))
+          .ok());
   std::vector<float> seen(numel - 3);
   std::memcpy(seen.data(), bytes.data(), bytes.size());
   EXPECT_EQ(seen, std::vector<float>(published.begin() + 3, published.end()));
@@ -185,10 +195,10 @@ TEST_F(VersionStoreTest, ACopiedUnitIsViewedInPlaceAndKeepsItsBytes) {
   view = (*snapshot)->CopiedBytes(VersionPiece{0, 2, 4, numel - 3, 0},
                                   core::DType::kFloat32);
   EXPECT_EQ(view.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(view.status().message(),
-            absl::StrCat("elements [4, +", numel - 3,
-                         ") lie outside unit #2's shard (", numel,
-                         " elements)"));
+  EXPECT_EQ(
+      view.status().message(),
+      absl::StrCat("elements [4, +", numel - 3,
+                   ") lie outside unit #2's shard (", numel, " elements)"));
   view = (*snapshot)->CopiedBytes(VersionPiece{7, 2, 0, 1, 0},
                                   core::DType::kFloat32);
   EXPECT_EQ(view.status().message(),
@@ -357,6 +367,80 @@ TEST_F(VersionStoreTest, CopiersSharingARunFillEveryEntryExactly) {
     }
   }
   EXPECT_EQ(w, expected_w);
+}
+
+// A reader on node 1 of a model whose ranks are all on node 0 (the
+// fixture's): every piece is fetched. Small entries share fetches, one
+// dtype a fetch, cut at fetch_batch_bytes; the bytes are exactly the local
+// read's.
+TEST_F(VersionStoreTest, FetchesCarryManyEntriesOfOneDtype) {
+  Start(2, core::Strategy::kFullShard);
+  store_ = std::make_unique<VersionStore>(registry_.get(), 2);
+  LoopbackVersionNodes loopback(store_.get());
+  WeightSync::Options options;
+  options.node = 1;
+  for (int64_t batch_bytes : {int64_t{8} << 20, int64_t{64}}) {
+    SCOPED_TRACE(absl::StrCat("batches of ", batch_bytes, " bytes"));
+    options.fetch_batch_bytes = batch_bytes;
+    WeightSync remote(registry_.get(), sessions_.get(), store_.get(), &loopback,
+                      options);
+    const int64_t version = batch_bytes > 1000 ? 1 : 2;
+    ASSERT_TRUE(remote.Publish("m", version).ok());
+    absl::StatusOr<PlannedRead> read = remote.Plan(
+        "m", version,
+        {SliceRequest{"embed.w", {{0, 10}, {0, 4}}, core::DType::kFloat32},
+         SliceRequest{"layers.0.b", {{1, 3}}, core::DType::kFloat32},
+         SliceRequest{"layers.1.w", {{2, 5}, {1, 3}}, core::DType::kFloat64},
+         SliceRequest{"layers.0.b", {{0, 5}}, core::DType::kFloat32}});
+    ASSERT_TRUE(read.ok()) << read.status();
+    std::vector<uint8_t> packed(read->total_bytes, 0xAB);
+    int64_t peer_bytes = 0;
+    const size_t calls_before = loopback.calls().size();
+    ASSERT_TRUE(remote.FillAll(*read, packed.data(), &peer_bytes).ok());
+    EXPECT_EQ(peer_bytes, 160 + 12 + 120 + 20);
+    const std::vector<LoopbackVersionNodes::Call> calls = loopback.calls();
+    int64_t fp32_calls = 0;
+    int64_t fp64_calls = 0;
+    for (size_t c = calls_before; c < calls.size(); ++c) {
+      EXPECT_EQ(calls[c].node, 0);
+      int64_t bytes = 0;
+      for (const VersionPiece& piece : calls[c].pieces) {
+        bytes += piece.numel * core::ElementSize(calls[c].dtype);
+      }
+      EXPECT_LE(bytes, batch_bytes);
+      (calls[c].dtype == core::DType::kFloat64 ? fp64_calls : fp32_calls)++;
+    }
+    if (batch_bytes > 1000) {
+      // Three float32 entries in one fetch, the float64 one in another.
+      EXPECT_EQ(fp32_calls, 1);
+      EXPECT_EQ(fp64_calls, 1);
+    } else {
+      EXPECT_EQ(fp32_calls, (160 + 12 + 20 + 63) / 64);
+      EXPECT_EQ(fp64_calls, (120 + 63) / 64);
+    }
+    ASSERT_EQ(read->offsets, (std::vector<int64_t>{0, 160, 176, 304}));
+    std::vector<float> embed(40);
+    std::memcpy(embed.data(), packed.data(), 160);
+    EXPECT_EQ(embed, Seeded("embed.w", 40));
+    const std::vector<float> seeded_bias = Seeded("layers.0.b", 5);
+    std::vector<float> bias(3);
+    std::memcpy(bias.data(), packed.data() + 160, 12);
+    EXPECT_EQ(bias, std::vector<float>(seeded_bias.begin() + 1,
+                                       seeded_bias.begin() + 4));
+    EXPECT_EQ(std::vector<uint8_t>(packed.begin() + 172, packed.begin() + 176),
+              std::vector<uint8_t>(4, 0));  // The gap.
+    std::vector<double> w(15);
+    std::memcpy(w.data(), packed.data() + 176, 120);
+    const std::vector<float> seeded_w = Seeded("layers.1.w", 35);
+    for (int row = 2; row < 7; ++row) {
+      for (int col = 1; col < 4; ++col) {
+        EXPECT_EQ(w[(row - 2) * 3 + col - 1], seeded_w[row * 5 + col]);
+      }
+    }
+    std::vector<float> whole_bias(5);
+    std::memcpy(whole_bias.data(), packed.data() + 304, 20);
+    EXPECT_EQ(whole_bias, seeded_bias);
+  }
 }
 
 }  // namespace

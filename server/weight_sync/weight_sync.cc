@@ -78,43 +78,63 @@ absl::StatusOr<PlannedRead> WeightSync::Plan(
 
 namespace {
 
-// One batch of one entry's pieces on another node: one remote fetch.
+// One batch of pieces on another node, of one or more entries of one
+// dtype, their dest elements counted from the start of the range being
+// filled: one remote fetch. `entry`: its first piece's, for errors.
 struct Fetch {
   int entry = 0;
   int node = 0;
+  core::DType dtype = core::DType::kFloat32;
   std::vector<VersionPiece> pieces;
   int64_t bytes = 0;
 };
 
 }  // namespace
 
-absl::Status WeightSync::FillRange(const PlannedRead& read, int first,
-                                   int last, uint8_t* out,
-                                   int64_t* peer_bytes) {
+absl::Status WeightSync::FillRange(const PlannedRead& read, int first, int last,
+                                   uint8_t* out, int64_t* peer_bytes) {
   if (first >= last) return absl::OkStatus();
   const VersionSnapshot& snapshot = *read.snapshot;
   const core::Topology& topology = snapshot.spec().groups.topology;
   const int64_t base = read.offsets[first];
   std::vector<std::vector<VersionPiece>> local(last - first);
-  std::vector<Fetch> fetches;
+  // Other nodes' pieces by (node, dtype), across entries: a fetch carries
+  // many small entries (a norm's few KiB paid a call of its own before).
+  std::map<std::pair<int, core::DType>, std::vector<VersionPiece>> remote;
   for (int i = first; i < last; ++i) {
     const SlicePlan& plan = read.entries[i];
-    const int64_t element = static_cast<int64_t>(core::ElementSize(plan.dtype));
-    std::map<int, std::vector<VersionPiece>> remote;  // By node.
-    for (const VersionPiece& piece : plan.pieces) {
+    // Offsets are 16-byte aligned: whole elements of any dtype.
+    const int64_t entry_element =
+        (read.offsets[i] - base) /
+        static_cast<int64_t>(core::ElementSize(plan.dtype));
+    for (VersionPiece piece : plan.pieces) {
       const int node = topology.NodeOf(piece.rank);
-      (node == options_.node ? local[i - first] : remote[node])
-          .push_back(piece);
+      if (node == options_.node) {
+        local[i - first].push_back(piece);
+      } else {
+        piece.dest_element += entry_element;
+        remote[{node, plan.dtype}].push_back(piece);
+      }
     }
+  }
+  std::vector<Fetch> fetches;
+  for (const auto& [where, pieces] : remote) {
+    const auto [node, dtype] = where;
+    const int64_t element = static_cast<int64_t>(core::ElementSize(dtype));
     const int64_t batch_numel =
         std::max<int64_t>(1, options_.fetch_batch_bytes / element);
-    for (const auto& [node, pieces] : remote) {
-      for (std::vector<VersionPiece>& batch :
-           CutIntoBatches(pieces, batch_numel)) {
-        int64_t numel = 0;
-        for (const VersionPiece& piece : batch) numel += piece.numel;
-        fetches.push_back(Fetch{i, node, std::move(batch), numel * element});
-      }
+    for (std::vector<VersionPiece>& batch :
+         CutIntoBatches(pieces, batch_numel)) {
+      int64_t numel = 0;
+      for (const VersionPiece& piece : batch) numel += piece.numel;
+      // The entry whose range holds the batch's first byte.
+      const int64_t at = base + batch.front().dest_element * element;
+      const int entry =
+          static_cast<int>(std::upper_bound(read.offsets.begin() + first,
+                                            read.offsets.begin() + last, at) -
+                           read.offsets.begin() - 1);
+      fetches.push_back(
+          Fetch{entry, node, dtype, std::move(batch), numel * element});
     }
   }
   // The first failure of each entry; the lowest entry's is returned.
@@ -130,10 +150,9 @@ absl::Status WeightSync::FillRange(const PlannedRead& read, int first,
   auto fetch_some = [&] {
     for (size_t k = next++; k < fetches.size() && !stop.load(); k = next++) {
       const Fetch& fetch = fetches[k];
-      const SlicePlan& plan = read.entries[fetch.entry];
       if (absl::Status fetched = nodes_->ReadRemote(
-              fetch.node, snapshot.model(), snapshot.version(), plan.dtype,
-              fetch.pieces, out + read.offsets[fetch.entry] - base);
+              fetch.node, snapshot.model(), snapshot.version(), fetch.dtype,
+              fetch.pieces, out);
           !fetched.ok()) {
         fail(fetch.entry,
              absl::Status(fetched.code(),
@@ -146,8 +165,8 @@ absl::Status WeightSync::FillRange(const PlannedRead& read, int first,
     }
   };
   std::vector<std::thread> fetchers;
-  const size_t workers = std::min<size_t>(
-      std::max(options_.fetches_in_flight, 1), fetches.size());
+  const size_t workers =
+      std::min<size_t>(std::max(options_.fetches_in_flight, 1), fetches.size());
   for (size_t w = 0; w < workers; ++w) fetchers.emplace_back(fetch_some);
   // This node's pieces meanwhile: the gaps first.
   for (int i = first; i < last; ++i) {

@@ -56,6 +56,20 @@ void NegateEveryShard(const NodeTrainer& trainer, const std::string& model) {
   }
 }
 
+// Step `step` of every trainer, whose optimizer negates every value of
+// its ranks' shards between its OPTIMIZER and IDLE reports.
+void StepNegating(const std::vector<NodeTrainer>& trainers,
+                  const std::string& model, int64_t step) {
+  for (const NodeTrainer& trainer : trainers) {
+    trainer.Walk(model,
+                 {v1::TRAINING_PHASE_FORWARD, v1::TRAINING_PHASE_BETWEEN,
+                  v1::TRAINING_PHASE_BACKWARD, v1::TRAINING_PHASE_OPTIMIZER},
+                 step);
+    NegateEveryShard(trainer, model);
+    trainer.Walk(model, {v1::TRAINING_PHASE_IDLE}, step);
+  }
+}
+
 struct Box {
   std::string fqn;
   std::vector<int64_t> shape;
@@ -368,14 +382,7 @@ TYPED_TEST(ClusterWeightSyncTest, AVersionStaysExactWhileTheTrainersStep) {
   // Attached first: an attach copies the units of every kept version.
   std::vector<NodeTrainer> trainers = this->AttachTrainers(name);
   ASSERT_TRUE(this->node(0).Publish(name, 1).ok());
-  for (const NodeTrainer& trainer : trainers) {
-    trainer.Walk(name,
-                 {v1::TRAINING_PHASE_FORWARD, v1::TRAINING_PHASE_BETWEEN,
-                  v1::TRAINING_PHASE_BACKWARD, v1::TRAINING_PHASE_OPTIMIZER},
-                 1);
-    NegateEveryShard(trainer, name);
-    trainer.Walk(name, {v1::TRAINING_PHASE_IDLE}, 1);
-  }
+  StepNegating(trainers, name, 1);
   this->ExpectVersion(name, 1, seeded);
   TensorBytes negated;
   for (const auto& [fqn, bytes] : seeded) {
@@ -407,14 +414,7 @@ TYPED_TEST(ClusterWeightSyncTest, CopiedUnitsReadExactlyThroughEveryNode) {
       BytesToFloats(SeededModel(model).at("big.w"));
   std::vector<NodeTrainer> trainers = this->AttachTrainers(name);
   ASSERT_TRUE(this->node(0).Publish(name, 1).ok());
-  for (const NodeTrainer& trainer : trainers) {
-    trainer.Walk(name,
-                 {v1::TRAINING_PHASE_FORWARD, v1::TRAINING_PHASE_BETWEEN,
-                  v1::TRAINING_PHASE_BACKWARD, v1::TRAINING_PHASE_OPTIMIZER},
-                 1);
-    NegateEveryShard(trainer, name);
-    trainer.Walk(name, {v1::TRAINING_PHASE_IDLE}, 1);
-  }
+  StepNegating(trainers, name, 1);
   const std::vector<Box> boxes = {
       {"big.w", {256, 128}, 0, {{0, 256}, {0, 128}}},
       {"big.w", {256, 128}, 0, {{37, 150}, {0, 128}}}};

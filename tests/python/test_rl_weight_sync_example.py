@@ -16,9 +16,10 @@ def test_two_inference_ranks_pull_every_published_step() -> None:
                           "--steps", "2"], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = sorted(line for line in run.stdout.splitlines() if line.startswith("tp rank"))
+    # The whole output on a mismatch: the four processes share one stdout.
     assert [line.split(",")[0] for line in lines] == [
         "tp rank 0: version 1", "tp rank 0: version 2",
-        "tp rank 1: version 1", "tp rank 1: version 2"]
+        "tp rank 1: version 1", "tp rank 1: version 2"], run.stdout[-3000:]
     # TP 2 of the example's Llama in bf16: rank 0 holds embed rows 0..95, rank 1 rows 96..149.
     assert all(line.endswith("equal to the full tensors' slices") for line in lines)
     assert "86656 slice bytes" in lines[0] and "75904 slice bytes" in lines[2]
