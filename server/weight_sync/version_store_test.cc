@@ -64,6 +64,39 @@ class VersionStoreTest : public SessionManagerTest {
     return values;
   }
 
+  // Three entries of a read, packed at 0, 160 and 176: rows of a weight,
+  // part of a bias (a 4-byte gap after it), a float64 box.
+  static std::vector<SliceRequest> ThreeEntries() {
+    return {
+        SliceRequest{"embed.w", {{0, 10}, {0, 4}}, core::DType::kFloat32},
+        SliceRequest{"layers.0.b", {{1, 3}}, core::DType::kFloat32},
+        SliceRequest{"layers.1.w", {{2, 5}, {1, 3}}, core::DType::kFloat64}};
+  }
+
+  // ThreeEntries' bytes exactly, the gap zero.
+  void ExpectThreeEntries(const std::vector<uint8_t>& packed) {
+    std::vector<float> embed(40);
+    std::memcpy(embed.data(), packed.data(), 160);
+    EXPECT_EQ(embed, Seeded("embed.w", 40));
+    std::vector<float> bias(3);
+    std::memcpy(bias.data(), packed.data() + 160, 12);
+    const std::vector<float> seeded_bias = Seeded("layers.0.b", 5);
+    EXPECT_EQ(bias, std::vector<float>(seeded_bias.begin() + 1,
+                                       seeded_bias.begin() + 4));
+    EXPECT_EQ(std::vector<uint8_t>(packed.begin() + 172, packed.begin() + 176),
+              std::vector<uint8_t>(4, 0));  // The gap.
+    std::vector<double> w(15);
+    std::memcpy(w.data(), packed.data() + 176, 120);
+    const std::vector<float> seeded_w = Seeded("layers.1.w", 35);
+    std::vector<double> expected_w;
+    for (int row = 2; row < 7; ++row) {
+      for (int col = 1; col < 4; ++col) {
+        expected_w.push_back(seeded_w[row * 5 + col]);
+      }
+    }
+    EXPECT_EQ(w, expected_w);
+  }
+
   int64_t UnitBytes(int unit) const {
     return model_->spec.units[unit].layout.shard_bytes();
   }
@@ -335,11 +368,7 @@ TEST_F(VersionStoreTest, CopiersSharingARunFillEveryEntryExactly) {
   options.copier_min_bytes = 8;
   StartSync(options);
   ASSERT_TRUE(sync_->Publish("m", 1).ok());
-  absl::StatusOr<PlannedRead> read = sync_->Plan(
-      "m", 1,
-      {SliceRequest{"embed.w", {{0, 10}, {0, 4}}, core::DType::kFloat32},
-       SliceRequest{"layers.0.b", {{1, 3}}, core::DType::kFloat32},
-       SliceRequest{"layers.1.w", {{2, 5}, {1, 3}}, core::DType::kFloat64}});
+  absl::StatusOr<PlannedRead> read = sync_->Plan("m", 1, ThreeEntries());
   ASSERT_TRUE(read.ok()) << read.status();
   // Garbage where the gaps are: they must come back zero.
   std::vector<uint8_t> packed(read->total_bytes, 0xAB);
@@ -347,26 +376,7 @@ TEST_F(VersionStoreTest, CopiersSharingARunFillEveryEntryExactly) {
   ASSERT_TRUE(sync_->FillAll(*read, packed.data(), &peer_bytes).ok());
   EXPECT_EQ(peer_bytes, 0);
   ASSERT_EQ(read->offsets, (std::vector<int64_t>{0, 160, 176}));
-  std::vector<float> embed(40);
-  std::memcpy(embed.data(), packed.data(), 160);
-  EXPECT_EQ(embed, Seeded("embed.w", 40));
-  std::vector<float> bias(3);
-  std::memcpy(bias.data(), packed.data() + 160, 12);
-  const std::vector<float> seeded_bias = Seeded("layers.0.b", 5);
-  EXPECT_EQ(bias, std::vector<float>(seeded_bias.begin() + 1,
-                                     seeded_bias.begin() + 4));
-  EXPECT_EQ(std::vector<uint8_t>(packed.begin() + 172, packed.begin() + 176),
-            std::vector<uint8_t>(4, 0));  // The gap.
-  std::vector<double> w(15);
-  std::memcpy(w.data(), packed.data() + 176, 120);
-  const std::vector<float> seeded_w = Seeded("layers.1.w", 35);
-  std::vector<double> expected_w;
-  for (int row = 2; row < 7; ++row) {
-    for (int col = 1; col < 4; ++col) {
-      expected_w.push_back(seeded_w[row * 5 + col]);
-    }
-  }
-  EXPECT_EQ(w, expected_w);
+  ExpectThreeEntries(packed);
 }
 
 // A reader on node 1 of a model whose ranks are all on node 0 (the
@@ -386,12 +396,10 @@ TEST_F(VersionStoreTest, FetchesCarryManyEntriesOfOneDtype) {
                       options);
     const int64_t version = batch_bytes > 1000 ? 1 : 2;
     ASSERT_TRUE(remote.Publish("m", version).ok());
-    absl::StatusOr<PlannedRead> read = remote.Plan(
-        "m", version,
-        {SliceRequest{"embed.w", {{0, 10}, {0, 4}}, core::DType::kFloat32},
-         SliceRequest{"layers.0.b", {{1, 3}}, core::DType::kFloat32},
-         SliceRequest{"layers.1.w", {{2, 5}, {1, 3}}, core::DType::kFloat64},
-         SliceRequest{"layers.0.b", {{0, 5}}, core::DType::kFloat32}});
+    std::vector<SliceRequest> entries = ThreeEntries();
+    entries.push_back(
+        SliceRequest{"layers.0.b", {{0, 5}}, core::DType::kFloat32});
+    absl::StatusOr<PlannedRead> read = remote.Plan("m", version, entries);
     ASSERT_TRUE(read.ok()) << read.status();
     std::vector<uint8_t> packed(read->total_bytes, 0xAB);
     int64_t peer_bytes = 0;
@@ -419,27 +427,10 @@ TEST_F(VersionStoreTest, FetchesCarryManyEntriesOfOneDtype) {
       EXPECT_EQ(fp64_calls, (120 + 63) / 64);
     }
     ASSERT_EQ(read->offsets, (std::vector<int64_t>{0, 160, 176, 304}));
-    std::vector<float> embed(40);
-    std::memcpy(embed.data(), packed.data(), 160);
-    EXPECT_EQ(embed, Seeded("embed.w", 40));
-    const std::vector<float> seeded_bias = Seeded("layers.0.b", 5);
-    std::vector<float> bias(3);
-    std::memcpy(bias.data(), packed.data() + 160, 12);
-    EXPECT_EQ(bias, std::vector<float>(seeded_bias.begin() + 1,
-                                       seeded_bias.begin() + 4));
-    EXPECT_EQ(std::vector<uint8_t>(packed.begin() + 172, packed.begin() + 176),
-              std::vector<uint8_t>(4, 0));  // The gap.
-    std::vector<double> w(15);
-    std::memcpy(w.data(), packed.data() + 176, 120);
-    const std::vector<float> seeded_w = Seeded("layers.1.w", 35);
-    for (int row = 2; row < 7; ++row) {
-      for (int col = 1; col < 4; ++col) {
-        EXPECT_EQ(w[(row - 2) * 3 + col - 1], seeded_w[row * 5 + col]);
-      }
-    }
+    ExpectThreeEntries(packed);
     std::vector<float> whole_bias(5);
     std::memcpy(whole_bias.data(), packed.data() + 304, 20);
-    EXPECT_EQ(whole_bias, seeded_bias);
+    EXPECT_EQ(whole_bias, Seeded("layers.0.b", 5));
   }
 }
 
