@@ -299,8 +299,9 @@ SummonServer::Spec SpecFromFlags() {
 
 int Run(int argc, char** argv) {
   // Before any thread allocates: malloc's arenas keep what streams free.
+  // Refused where another allocator stands in (a sanitizer's): harmless.
   if (!memory::KeepFreedMemoryForReuse()) {
-    spdlog::warn("malloc's thresholds were refused; streams refault memory");
+    spdlog::debug("malloc's thresholds were refused; streams refault memory");
   }
   // --help lists the flags of "main" files, which Abseil recognises by the
   // program's name; ours are defined in this file.
