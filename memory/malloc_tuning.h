@@ -18,9 +18,10 @@ inline constexpr size_t kArenaKeepFreeBytes = size_t{64} << 20;
 // (madvise) and blocks past a moving threshold get a fresh mmap, so every
 // chunk's pages fault in again: a 2-node pull of 1 GB spent ~8 % of both
 // daemons' CPU in madvise/munmap and as much again in page faults
-// (bench/RESULTS.md, "NodeReadVersion as raw byte buffers"). This keeps up
-// to kArenaKeepFreeBytes free per arena instead. False when malloc refused
-// (another allocator, such as a sanitizer's, stands in for glibc's).
+// (bench/RESULTS.md, "The peer path without protobuf copies"). This keeps
+// up to kArenaKeepFreeBytes free per arena instead. False when malloc
+// refused (another allocator, such as a sanitizer's, stands in for
+// glibc's).
 bool KeepFreedMemoryForReuse();
 
 }  // namespace summon::memory
