@@ -86,7 +86,11 @@ def infer(args: argparse.Namespace) -> None:
                     f"tensors, {slice_bytes} slice bytes in {seconds * 1e3:.1f} ms")
             if args.check:
                 line += ", " + check(client, args.name, version, plan, args.tp_rank, tensors)
-            print(line, flush=True)
+            # One write of line and newline: the demo's processes share one
+            # stdout, and unbuffered (PYTHONUNBUFFERED) print writes the two
+            # apart, so another rank's line could land between them.
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
 
 
 def check(client: summon.Client, name: str, version: int, plan: summon.sync.SyncPlan,
