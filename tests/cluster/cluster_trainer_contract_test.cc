@@ -18,9 +18,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "gtest/gtest.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
 #include "proto/summon/v1/trainer.grpc.pb.h"
 #include "tests/cluster/cluster_calls.h"
 #include "tests/cluster/cluster_values.h"
@@ -116,23 +116,17 @@ class ClusterTrainerContractTest : public SharedClusterTest<Topology> {
                         const std::vector<float>& values) {
     int checked = 0;
     for (const NodeTrainer& trainer : trainers_) {
-      for (int rank : trainer.ranks) {
-        const v1::MapShardsResponse shard = trainer.Map(model, rank);
-        MappedShard mapped(shard);
-        ASSERT_TRUE(mapped.ok());
-        for (const v1::UnitShard& unit : shard.units()) {
-          for (const v1::ParamShard& param : unit.params()) {
-            if (param.info().fqn() != fqn) continue;
-            const float* held = mapped.Param(unit, param);
+      ForEachParamShard(
+          trainer, model,
+          [&](int rank, const v1::ParamShard& param, const float* held) {
+            if (param.info().fqn() != fqn) return;
             for (int64_t i = 0; i < param.numel(); ++i) {
               ASSERT_EQ(held[i], values[param.element_offset() + i])
                   << fqn << "[" << param.element_offset() + i << "] on rank "
                   << rank << " (node " << trainer.node << ")";
               ++checked;
             }
-          }
-        }
-      }
+          });
     }
     EXPECT_EQ(checked, static_cast<int>(values.size())) << fqn;
   }
@@ -159,8 +153,8 @@ TYPED_TEST(ClusterTrainerContractTest, InitExternalReachesEveryNode) {
   for (NodeTrainer& trainer : this->trainers_) {
     v1::AttachResponse attached;
     ASSERT_TRUE(
-        trainer.Attach("init", absl::StrCat("node-", trainer.node), 30,
-                       &attached)
+        trainer
+            .Attach("init", absl::StrCat("node-", trainer.node), 30, &attached)
             .ok());
     for (int rank : trainer.ranks) {
       const v1::MapShardsResponse shard = trainer.Map("init", rank);
@@ -246,7 +240,8 @@ TYPED_TEST(ClusterTrainerContractTest, TrainersOnEveryNodeSeeAnEdit) {
       EXPECT_EQ(unit.external_writes(), 0u) << "node " << trainer.node;
     }
   }
-  const std::vector<float> edited = Negated(SeededFloats("layers.0.attn.w", 25));
+  const std::vector<float> edited =
+      Negated(SeededFloats("layers.0.attn.w", 25));
   const v1::Session editor =
       OpenOk(this->node(0), "watched", ParamScope({"layers.0.attn.w"}));
   WriteOk(this->node(0), editor.id(), "layers.0.attn.w", FloatBytes(edited));
@@ -283,7 +278,8 @@ TYPED_TEST(ClusterTrainerContractTest, TrainersOnEveryNodeSeeAnEdit) {
 // lapses, its ranks return to IDLE and every unit moves on every node (the
 // step may have half-changed its shards), so a writeback through any node
 // is accepted afterwards; the next incarnation takes the ranks over.
-TYPED_TEST(ClusterTrainerContractTest, LeaseLapsingInOptimizerReachesEveryNode) {
+TYPED_TEST(ClusterTrainerContractTest,
+           LeaseLapsingInOptimizerReachesEveryNode) {
   const v1::Model model = CreateSeeded(this->node(0), "lapse", kUnevenLayout,
                                        v1::SHARDING_STRATEGY_FULL_SHARD);
   TensorBytes values = SeededModel(model);
@@ -311,8 +307,8 @@ TYPED_TEST(ClusterTrainerContractTest, LeaseLapsingInOptimizerReachesEveryNode) 
   }
   ASSERT_TRUE(idle) << "the lapsed lease's ranks never returned to IDLE";
   this->ExpectEveryRankSees("lapse", v1::MODEL_STATE_READY, this->Every(2));
-  const grpc::Status late = last.Report("lapse", last.ranks.front(),
-                                        v1::TRAINING_PHASE_IDLE, 1);
+  const grpc::Status late =
+      last.Report("lapse", last.ranks.front(), v1::TRAINING_PHASE_IDLE, 1);
   EXPECT_EQ(late.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(late.error_message().find("lapsed"), std::string::npos)
       << late.error_message();
@@ -371,10 +367,10 @@ TYPED_TEST(ClusterTrainerContractTest, SessionsWaitForPhasesToBeReestablished) {
   }
   // FORWARD again is an illegal move (R16), but a re-assertion while
   // re-establishing (nothing moves); the walk leaves the interlock unknown.
-  EXPECT_EQ(last.Report("blind", last.ranks.front(),
-                        v1::TRAINING_PHASE_FORWARD, 1)
-                .error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(
+      last.Report("blind", last.ranks.front(), v1::TRAINING_PHASE_FORWARD, 1)
+          .error_code(),
+      grpc::StatusCode::FAILED_PRECONDITION);
   for (int rank : last.ranks) {
     v1::ReportPhaseRequest request;
     request.set_model("blind");
@@ -404,7 +400,8 @@ TYPED_TEST(ClusterTrainerContractTest, SessionsWaitForPhasesToBeReestablished) {
             {v1::TRAINING_PHASE_BETWEEN, v1::TRAINING_PHASE_BACKWARD,
              v1::TRAINING_PHASE_OPTIMIZER, v1::TRAINING_PHASE_IDLE},
             /*step=*/1);
-  const v1::Session session = OpenOk(this->node(last.node), "blind", ReadOnly());
+  const v1::Session session =
+      OpenOk(this->node(last.node), "blind", ReadOnly());
   EXPECT_EQ(ReadOk(this->node(last.node), session.id(), "norm.w"),
             FloatBytes(SeededFloats("norm.w", 6)));
   CloseOk(this->node(last.node), session.id());
@@ -434,8 +431,8 @@ TYPED_TEST(ClusterTrainerContractTest, DeleteWaitsForAStepOnAnyNode) {
             std::string::npos)
       << attached_trainer;
   ASSERT_TRUE(this->node(last.node).DeleteModel("doomed", true).ok());
-  const grpc::Status late = last.Report("doomed", last.ranks.front(),
-                                        v1::TRAINING_PHASE_FORWARD, 2);
+  const grpc::Status late =
+      last.Report("doomed", last.ranks.front(), v1::TRAINING_PHASE_FORWARD, 2);
   EXPECT_NE(late.error_code(), grpc::StatusCode::OK);
   last.lease.clear();  // Nothing to detach.
   for (const NodeTrainer& trainer : this->trainers_) {

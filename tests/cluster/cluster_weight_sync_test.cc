@@ -43,17 +43,12 @@ using Topologies =
 // What an optimizer step does in place: every value of every shard of
 // `model` that `trainer`'s ranks hold, negated.
 void NegateEveryShard(const NodeTrainer& trainer, const std::string& model) {
-  for (int rank : trainer.ranks) {
-    const v1::MapShardsResponse shard = trainer.Map(model, rank);
-    MappedShard mapped(shard);
-    ASSERT_TRUE(mapped.ok());
-    for (const v1::UnitShard& unit : shard.units()) {
-      for (const v1::ParamShard& param : unit.params()) {
-        float* held = mapped.Param(unit, param);
-        for (int64_t i = 0; i < param.numel(); ++i) held[i] = -held[i];
-      }
-    }
-  }
+  ForEachParamShard(trainer, model,
+                    [](int, const v1::ParamShard& param, float* held) {
+                      for (int64_t i = 0; i < param.numel(); ++i) {
+                        held[i] = -held[i];
+                      }
+                    });
 }
 
 // Step `step` of every trainer, whose optimizer negates every value of

@@ -112,6 +112,23 @@ class MappedShard {
   char* base_ = nullptr;
 };
 
+// Calls visit(rank, param, values) for every parameter of every rank of
+// `trainer`, its float32 values mapped writable.
+template <typename Visit>
+void ForEachParamShard(const NodeTrainer& trainer, const std::string& model,
+                       Visit visit) {
+  for (int rank : trainer.ranks) {
+    const v1::MapShardsResponse shard = trainer.Map(model, rank);
+    MappedShard mapped(shard);
+    ASSERT_TRUE(mapped.ok());
+    for (const v1::UnitShard& unit : shard.units()) {
+      for (const v1::ParamShard& param : unit.params()) {
+        visit(rank, param, mapped.Param(unit, param));
+      }
+    }
+  }
+}
+
 }  // namespace summon::tests
 
 #endif  // SUMMON_TESTS_CLUSTER_NODE_TRAINER_H_
